@@ -1,0 +1,78 @@
+#include "attention/attention_params.h"
+
+#include <ATen/ATen.h>
+
+#include "attention/head_mask.h"
+
+namespace mma_nmt::attention {
+namespace {
+
+void check_rank4(const char* op, const char* name, const at::Tensor& t, const char* layout) {
+  TORCH_CHECK_VALUE(t.dim() == 4, op, ": ", name, " must have shape ", layout, ", got a ", t.dim(), "-d tensor of shape ",
+                    t.sizes());
+}
+
+void check_key_lengths(const char* op, const at::Tensor& lengths, const at::Tensor& q, int64_t key_len) {
+  TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == q.size(0), op,
+                    ": key_lengths must have shape (batch,) = (", q.size(0), ",), got ", lengths.sizes());
+  TORCH_CHECK_TYPE(lengths.scalar_type() == at::kLong, op, ": key_lengths must be int64, got ", lengths.scalar_type());
+  TORCH_CHECK_VALUE(lengths.device() == q.device(), op, ": key_lengths is on ", lengths.device(), " but q is on ",
+                    q.device());
+  if (lengths.is_cpu() && lengths.numel() > 0) {
+    const int64_t lo = lengths.min().item<int64_t>();
+    const int64_t hi = lengths.max().item<int64_t>();
+    TORCH_CHECK_VALUE(lo >= 0 && hi <= key_len, op, ": key_lengths must lie in [0, key_len=", key_len, "], got values in [",
+                      lo, ", ", hi, "]");
+  }
+}
+
+}  // namespace
+
+void check_same_layout(const char* op, const char* name, const at::Tensor& t, at::IntArrayRef expected,
+                       const at::Tensor& like) {
+  TORCH_CHECK_VALUE(t.sizes() == expected, op, ": ", name, " must have shape ", expected, ", got ", t.sizes());
+  TORCH_CHECK_TYPE(t.scalar_type() == like.scalar_type(), op, ": ", name, " must have dtype ", like.scalar_type(),
+                   " like q, got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.device() == like.device(), op, ": ", name, " is on ", t.device(), " but q is on ", like.device());
+}
+
+AttentionParams check_attention_args(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const std::optional<at::Tensor>& key_lengths, at::IntArrayRef head_kinds,
+                                     int64_t window, double scale, int64_t query_offset, double dropout_p, int64_t seed) {
+  check_rank4(op, "q", q, "(batch, heads, query_len, head_dim)");
+  check_rank4(op, "k", k, "(batch, heads, key_len, head_dim)");
+  check_rank4(op, "v", v, "(batch, heads, key_len, value_dim)");
+  TORCH_CHECK_TYPE(at::isFloatingType(q.scalar_type()), op, ": q must be a floating-point tensor, got ",
+                   q.scalar_type());
+  AttentionParams p;
+  p.batch = q.size(0);
+  p.heads = q.size(1);
+  p.query_len = q.size(2);
+  p.head_dim = q.size(3);
+  p.key_len = k.size(2);
+  p.value_dim = v.size(3);
+  check_same_layout(op, "k", k, {p.batch, p.heads, p.key_len, p.head_dim}, q);
+  check_same_layout(op, "v", v, {p.batch, p.heads, p.key_len, p.value_dim}, q);
+  TORCH_CHECK_VALUE(static_cast<int64_t>(head_kinds.size()) == p.heads, op, ": head_kinds must give one kind per head (",
+                    p.heads, "), got ", head_kinds.size());
+  for (const int64_t kind : head_kinds) {
+    TORCH_CHECK_VALUE(kind >= 0 && kind < kNumHeadKinds, op, ": head_kinds entries must be in [0, ", kNumHeadKinds,
+                      ") (0=G global, 1=L local, 2=F forward, 3=B backward, 4=C causal), got ", kind);
+  }
+  TORCH_CHECK_VALUE(window >= 0, op, ": window must be >= 0, got ", window);
+  TORCH_CHECK_VALUE(scale > 0.0 && std::isfinite(scale), op, ": scale must be positive and finite, got ", scale);
+  TORCH_CHECK_VALUE(dropout_p >= 0.0 && dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ", dropout_p);
+  if (key_lengths.has_value()) {
+    check_key_lengths(op, *key_lengths, q, p.key_len);
+  }
+  p.head_kinds.assign(head_kinds.begin(), head_kinds.end());
+  p.window = window;
+  p.query_offset = query_offset;
+  p.scale = scale;
+  p.dropout_p = dropout_p;
+  p.seed = static_cast<uint64_t>(seed);
+  p.has_key_lengths = key_lengths.has_value();
+  return p;
+}
+
+}  // namespace mma_nmt::attention

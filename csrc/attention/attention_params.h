@@ -1,0 +1,43 @@
+// Sizes and options of one fused-attention call, validated once (attention_checks.cpp) and handed to a backend kernel.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace mma_nmt::attention {
+
+struct AttentionParams {
+  int64_t batch = 0;
+  int64_t heads = 0;
+  int64_t query_len = 0;
+  int64_t key_len = 0;
+  int64_t head_dim = 0;   // D of q and k
+  int64_t value_dim = 0;  // D of v and of the output
+  std::vector<int64_t> head_kinds;  // one HeadKind per head
+  int64_t window = 0;
+  int64_t query_offset = 0;  // query row i sits at key position i + query_offset
+  double scale = 1.0;
+  double dropout_p = 0.0;
+  uint64_t seed = 0;
+  bool has_key_lengths = false;
+};
+
+// Checks q/k/v/key_lengths and the options; names the offending argument in the error. Returns the sizes.
+AttentionParams check_attention_args(const char* op_name, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     const std::optional<at::Tensor>& key_lengths, at::IntArrayRef head_kinds,
+                                     int64_t window, double scale, int64_t query_offset, double dropout_p, int64_t seed);
+
+// Checks that `t` has exactly `expected` sizes and the dtype and device of `like`.
+void check_same_layout(const char* op_name, const char* arg_name, const at::Tensor& t, at::IntArrayRef expected,
+                       const at::Tensor& like);
+
+// Sentence b's number of real keys: key_lengths[b] clamped to [0, key_len], or key_len without padding.
+inline int64_t keys_of_sentence(const int64_t* key_lengths, int64_t b, int64_t key_len) {
+  if (key_lengths == nullptr) return key_len;
+  const int64_t n = key_lengths[b];
+  return n < 0 ? 0 : (n > key_len ? key_len : n);
+}
+
+}  // namespace mma_nmt::attention

@@ -1,0 +1,73 @@
+// CPU implementation of mma_nmt::attention and mma_nmt::attention_backward: argument checks, output allocation, and the
+// choice of the kernel build that matches the processor.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "attention/attention_outputs.h"
+#include "attention/cpu/kernel_api.h"
+#include "attention/cpu/isa.h"
+
+namespace mma_nmt::attention::cpu {
+namespace {
+
+at::Tensor contiguous_lengths(const std::optional<at::Tensor>& key_lengths) {
+  return key_lengths.has_value() ? key_lengths->contiguous() : at::Tensor();
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::Tensor& k,
+                                                             const at::Tensor& v,
+                                                             const std::optional<at::Tensor>& key_lengths,
+                                                             at::IntArrayRef head_kinds, int64_t window, double scale,
+                                                             int64_t query_offset, double dropout_p, int64_t seed,
+                                                             bool return_probs) {
+  const AttentionParams p = check_attention_args("mma_nmt.attention", q, k, v, key_lengths, head_kinds, window, scale,
+                                                 query_offset, dropout_p, seed);
+  TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble,
+                   "mma_nmt.attention: on the CPU q must be float32 or float64, got ", q.scalar_type());
+  ForwardOutputs o = allocate_forward_outputs(p, q, return_probs);
+  if (q.numel() == 0 || o.out.numel() == 0) {
+    o.out.zero_();
+    o.lse.fill_(-std::numeric_limits<double>::infinity());
+    return {o.out, o.lse, o.probs};
+  }
+  ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_lengths(key_lengths),
+                   o.out, o.lse, return_probs ? o.probs : at::Tensor()};
+  switch (best_isa()) {
+    case Isa::kAvx512: isa_avx512::attention_forward(p, t); break;
+    case Isa::kAvx2: isa_avx2::attention_forward(p, t); break;
+    default: isa_default::attention_forward(p, t); break;
+  }
+  return {o.out, o.lse, o.probs};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
+    const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+    const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths, at::IntArrayRef head_kinds, int64_t window,
+    double scale, int64_t query_offset, double dropout_p, int64_t seed) {
+  const char* op = "mma_nmt.attention_backward";
+  const AttentionParams p =
+      check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
+  check_backward_extras(op, p, q, grad_out, out, lse);
+  BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(),
+                    lse.contiguous(), contiguous_lengths(key_lengths), at::zeros_like(q, at::MemoryFormat::Contiguous),
+                    at::zeros_like(k, at::MemoryFormat::Contiguous), at::zeros_like(v, at::MemoryFormat::Contiguous)};
+  if (q.numel() > 0 && k.numel() > 0) {
+    switch (best_isa()) {
+      case Isa::kAvx512: isa_avx512::attention_backward(p, t); break;
+      case Isa::kAvx2: isa_avx2::attention_backward(p, t); break;
+      default: isa_default::attention_backward(p, t); break;
+    }
+  }
+  return {t.grad_q, t.grad_k, t.grad_v};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mma_nmt, CPU, m) {
+  m.impl("attention", &attention_cpu);
+  m.impl("attention_backward", &attention_backward_cpu);
+}
+
+}  // namespace mma_nmt::attention::cpu

@@ -1,0 +1,34 @@
+// The CPU attention kernels are compiled once per instruction set (attention_kernel_<isa>.cpp); attention_cpu.cpp picks
+// the best one the running processor supports.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "attention/attention_params.h"
+
+namespace mma_nmt::attention::cpu {
+
+// Tensors are contiguous (batch, heads, len, dim). `probs` is undefined unless weights were asked for.
+struct ForwardTensors {
+  at::Tensor q, k, v, key_lengths;  // key_lengths undefined without padding
+  at::Tensor out, lse, probs;
+};
+
+struct BackwardTensors {
+  at::Tensor grad_out, q, k, v, out, lse, key_lengths;
+  at::Tensor grad_q, grad_k, grad_v;  // zero-initialised by the caller
+};
+
+#define MMA_NMT_DECLARE_CPU_ATTENTION(isa)                                     \
+  namespace isa {                                                              \
+  void attention_forward(const AttentionParams& p, ForwardTensors& t);        \
+  void attention_backward(const AttentionParams& p, BackwardTensors& t);      \
+  }
+
+MMA_NMT_DECLARE_CPU_ATTENTION(isa_default)
+MMA_NMT_DECLARE_CPU_ATTENTION(isa_avx2)
+MMA_NMT_DECLARE_CPU_ATTENTION(isa_avx512)
+
+#undef MMA_NMT_DECLARE_CPU_ATTENTION
+
+}  // namespace mma_nmt::attention::cpu

@@ -1,0 +1,10 @@
+"""mma_nmt: fused attention operators and models for neural machine translation research.
+
+Importing the package loads the native extension, which registers the operators under ``torch.ops.mma_nmt``.
+"""
+
+from mma_nmt._extension import build_info
+from mma_nmt import ops, reference, modules  # noqa: E402  (ops must load after the extension)
+
+__version__ = "0.1.0"
+__all__ = ["build_info", "ops", "reference", "modules", "__version__"]

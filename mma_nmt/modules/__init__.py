@@ -1,0 +1,5 @@
+"""``nn.Module`` wrappers of the fused operators."""
+
+from mma_nmt.modules.mixed_multihead_attention import MixedAttentionConfig, MixedMultiheadAttention
+
+__all__ = ["MixedAttentionConfig", "MixedMultiheadAttention"]

@@ -1,0 +1,15 @@
+"""Functional API of the fused operators (``torch.ops.mma_nmt.*`` with fake kernels and autograd registered)."""
+
+from mma_nmt.ops.fused_attention import AttentionResult, fused_attention
+from mma_nmt.ops.head_spec import HeadKind, format_head_spec, parse_head_spec
+from mma_nmt.ops.padding import lengths_from_padding_mask, padding_mask_from_lengths
+
+__all__ = [
+    "AttentionResult",
+    "HeadKind",
+    "format_head_spec",
+    "fused_attention",
+    "lengths_from_padding_mask",
+    "padding_mask_from_lengths",
+    "parse_head_spec",
+]

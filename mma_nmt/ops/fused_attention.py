@@ -1,0 +1,99 @@
+"""``mma_nmt::attention``: fused scaled-dot-product attention with per-head mask kinds (SPEC section 1).
+
+The kernels live in ``csrc/attention/``; this file adds the functional API, the fake (meta) kernel for tracing and
+``torch.compile``, and autograd, whose backward is the ``mma_nmt::attention_backward`` operator.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Sequence
+
+import torch
+
+from mma_nmt._extension import require_device_support
+from mma_nmt.ops.head_spec import parse_head_spec
+from mma_nmt.ops.padding import resolve_key_lengths
+
+_OP = torch.ops.mma_nmt.attention
+_BACKWARD_OP = torch.ops.mma_nmt.attention_backward
+
+
+class AttentionResult(NamedTuple):
+    out: torch.Tensor  # (B, H, T, Dv)
+    lse: torch.Tensor  # (B, H, T) log-sum-exp of each query's visible logits; -inf for a fully masked query
+    probs: torch.Tensor | None  # (B, H, T, S) attention weights before dropout, only when asked for
+
+
+def fused_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    head_kinds: str | Sequence[int] = "G",
+    key_lengths: torch.Tensor | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    window: int = 1,
+    scale: float | None = None,
+    query_offset: int = 0,
+    dropout_p: float = 0.0,
+    seed: int | None = None,
+    return_probs: bool = False,
+) -> AttentionResult:
+    """Attention of ``q`` (B, H, T, D) over ``k`` (B, H, S, D) and ``v`` (B, H, S, Dv), each head with its own mask kind.
+
+    Args:
+        head_kinds: one kind per head as letters (``"GLFB"``; stretched to H heads the paper's way) or HeadKind values.
+        key_lengths: (B,) int64 real key count per sentence; or ``key_padding_mask`` (B, S) bool, True at padding.
+        window: half-width ``w`` of local heads (key j visible iff |i - j| <= w).
+        scale: logit scale, ``1/sqrt(D)`` by default.
+        query_offset: key position of query row 0 (``S - T`` for incremental decoding with cached keys).
+        dropout_p: attention dropout probability; the mask is redrawn from ``seed`` in backward, never stored.
+        seed: dropout seed; drawn from torch's default generator when None and dropout is on.
+        return_probs: also return the (B, H, T, S) weights (for analysis; not differentiable).
+    """
+    require_device_support(q, "mma_nmt.attention")
+    kinds = parse_head_spec(head_kinds, q.shape[1]) if q.dim() == 4 else list(head_kinds)
+    lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
+    out, lse, probs = _OP(q, k, v, lengths, kinds, window, float(scale), query_offset, float(dropout_p), seed, return_probs)
+    return AttentionResult(out, lse, probs if return_probs else None)
+
+
+@torch.library.register_fake("mma_nmt::attention")
+def _attention_fake(q, k, v, key_lengths, head_kinds, window, scale, query_offset=0, dropout_p=0.0, seed=0,
+                    return_probs=False):
+    torch._check(q.dim() == 4 and k.dim() == 4 and v.dim() == 4, lambda: "q, k, v must be 4-d (batch, heads, len, dim)")
+    batch, heads, query_len, _ = q.shape
+    key_len, value_dim = k.shape[2], v.shape[3]
+    lse_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+    out = q.new_empty((batch, heads, query_len, value_dim))
+    lse = q.new_empty((batch, heads, query_len), dtype=lse_dtype)
+    probs = q.new_empty((batch, heads, query_len, key_len)) if return_probs else q.new_empty((0,))
+    return out, lse, probs
+
+
+@torch.library.register_fake("mma_nmt::attention_backward")
+def _attention_backward_fake(grad_out, q, k, v, out, lse, key_lengths, head_kinds, window, scale, query_offset,
+                             dropout_p, seed):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed, _ = inputs
+    out, lse, probs = output
+    ctx.save_for_backward(q, k, v, out, lse, key_lengths)
+    ctx.options = (head_kinds, window, scale, query_offset, dropout_p, seed)
+    ctx.mark_non_differentiable(lse, probs)
+
+
+def _backward(ctx, grad_out, _grad_lse, _grad_probs):
+    q, k, v, out, lse, key_lengths = ctx.saved_tensors
+    grad_q, grad_k, grad_v = _BACKWARD_OP(grad_out.contiguous(), q, k, v, out, lse, key_lengths, *ctx.options)
+    return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("mma_nmt::attention", _backward, setup_context=_setup_context)

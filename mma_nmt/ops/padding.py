@@ -1,0 +1,42 @@
+"""Key padding given either as per-sentence lengths or as a boolean mask (SPEC, shared rules)."""
+
+from __future__ import annotations
+
+import torch
+
+
+def lengths_from_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
+    """Converts a ``(batch, key_len)`` boolean mask (True = padding) into int64 lengths.
+
+    The fused kernels take lengths, so padding must be a suffix of each row; a mask with holes raises ``ValueError``.
+    """
+    if key_padding_mask.dim() != 2 or key_padding_mask.dtype != torch.bool:
+        raise ValueError(
+            "key_padding_mask must be a (batch, key_len) bool tensor with True at padding, got "
+            f"dtype {key_padding_mask.dtype} and shape {tuple(key_padding_mask.shape)}"
+        )
+    lengths = (~key_padding_mask).sum(dim=-1)
+    positions = torch.arange(key_padding_mask.shape[-1], device=key_padding_mask.device)
+    if not torch.equal(positions.unsqueeze(0) >= lengths.unsqueeze(1), key_padding_mask):
+        raise ValueError("key_padding_mask must mark padding only at the end of each row (right padding)")
+    return lengths.to(torch.int64)
+
+
+def resolve_key_lengths(
+    key_lengths: torch.Tensor | None, key_padding_mask: torch.Tensor | None, device: torch.device
+) -> torch.Tensor | None:
+    """One int64 length tensor on ``device`` from whichever form of padding was given (or None for no padding)."""
+    if key_lengths is not None and key_padding_mask is not None:
+        raise ValueError("give key padding either as key_lengths or as key_padding_mask, not both")
+    if key_padding_mask is not None:
+        key_lengths = lengths_from_padding_mask(key_padding_mask)
+    if key_lengths is None:
+        return None
+    if key_lengths.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"key_lengths must be an integer tensor, got {key_lengths.dtype}")
+    return key_lengths.to(device=device, dtype=torch.int64)
+
+
+def padding_mask_from_lengths(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """``(batch, max_len)`` bool mask, True at padding."""
+    return torch.arange(max_len, device=lengths.device).unsqueeze(0) >= lengths.unsqueeze(1)
