@@ -1,0 +1,41 @@
+"""Side-by-side timing helpers for the benchmark scripts: every figure a script reports is a ratio of two timings taken in
+the same run, interleaved, so that drift on a shared machine hits both sides alike."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Sequence
+
+
+def time_interleaved(fns: Sequence[Callable[[], object]], *, repeat: int = 7, warmup: int = 2,
+                     min_seconds: float = 0.05) -> list[float]:
+    """Median seconds per call of each function, measured in interleaved rounds (a, b, c, a, b, c, ...).
+
+    Each round runs a function enough times to last about ``min_seconds`` (calibrated during warm-up).
+    """
+    loops = []
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+        start = time.perf_counter()
+        fn()
+        once = max(time.perf_counter() - start, 1e-6)
+        loops.append(max(1, int(min_seconds / once)))
+    samples: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for index, fn in enumerate(fns):
+            start = time.perf_counter()
+            for _ in range(loops[index]):
+                fn()
+            samples[index].append((time.perf_counter() - start) / loops[index])
+    return [statistics.median(s) for s in samples]
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    def cell(value: object) -> str:
+        return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
