@@ -1,0 +1,85 @@
+"""Dataclass configs of the models. Attention is chosen per place by name (see ``attention_factory``):
+
+- encoder self-attention ``EncoderConfig.attention``: ``"standard"`` | ``"mma"`` (``head_spec`` + ``window``) |
+  ``"multihop"`` (second hop of SPEC section 4 in ``multihop_layers``; pending branch ``multilayer-multihop-luong``);
+- decoder cross-attention ``DecoderConfig.cross_attention``: ``"standard"`` | ``"mlmha"`` (``mlmha_n`` + ``mlmha_variant``;
+  pending branch ``multilayer-multihop-luong``) | ``"gmm"`` (``gmm_*`` fields; pending branch ``gmm-attention``);
+- LSTM attention ``LSTMConfig.attention``: ``"luong"`` (multi-head Luong, SPEC section 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+Implementation = Literal["fused", "reference"]
+
+
+@dataclass
+class EncoderConfig:
+    layers: int = 6
+    attention: str = "standard"  # "standard" | "mma" | "multihop"
+    head_spec: str = "GLFB"  # MMA: one letter per head kind, stretched to the head count ("GLFB" -> "GGLLFFBB")
+    window: int = 1  # MMA: local heads see |i - j| <= window
+    positional_embedding: bool = True  # False removes the encoder's positional embedding (MMA paper, Table 3)
+    multihop_layers: list[int] = field(default_factory=lambda: [3])  # 0-based; the paper's best is layer 4 of 6
+    multihop_hidden: Optional[int] = None  # D_b of the second hop; None = head size (SPEC section 4)
+
+
+@dataclass
+class DecoderConfig:
+    layers: int = 6
+    cross_attention: str = "standard"  # "standard" | "mlmha" | "gmm"
+    mlmha_n: Optional[int] = None  # MLMHA: read the top n encoder layers; None = all of them (n = L)
+    mlmha_variant: str = "M-11"  # MLMHA: "M-ij" with U0 = i (0 joint, 1 layer-specific weights), U1 = j (0 concat, 1 sum)
+    gmm_variant: str = "approx"  # GMM: "approx" | "strict" | "synthesis" | "hard" | "localness" | ... (SPEC section 5)
+    gmm_components: int = 4  # GMM: K
+    gmm_layers: Optional[list[int]] = None  # GMM: 0-based decoder layers using GMM; None = all (others use "standard")
+
+
+@dataclass
+class TransformerConfig:
+    """Transformer encoder-decoder. Vocabulary sizes are filled in from the prepared data when left at 0."""
+
+    arch: str = "transformer"
+    src_vocab_size: int = 0
+    tgt_vocab_size: int = 0
+    pad_id: int = 0
+    d_model: int = 512
+    ffn_dim: int = 2048
+    heads: int = 8
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    decoder: DecoderConfig = field(default_factory=DecoderConfig)
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    pre_norm: bool = False  # post-norm as in the papers; True puts LayerNorm before each sublayer
+    share_embeddings: bool = False  # one embedding table for source and target (needs a joint vocabulary)
+    tie_output: bool = True  # output projection shares the target embedding's weight
+    max_positions: int = 1024
+    implementation: Implementation = "fused"  # fused operators or plain-PyTorch reference modules (same parameters)
+
+
+@dataclass
+class LSTMConfig:
+    """Bidirectional LSTM encoder, unidirectional LSTM decoder with input feeding, multi-head Luong attention."""
+
+    arch: str = "lstm"
+    src_vocab_size: int = 0
+    tgt_vocab_size: int = 0
+    pad_id: int = 0
+    embed_dim: int = 1024  # word_vec_size
+    hidden_size: int = 1024  # rnn_size d_h; each encoder direction has hidden_size // 2
+    layers: int = 2  # N, same for encoder and decoder
+    heads: int = 4  # h
+    softmax_dim: int = 512  # d_sm: size of the attentional vector fed to the output layer
+    feed_dim: int = 1024  # d_fd: size of the attentional vector fed to the next decoder step
+    dropout: float = 0.5
+    attention: str = "luong"
+    implementation: Implementation = "reference"  # "fused" awaits the Luong op of branch multilayer-multihop-luong
+    share_embeddings: bool = False
+    tie_output: bool = False  # only possible when embed_dim == softmax_dim
+
+
+ModelConfig = TransformerConfig | LSTMConfig
+MODEL_CONFIGS = {"transformer": TransformerConfig, "lstm": LSTMConfig}

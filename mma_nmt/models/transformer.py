@@ -1,0 +1,107 @@
+"""Transformer encoder-decoder whose attention is chosen per place by config (see ``attention_factory``)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from mma_nmt.models.config import TransformerConfig
+from mma_nmt.models.incremental import EncoderOut
+from mma_nmt.models.transformer_layers import DecoderLayer, EncoderLayer, sinusoidal_positions
+
+
+def make_embedding(vocab_size: int, dim: int, pad_id: int) -> nn.Embedding:
+    embedding = nn.Embedding(vocab_size, dim, padding_idx=pad_id)
+    nn.init.normal_(embedding.weight, mean=0.0, std=dim ** -0.5)
+    with torch.no_grad():
+        embedding.weight[pad_id].zero_()
+    return embedding
+
+
+class TransformerEmbedding(nn.Module):
+    """Token embedding scaled by sqrt(d_model), plus (optionally) sinusoidal positions, then dropout."""
+
+    def __init__(self, embedding: nn.Embedding, config: TransformerConfig, positions: bool):
+        super().__init__()
+        self.embedding = embedding
+        self.scale = math.sqrt(config.d_model)
+        self.dropout = config.dropout
+        self.use_positions = positions
+        self.register_buffer("positions", sinusoidal_positions(config.max_positions, config.d_model), persistent=False)
+
+    def forward(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """tokens (B, T) at positions start..start+T-1 -> (B, T, E)."""
+        x = self.embedding(tokens) * self.scale
+        if self.use_positions:
+            end = start + tokens.shape[1]
+            if end > self.positions.shape[0]:
+                raise ValueError(f"sequence of length {end} exceeds max_positions={self.positions.shape[0]}")
+            x = x + self.positions[start:end].to(x.dtype)
+        return F.dropout(x, self.dropout, self.training)
+
+
+class TransformerModel(nn.Module):
+    """``encode(src, src_lengths) -> EncoderOut``; ``decode(prev_tokens, encoder_out, incremental_state)``;
+    ``forward(src (B, S), src_lengths (B,), prev_tokens (B, T)) -> logits (B, T, V)``."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        if config.src_vocab_size <= 0 or config.tgt_vocab_size <= 0:
+            raise ValueError("src_vocab_size and tgt_vocab_size must be set (they come from the prepared data)")
+        if config.share_embeddings and config.src_vocab_size != config.tgt_vocab_size:
+            raise ValueError("share_embeddings needs a joint vocabulary (src_vocab_size == tgt_vocab_size)")
+        self.config = config
+        tgt_embedding = make_embedding(config.tgt_vocab_size, config.d_model, config.pad_id)
+        src_embedding = tgt_embedding if config.share_embeddings else make_embedding(
+            config.src_vocab_size, config.d_model, config.pad_id)
+        self.src_embed = TransformerEmbedding(src_embedding, config, positions=config.encoder.positional_embedding)
+        self.tgt_embed = TransformerEmbedding(tgt_embedding, config, positions=True)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(config, i) for i in range(config.encoder.layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.decoder.layers))
+        self.encoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else None
+        self.decoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else None
+        self.output = None
+        if not config.tie_output:
+            self.output = nn.Linear(config.d_model, config.tgt_vocab_size, bias=False)
+            nn.init.normal_(self.output.weight, mean=0.0, std=config.d_model ** -0.5)
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor, need_weights: bool = False) -> EncoderOut:
+        """src (B, S) token ids, src_lengths (B,). With ``need_weights`` the self-attention weights (B, H, S, S) of
+        layer i are in ``extra[f"self_attn.{i}"]``."""
+        x = self.src_embed(src)
+        states, extra = [], {}
+        for i, layer in enumerate(self.encoder_layers):
+            x, weights = layer(x, src_lengths, need_weights=need_weights)
+            states.append(x)
+            if weights is not None:
+                extra[f"self_attn.{i}"] = weights
+        if self.encoder_norm is not None:
+            x = self.encoder_norm(x)
+            states[-1] = x
+        return EncoderOut(out=x, lengths=src_lengths, layer_states=states, extra=extra)
+
+    def decode(self, prev_tokens: torch.Tensor, encoder_out: EncoderOut, incremental_state=None,
+               need_weights: bool = False):
+        """prev_tokens (B, T) starting with BOS -> (logits (B, T', V), cross-attention weights or None).
+
+        With ``incremental_state`` only the last token is fed (T' = 1). Weights are a list over decoder layers of
+        (B, H, T', S) tensors."""
+        start = 0
+        if incremental_state is not None:
+            start = prev_tokens.shape[1] - 1
+            prev_tokens = prev_tokens[:, -1:]
+        x = self.tgt_embed(prev_tokens, start=start)
+        all_weights = []
+        for layer in self.decoder_layers:
+            x, weights = layer(x, encoder_out, incremental_state, need_weights=need_weights)
+            all_weights.append(weights)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        weight = self.tgt_embed.embedding.weight if self.output is None else self.output.weight
+        return F.linear(x, weight), (all_weights if need_weights else None)
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
+        return self.decode(prev_tokens, self.encode(src, src_lengths))[0]
