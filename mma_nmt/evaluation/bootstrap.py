@@ -1,0 +1,20 @@
+"""Paired bootstrap resampling (Koehn 2004) of a system against a baseline, with sacreBLEU's implementation."""
+
+from __future__ import annotations
+
+from sacrebleu.metrics import BLEU
+from sacrebleu.significance import PairedTest
+
+
+def paired_bootstrap(baseline: list[str], system: list[str], references: list[str], *, samples: int = 1000) -> dict:
+    """BLEU of both systems, the bootstrap means and 95% intervals, and the p-value of the difference.
+
+    sacreBLEU seeds its resampling from the environment variable SACREBLEU_SEED (12345 when unset)."""
+    if not len(baseline) == len(system) == len(references):
+        raise ValueError("baseline, system and references must have the same number of lines")
+    test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU()}, [references],
+                      test_type="bs", n_samples=samples)
+    _, scores = test()
+    base, sys_ = scores["BLEU"]
+    return {"baseline_bleu": base.score, "system_bleu": sys_.score, "system_mean": sys_.mean, "system_ci": sys_.ci,
+            "baseline_mean": base.mean, "baseline_ci": base.ci, "p_value": sys_.p_value, "samples": samples}

@@ -1,0 +1,68 @@
+"""Corpus scores with sacreBLEU: detokenised BLEU with its signature, tokenised BLEU as the papers report it
+(Moses-tokenised text, no further tokenisation, multi-bleu style), TER and chrF."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from sacrebleu.metrics import BLEU, CHRF, TER
+
+
+@dataclass
+class Scores:
+    bleu: float
+    bleu_signature: str
+    chrf: float
+    ter: float
+    tokenized_bleu: float | None = None
+    details: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"bleu": self.bleu, "bleu_signature": self.bleu_signature, "tokenized_bleu": self.tokenized_bleu,
+                "chrf": self.chrf, "ter": self.ter, **self.details}
+
+
+@lru_cache(maxsize=8)
+def _moses(lang: str):
+    from sacremoses import MosesDetokenizer, MosesTokenizer
+    return MosesTokenizer(lang=lang), MosesDetokenizer(lang=lang)
+
+
+def moses_tokenize(lines: list[str], lang: str) -> list[str]:
+    tokenizer, _ = _moses(lang)
+    return [tokenizer.tokenize(line, return_str=True, escape=False) for line in lines]
+
+
+def moses_detokenize(lines: list[str], lang: str) -> list[str]:
+    _, detokenizer = _moses(lang)
+    return [detokenizer.detokenize(line.split()) for line in lines]
+
+
+def _check(hypotheses: list[str], references: list[str]) -> None:
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+
+
+def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
+    """sacreBLEU's default detokenised BLEU (13a tokenisation) and its signature."""
+    _check(hypotheses, references)
+    metric = BLEU()
+    return metric.corpus_score(hypotheses, [references]).score, str(metric.get_signature())
+
+
+def tokenized_bleu(hypotheses: list[str], references: list[str], lang: str) -> float:
+    """BLEU on Moses-tokenised hypotheses and references with sacreBLEU's ``tokenize="none"``."""
+    _check(hypotheses, references)
+    metric = BLEU(tokenize="none", force=True)
+    return metric.corpus_score(moses_tokenize(hypotheses, lang), [moses_tokenize(references, lang)]).score
+
+
+def score_corpus(hypotheses: list[str], references: list[str], *, lang: str = "en",
+                 with_tokenized: bool = True) -> Scores:
+    """All scores of one system against one reference per sentence."""
+    bleu, signature = corpus_bleu(hypotheses, references)
+    chrf = CHRF().corpus_score(hypotheses, [references]).score
+    ter = TER().corpus_score(hypotheses, [references]).score
+    tok = tokenized_bleu(hypotheses, references, lang) if with_tokenized else None
+    return Scores(bleu=bleu, bleu_signature=signature, chrf=chrf, ter=ter, tokenized_bleu=tok)

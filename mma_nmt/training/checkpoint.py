@@ -1,0 +1,115 @@
+"""Checkpoints: written atomically, loadable with ``torch.load(weights_only=True)``, versioned, carrying the model
+config; best/last/periodic retention; averaging."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+FORMAT_VERSION = 1
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used: missing, corrupt or truncated, of another format version, or of another model."""
+
+
+def save_checkpoint(payload: dict, path: str | Path) -> Path:
+    """Writes ``payload`` (plus ``format_version``) to a temporary file in the same folder, fsyncs it and renames it
+    over ``path``, so a kill at any moment leaves either the old or the new complete file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format_version": FORMAT_VERSION, **payload}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def load_checkpoint(path: str | Path, *, model_config: dict | None = None, map_location="cpu") -> dict:
+    """Loads with ``weights_only=True`` and checks the format version; with ``model_config`` (a dict) also checks
+    that the checkpoint was written for that model. Raises :class:`CheckpointError` with the reason."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as error:  # zip, pickle and unpickler errors all mean the same thing here
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated and cannot be read ({error})") from error
+    if not isinstance(payload, dict) or "format_version" not in payload:
+        raise CheckpointError(f"{path} is not an mma_nmt checkpoint (no format_version)")
+    if payload["format_version"] != FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint {path} has format version {payload['format_version']}, but this mma_nmt "
+                              f"reads version {FORMAT_VERSION}")
+    if model_config is not None:
+        check_same_model(payload.get("model_config"), model_config, path)
+    return payload
+
+
+def _differences(saved, wanted, prefix: str = "") -> list[str]:
+    if isinstance(saved, dict) and isinstance(wanted, dict):
+        out = []
+        for key in sorted(set(saved) | set(wanted)):
+            out += _differences(saved.get(key), wanted.get(key), f"{prefix}{key}.")
+        return out
+    return [] if saved == wanted else [f"{prefix.rstrip('.')}: checkpoint {saved!r} vs config {wanted!r}"]
+
+
+def check_same_model(saved: dict | None, wanted: dict, path) -> None:
+    diffs = _differences(saved or {}, wanted)
+    if diffs:
+        raise CheckpointError(f"checkpoint {path} was written for a different model config: " + "; ".join(diffs[:8]))
+
+
+class CheckpointManager:
+    """``last.pt`` after every save, ``best.pt`` when the validation metric improves, ``step_<n>.pt`` kept for the
+    ``keep_periodic`` most recent saves (0 keeps none)."""
+
+    def __init__(self, directory: str | Path, keep_periodic: int = 2):
+        self.directory = Path(directory)
+        self.keep_periodic = keep_periodic
+
+    def periodic(self) -> list[Path]:
+        paths = self.directory.glob("step_*.pt")
+        return sorted(paths, key=lambda p: int(p.stem.split("_")[1]))
+
+    def save(self, payload: dict, step: int, *, is_best: bool = False) -> Path:
+        last = save_checkpoint(payload, self.directory / "last.pt")
+        if is_best:
+            save_checkpoint(payload, self.directory / "best.pt")
+        if self.keep_periodic > 0:
+            save_checkpoint(payload, self.directory / f"step_{step}.pt")
+            for old in self.periodic()[:-self.keep_periodic]:
+                old.unlink(missing_ok=True)
+        return last
+
+
+def average_checkpoints(paths: list[str | Path]) -> dict:
+    """The first checkpoint's payload with its model weights replaced by the mean over all ``paths`` (same model)."""
+    if not paths:
+        raise ValueError("average_checkpoints needs at least one path")
+    first = load_checkpoint(paths[0])
+    total = {k: v.double() if v.is_floating_point() else v.clone() for k, v in first["model"].items()}
+    for path in paths[1:]:
+        payload = load_checkpoint(path, model_config=first["model_config"])
+        for key, value in payload["model"].items():
+            if value.is_floating_point():
+                total[key] += value.double()
+    averaged = {k: (v / len(paths)).to(first["model"][k].dtype) if v.is_floating_point() else v
+                for k, v in total.items()}
+    keep = {k: first[k] for k in ("model_config", "step") if k in first}
+    return {**keep, "model": averaged, "averaged_from": [str(p) for p in paths]}

@@ -1,0 +1,87 @@
+"""The run config: data preparation, model, training, decoding and evaluation settings in one file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mma_nmt.config_io import apply_overrides, deep_merge, from_dict, load_file, to_dict
+from mma_nmt.decoding.search import SearchConfig
+from mma_nmt.models.config import MODEL_CONFIGS, ModelConfig
+from mma_nmt.models.presets import preset
+from mma_nmt.training.optim import OptimConfig
+
+
+@dataclass
+class TrainConfig:
+    save_dir: str = "runs/train"
+    max_steps: int = 0  # 0 = no limit; at least one of max_steps, max_epochs, max_minutes must be set
+    max_epochs: int = 0
+    max_minutes: float = 0.0  # wall-clock budget (for demos; a timed stop is not reproducible)
+    max_tokens: int = 4096  # token budget per batch (per process)
+    max_len: int = 256  # training pairs longer than this are skipped
+    seed: int = 1
+    label_smoothing: float = 0.1
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    log_every: int = 50
+    save_every: int = 0  # steps between checkpoints; 0 = at the end of each epoch and of training only
+    keep_periodic: int = 2  # step_<n>.pt files kept
+    validate_every: int = 0  # steps between validations; 0 = at the end of each epoch
+    bleu_sentences: int = 200  # validation sentences translated for BLEU during training; 0 = loss only
+    max_bad_steps: int = 10  # stop after this many NaN/inf loss steps
+    amp: bool = False  # float16 autocast + GradScaler (CUDA only)
+    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    threads: int = 0  # torch threads on CPU; 0 = torch's default
+    progress: bool = True  # tqdm progress bar
+    resume: bool = True  # continue from save_dir/last.pt when it exists
+
+
+@dataclass
+class EvalConfig:
+    split: str = "test"
+    detokenize: str = "none"  # "none" | "moses": Moses-detokenise outputs after SentencePiece decoding
+    tokenized_bleu: bool = True  # also report BLEU on Moses-tokenised text (multi-bleu style, as the papers)
+    attention_maps: int = 4  # PNG attention maps written for this many test sentences by translate
+    buckets: list[int] = field(default_factory=lambda: [10, 20, 30, 40])  # source-length bucket edges (tokens)
+
+
+@dataclass
+class RunConfig:
+    data: dict[str, Any] = field(default_factory=dict)  # PrepareConfig fields (mma_nmt.data.prepare)
+    model: ModelConfig = field(default_factory=lambda: preset("transformer_tiny"))
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: SearchConfig = field(default_factory=SearchConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def prepared_dir(self) -> Path:
+        return Path(self.data.get("out_dir", "runs/data/multi30k_de_en"))
+
+
+def model_config_from_dict(data: dict) -> ModelConfig:
+    """``{"preset": name, ...fields}`` -> config: the preset's values with the given fields on top."""
+    data = dict(data)
+    name = data.pop("preset", None)
+    base = to_dict(preset(name)) if name else {}
+    merged = deep_merge(base, data)
+    arch = merged.get("arch", "transformer")
+    if arch not in MODEL_CONFIGS:
+        raise ValueError(f"unknown model arch {arch!r}; known: {sorted(MODEL_CONFIGS)}")
+    return from_dict(MODEL_CONFIGS[arch], merged, "model")
+
+
+def run_config_from_dict(data: dict) -> RunConfig:
+    data = dict(data)
+    model = model_config_from_dict(data.pop("model", {"preset": "transformer_tiny"}))
+    sections = {"train": TrainConfig, "decode": SearchConfig, "eval": EvalConfig}
+    unknown = sorted(set(data) - set(sections) - {"data"})
+    if unknown:
+        raise ValueError(f"unknown config section(s) {unknown}; known: data, model, train, decode, eval")
+    built = {name: from_dict(cls, data.get(name, {}), name) for name, cls in sections.items()}
+    return RunConfig(data=dict(data.get("data", {})), model=model, **built)
+
+
+def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """Reads a TOML/YAML/JSON run config (or starts from defaults) and applies ``section.key=value`` overrides."""
+    raw = load_file(path) if path else {}
+    return run_config_from_dict(apply_overrides(raw, list(overrides or [])))

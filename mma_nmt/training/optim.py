@@ -1,0 +1,99 @@
+"""Optimizers and learning-rate schedules: Adam with inverse-square-root warmup or a single cosine cycle with warmup
+(Transformer papers), SGD halved on validation plateau (the multi-head Luong LSTM paper)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class OptimConfig:
+    optimizer: str = "adam"  # "adam" | "sgd"
+    lr: float = 5e-4  # peak learning rate
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    schedule: str = "inverse_sqrt"  # "inverse_sqrt" | "cosine" | "plateau" | "constant"
+    warmup_steps: int = 4000
+    warmup_init_lr: float = 1e-7
+    min_lr: float = 0.0  # cosine floor
+    total_steps: int = 0  # cosine cycle length; 0 = the run's max_steps
+    plateau_factor: float = 0.5  # plateau: multiply the lr by this when validation perplexity does not improve
+    clip_norm: float = 0.0  # gradient clipping by global norm; 0 = off
+
+
+def build_optimizer(params, config: OptimConfig) -> torch.optim.Optimizer:
+    if config.optimizer == "adam":
+        return torch.optim.Adam(params, lr=config.lr, betas=tuple(config.betas), eps=config.eps,
+                                weight_decay=config.weight_decay)
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=config.lr, weight_decay=config.weight_decay)
+    raise ValueError(f"unknown optimizer {config.optimizer!r}; use 'adam' or 'sgd'")
+
+
+def warmup_lr(step: int, config: OptimConfig) -> float:
+    """Linear from ``warmup_init_lr`` to ``lr`` over ``warmup_steps``."""
+    return config.warmup_init_lr + (config.lr - config.warmup_init_lr) * step / max(1, config.warmup_steps)
+
+
+def inverse_sqrt_lr(step: int, config: OptimConfig) -> float:
+    """Warmup, then ``lr * sqrt(warmup / step)``."""
+    if step < config.warmup_steps:
+        return warmup_lr(step, config)
+    return config.lr * math.sqrt(max(1, config.warmup_steps) / max(1, step))
+
+
+def cosine_lr(step: int, config: OptimConfig, total_steps: int) -> float:
+    """Warmup, then one half-cosine from ``lr`` down to ``min_lr`` at ``total_steps``."""
+    if step < config.warmup_steps:
+        return warmup_lr(step, config)
+    span = max(1, total_steps - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / span)
+    return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+class LRSchedule:
+    """Sets the learning rate of every parameter group from the update count; ``plateau`` is driven by
+    :meth:`on_validation` (lr halves whenever validation perplexity fails to improve on the best so far)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, config: OptimConfig, total_steps: int = 0):
+        if config.schedule not in ("inverse_sqrt", "cosine", "plateau", "constant"):
+            raise ValueError(f"unknown schedule {config.schedule!r}")
+        if config.schedule == "cosine" and not (config.total_steps or total_steps):
+            raise ValueError("the cosine schedule needs optim.total_steps or train.max_steps")
+        self.optimizer, self.config = optimizer, config
+        self.total_steps = config.total_steps or total_steps
+        self.num_updates, self.scale, self.best = 0, 1.0, math.inf
+        self.step(0)
+
+    def lr_at(self, step: int) -> float:
+        c = self.config
+        if c.schedule == "inverse_sqrt":
+            return inverse_sqrt_lr(step, c)
+        if c.schedule == "cosine":
+            return cosine_lr(step, c, self.total_steps)
+        return c.lr * self.scale
+
+    def step(self, num_updates: int) -> float:
+        self.num_updates = num_updates
+        lr = self.lr_at(num_updates)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def on_validation(self, perplexity: float) -> None:
+        if perplexity < self.best:
+            self.best = perplexity
+        elif self.config.schedule == "plateau":
+            self.scale *= self.config.plateau_factor
+            self.step(self.num_updates)
+
+    def state_dict(self) -> dict:
+        return {"num_updates": self.num_updates, "scale": self.scale, "best": self.best}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scale, self.best = float(state["scale"]), float(state["best"])
+        self.step(int(state["num_updates"]))
