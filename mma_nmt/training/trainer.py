@@ -1,0 +1,291 @@
+"""The training loop: token-budget batches, label-smoothed cross-entropy, gradient clipping, optional mixed precision,
+validation loss and BLEU, atomic checkpoints with exact resumption, data-parallel training under torchrun."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from mma_nmt.config_io import to_dict
+from mma_nmt.data.dataset import ParallelDataset, TokenBatchSampler, collate
+from mma_nmt.decoding.translate import translate_dataset
+from mma_nmt.evaluation.scoring import corpus_bleu
+from mma_nmt.models import build_model
+from mma_nmt.training import distributed as dist
+from mma_nmt.training.checkpoint import CheckpointManager, load_checkpoint
+from mma_nmt.training.config import RunConfig
+from mma_nmt.training.logging import JsonLinesLogger
+from mma_nmt.training.loss import label_smoothed_cross_entropy
+from mma_nmt.training.optim import LRSchedule, build_optimizer
+
+
+class TrainingDiverged(RuntimeError):
+    """More NaN/inf loss steps than ``train.max_bad_steps``."""
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def with_vocabulary(config, dataset: ParallelDataset):
+    """The model config with vocabulary sizes and the pad id of the prepared data."""
+    return replace(config, src_vocab_size=dataset.src_tokenizer.vocab_size,
+                   tgt_vocab_size=dataset.tgt_tokenizer.vocab_size, pad_id=dataset.tgt_tokenizer.pad_id)
+
+
+def forward_backward(model, batch, *, epsilon: float, pad_id: int, info: dist.DistInfo, autocast=None,
+                     scaler=None) -> torch.Tensor | None:
+    """Loss of one batch, backward with the gradient of (summed loss over all processes) / (all target tokens).
+
+    DDP averages gradients over processes, so each process scales its summed loss by ``world_size / total_tokens``;
+    the result equals one process computing the whole global batch. Returns the global (loss, nll, tokens) sums as a
+    float64 tensor, or None (and no backward) when the loss is NaN/inf on any process."""
+    with autocast or contextlib.nullcontext():
+        logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+        loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out, epsilon=epsilon, ignore_index=pad_id)
+    local = torch.tensor([loss.item(), nll.item(), float(batch.num_tokens)], dtype=torch.float64)
+    totals = dist.all_reduce_sum(local, info)
+    if not math.isfinite(float(totals[0])):
+        return None
+    scaled = loss * (info.world_size / float(totals[2]))
+    (scaler.scale(scaled) if scaler is not None else scaled).backward()
+    return totals
+
+
+def capture_rng() -> dict:
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+@dataclass
+class Meter:
+    """Sums since the last log line."""
+
+    loss: float = 0.0
+    nll: float = 0.0
+    tokens: float = 0.0
+    steps: int = 0
+    since: float = 0.0
+
+    def add(self, totals: torch.Tensor) -> None:
+        self.loss += float(totals[0])
+        self.nll += float(totals[1])
+        self.tokens += float(totals[2])
+        self.steps += 1
+
+    def summary(self) -> dict:
+        elapsed = max(1e-9, time.monotonic() - self.since)
+        tokens = max(1.0, self.tokens)
+        return {"loss": self.loss / tokens, "nll": self.nll / tokens, "ppl": math.exp(min(50.0, self.nll / tokens)),
+                "tokens_per_s": self.tokens / elapsed}
+
+
+Hook = Callable[["Trainer"], None]
+
+
+class Trainer:
+    """``Trainer(run).train()``. Hooks are called as ``hook(trainer)`` after every update (``trainer.step`` is the
+    number of updates done), after any checkpoint of that step was written."""
+
+    def __init__(self, run: RunConfig, *, hooks: tuple[Hook, ...] = ()):
+        cfg = run.train
+        self.run, self.hooks = run, hooks
+        self.device = pick_device(cfg.device)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.info = dist.init_distributed(self.device)
+        self.train_data = ParallelDataset.load(run.prepared_dir(), "train")
+        self.valid_data = ParallelDataset.load(run.prepared_dir(), "valid")
+        self.model_config = with_vocabulary(run.model, self.train_data)
+        self.pad_id = self.model_config.pad_id
+        torch.manual_seed(cfg.seed)
+        self.model = build_model(self.model_config).to(self.device)
+        self.ddp = DistributedDataParallel(self.model) if self.info.enabled else self.model
+        self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
+        self.schedule = LRSchedule(self.optimizer, cfg.optim, total_steps=cfg.max_steps)
+        self.sampler = TokenBatchSampler(self.train_data.src_lengths, self.train_data.tgt_lengths,
+                                         max_tokens=cfg.max_tokens, seed=cfg.seed, max_len=cfg.max_len,
+                                         num_replicas=self.info.world_size, rank=self.info.rank)
+        use_amp = cfg.amp and self.device.type == "cuda"
+        self.scaler = torch.amp.GradScaler("cuda") if use_amp else None
+        self.autocast = (lambda: torch.autocast("cuda", dtype=torch.float16)) if use_amp else contextlib.nullcontext
+        self.step, self.bad_steps, self.best = 0, 0, math.inf
+        self.save_dir = Path(cfg.save_dir)
+        self.checkpoints = CheckpointManager(self.save_dir, keep_periodic=cfg.keep_periodic)
+        self.logger = JsonLinesLogger(self.save_dir / "log.jsonl", enabled=self.info.is_main)
+        if cfg.resume and (self.save_dir / "last.pt").is_file():
+            self.load(self.save_dir / "last.pt")
+
+    # ---- checkpoints -------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"model_config": to_dict(self.model_config), "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
+                "sampler": self.sampler.state_dict(), "rng": dist.all_gather_objects(capture_rng(), self.info),
+                "scaler": self.scaler.state_dict() if self.scaler else {}, "step": self.step,
+                "bad_steps": self.bad_steps, "best": self.best, "train_config": to_dict(self.run.train)}
+
+    def save(self, *, is_best: bool = False) -> None:
+        payload = self.state_dict()  # every process takes part (RNG states are gathered)
+        if self.info.is_main:
+            path = self.checkpoints.save(payload, self.step, is_best=is_best)
+            self.logger.log("checkpoint", step=self.step, path=str(path), best=is_best)
+        dist.barrier(self.info)
+
+    def load(self, path: Path) -> None:
+        """Restores everything needed to continue exactly: weights, optimizer, schedule, data position, RNG."""
+        payload = load_checkpoint(path, model_config=to_dict(self.model_config), map_location=self.device)
+        self.model.load_state_dict(payload["model"])
+        self.optimizer.load_state_dict(payload["optimizer"])
+        self.schedule.load_state_dict(payload["schedule"])
+        self.sampler.load_state_dict({**payload["sampler"], "rank": self.info.rank})
+        rng = payload["rng"]
+        restore_rng(rng[self.info.rank] if self.info.rank < len(rng) else rng[0])
+        if self.scaler and payload.get("scaler"):
+            self.scaler.load_state_dict(payload["scaler"])
+        self.step, self.bad_steps, self.best = payload["step"], payload["bad_steps"], payload["best"]
+        self.logger.log("resume", step=self.step, path=str(path), epoch=self.sampler.epoch)
+
+    # ---- one update --------------------------------------------------------------------------------------------
+    def train_step(self, batch) -> torch.Tensor | None:
+        """One update on ``batch``; returns the global (loss, nll, tokens) sums, or None for a skipped bad step."""
+        self.ddp.train()
+        batch = batch.to(self.device)
+        totals = forward_backward(self.ddp, batch, epsilon=self.run.train.label_smoothing, pad_id=self.pad_id,
+                                  info=self.info, autocast=self.autocast(), scaler=self.scaler)
+        if totals is None:
+            return self._bad_step("loss is NaN or inf")
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)
+        clip = self.run.train.optim.clip_norm
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
+        if not math.isfinite(float(norm)) and self.scaler is None:
+            return self._bad_step("gradient norm is NaN or inf")
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.schedule.step(self.step)
+        return totals
+
+    def _bad_step(self, reason: str) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        self.bad_steps += 1
+        self.logger.log("bad_step", step=self.step, reason=reason, bad_steps=self.bad_steps)
+        if self.bad_steps > self.run.train.max_bad_steps:
+            raise TrainingDiverged(f"{self.bad_steps} NaN/inf steps, more than train.max_bad_steps="
+                                   f"{self.run.train.max_bad_steps}; lower the learning rate or check the data")
+        return None
+
+    # ---- validation --------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def validate(self) -> dict:
+        """Validation loss and perplexity over the whole split (and BLEU on its first ``bleu_sentences``)."""
+        cfg = self.run.train
+        self.model.eval()
+        sampler = TokenBatchSampler(self.valid_data.src_lengths, self.valid_data.tgt_lengths, shuffle=False,
+                                    max_tokens=max(cfg.max_tokens, 2 + max(self.valid_data.src_lengths
+                                                                           + self.valid_data.tgt_lengths)),
+                                    num_replicas=self.info.world_size, rank=self.info.rank)
+        sums = torch.zeros(3, dtype=torch.float64)
+        for indices in sampler:
+            batch = collate(self.valid_data, indices).to(self.device)
+            with self.autocast():
+                logits = self.model(batch.src, batch.src_lengths, batch.tgt_in)
+                loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out, epsilon=cfg.label_smoothing,
+                                                         ignore_index=self.pad_id)
+            sums += torch.tensor([loss.item(), nll.item(), float(batch.num_tokens)], dtype=torch.float64)
+        sums = dist.all_reduce_sum(sums, self.info)
+        nll = float(sums[1] / sums[2])
+        result = {"valid_loss": float(sums[0] / sums[2]), "valid_nll": nll, "valid_ppl": math.exp(min(50.0, nll))}
+        if cfg.bleu_sentences > 0 and self.info.is_main:
+            limit = min(cfg.bleu_sentences, len(self.valid_data))
+            hyps = translate_dataset(self.model, self.valid_data, self.run.decode, device=self.device, limit=limit)
+            result["valid_bleu"], _ = corpus_bleu(hyps, self.valid_data.tgt_text[:limit])
+        dist.barrier(self.info)
+        return result
+
+    # ---- the loop ----------------------------------------------------------------------------------------------
+    def _done(self, started: float) -> bool:
+        cfg = self.run.train
+        return bool((cfg.max_steps and self.step >= cfg.max_steps)
+                    or (cfg.max_epochs and self.sampler.epoch >= cfg.max_epochs)
+                    or (cfg.max_minutes and time.monotonic() - started >= 60.0 * cfg.max_minutes))
+
+    def _validate_and_save(self) -> dict:
+        result = self.validate()
+        self.schedule.on_validation(result["valid_ppl"])
+        is_best = result["valid_nll"] < self.best
+        self.best = min(self.best, result["valid_nll"])
+        self.logger.log("valid", step=self.step, epoch=self.sampler.epoch, lr=self.optimizer.param_groups[0]["lr"],
+                        **result)
+        self.save(is_best=is_best)
+        return result
+
+    def _after_step(self, totals, meter: Meter, bar) -> None:
+        cfg = self.run.train
+        if totals is not None:
+            meter.add(totals)
+            bar.update(1)
+            bar.set_postfix(loss=f"{float(totals[0] / totals[2]):.3f}", refresh=False)
+        if meter.steps and (self.step % cfg.log_every == 0):
+            stats = meter.summary()
+            bar.set_postfix(loss=f"{stats['loss']:.3f}", tok_s=f"{stats['tokens_per_s']:.0f}")
+            self.logger.log("train", step=self.step, epoch=self.sampler.epoch,
+                            lr=self.optimizer.param_groups[0]["lr"], **stats)
+            meter.__init__(since=time.monotonic())
+        if cfg.validate_every and self.step % cfg.validate_every == 0:
+            self._validate_and_save()
+        elif cfg.save_every and self.step % cfg.save_every == 0:
+            self.save()
+        for hook in self.hooks:
+            hook(self)
+
+    def train(self) -> dict:
+        """Trains until max_steps / max_epochs / max_minutes; returns the last validation result."""
+        from tqdm import tqdm
+
+        cfg = self.run.train
+        if not (cfg.max_steps or cfg.max_epochs or cfg.max_minutes):
+            raise ValueError("set train.max_steps, train.max_epochs or train.max_minutes")
+        started = time.monotonic()
+        self.logger.log("start", step=self.step, parameters=sum(p.numel() for p in self.model.parameters()),
+                        world_size=self.info.world_size, model=to_dict(self.model_config))
+        meter = Meter(since=time.monotonic())
+        bar = tqdm(total=cfg.max_steps or None, initial=self.step, unit="step", dynamic_ncols=True,
+                   disable=not (cfg.progress and self.info.is_main))
+        result: dict = {}
+        with bar:
+            while not self._done(started):
+                epoch_done = True
+                for indices in self.sampler:
+                    self._after_step(self.train_step(collate(self.train_data, indices)), meter, bar)
+                    if self._done(started):
+                        epoch_done = False
+                        break
+                if epoch_done and not cfg.validate_every:
+                    result = self._validate_and_save()
+        result = self._validate_and_save() if not result or not epoch_done else result
+        self.logger.log("end", step=self.step, minutes=(time.monotonic() - started) / 60.0, **result)
+        return result
