@@ -23,6 +23,9 @@ def save_checkpoint(payload: dict, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format_version": FORMAT_VERSION, **payload}
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(payload, f)

@@ -13,6 +13,9 @@ from mma_nmt.models.presets import preset
 from mma_nmt.training.optim import OptimConfig
 
 
+DEFAULT_PRESET = "transformer_tiny"
+
+
 @dataclass
 class TrainConfig:
     save_dir: str = "runs/train"
@@ -49,7 +52,7 @@ class EvalConfig:
 @dataclass
 class RunConfig:
     data: dict[str, Any] = field(default_factory=dict)  # PrepareConfig fields (mma_nmt.data.prepare)
-    model: ModelConfig = field(default_factory=lambda: preset("transformer_tiny"))
+    model: ModelConfig = field(default_factory=lambda: preset(DEFAULT_PRESET))
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: SearchConfig = field(default_factory=SearchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -59,9 +62,10 @@ class RunConfig:
 
 
 def model_config_from_dict(data: dict) -> ModelConfig:
-    """``{"preset": name, ...fields}`` -> config: the preset's values with the given fields on top."""
+    """``{"preset": name, ...fields}`` -> config: the preset's values with the given fields on top. Without a
+    ``preset`` key the base is ``transformer_tiny``; ``preset = ""`` starts from the dataclass defaults."""
     data = dict(data)
-    name = data.pop("preset", None)
+    name = data.pop("preset", DEFAULT_PRESET)
     base = to_dict(preset(name)) if name else {}
     merged = deep_merge(base, data)
     arch = merged.get("arch", "transformer")
@@ -72,7 +76,7 @@ def model_config_from_dict(data: dict) -> ModelConfig:
 
 def run_config_from_dict(data: dict) -> RunConfig:
     data = dict(data)
-    model = model_config_from_dict(data.pop("model", {"preset": "transformer_tiny"}))
+    model = model_config_from_dict(data.pop("model", {}))
     sections = {"train": TrainConfig, "decode": SearchConfig, "eval": EvalConfig}
     unknown = sorted(set(data) - set(sections) - {"data"})
     if unknown:

@@ -15,7 +15,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from mma_nmt.config_io import to_dict
-from mma_nmt.data.dataset import ParallelDataset, TokenBatchSampler, collate
+from mma_nmt.data import ParallelDataset, TokenBatchSampler, collate
 from mma_nmt.decoding.translate import translate_dataset
 from mma_nmt.evaluation.scoring import corpus_bleu
 from mma_nmt.models import build_model
