@@ -116,3 +116,15 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
                 for k, v in total.items()}
     keep = {k: first[k] for k in ("model_config", "step") if k in first}
     return {**keep, "model": averaged, "averaged_from": [str(p) for p in paths]}
+
+
+def load_model(path: str | Path, device="cpu"):
+    """``(model in eval mode, model config)`` rebuilt from a checkpoint's config and weights."""
+    from mma_nmt.models import build_model
+    from mma_nmt.training.config import model_config_from_dict
+
+    payload = load_checkpoint(path, map_location=device)
+    config = model_config_from_dict({"preset": "", **payload["model_config"]})
+    model = build_model(config).to(device)
+    model.load_state_dict(payload["model"])
+    return model.eval(), config

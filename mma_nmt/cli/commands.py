@@ -1,0 +1,96 @@
+"""The work behind ``mma-nmt prepare | train | translate | evaluate | average``; each takes a RunConfig."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from mma_nmt.training.config import RunConfig
+
+
+def prepare_data(run: RunConfig) -> Path:
+    """Runs the data package's (idempotent) preparation described by the ``[data]`` section."""
+    from mma_nmt.config_io import from_dict
+    from mma_nmt.data import PrepareConfig, prepare
+
+    return prepare(from_dict(PrepareConfig, run.data, "data"))
+
+
+def train(run: RunConfig) -> dict:
+    from mma_nmt.training.trainer import Trainer
+
+    if not (run.prepared_dir() / "meta.json").is_file():
+        prepare_data(run)
+    return Trainer(run).train()
+
+
+def default_checkpoint(run: RunConfig) -> Path:
+    save_dir = Path(run.train.save_dir)
+    best = save_dir / "best.pt"
+    return best if best.is_file() else save_dir / "last.pt"
+
+
+def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | None = None,
+              split: str | None = None) -> Path:
+    """Translates a prepared split with ``[decode]`` settings; writes one line per sentence and attention maps."""
+    from mma_nmt.data import ParallelDataset
+    from mma_nmt.decoding.translate import special_ids, translate_ids
+    from mma_nmt.evaluation.attention_maps import write_attention_maps
+    from mma_nmt.evaluation.scoring import moses_detokenize
+    from mma_nmt.training.checkpoint import load_model
+
+    split = split or run.eval.split
+    device = torch.device("cuda" if torch.cuda.is_available() and run.train.device != "cpu" else "cpu")
+    model, _ = load_model(checkpoint or default_checkpoint(run), device=device)
+    data = ParallelDataset.load(run.prepared_dir(), split)
+    hyps = translate_ids(model, list(data.src), run.decode, special_ids(data.tgt_tokenizer), device=device)
+    lines = [data.tgt_tokenizer.decode(h.tokens) for h in hyps]
+    if run.eval.detokenize == "moses":
+        lines = moses_detokenize(lines, data.meta.get("corpus", {}).get("tgt_lang", "en"))
+    out = Path(output) if output else Path(run.train.save_dir) / "translations" / f"{split}.hyp.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    for i in range(min(run.eval.attention_maps, len(data))):
+        write_attention_maps(model, data.src[i], hyps[i].tokens, src_tokenizer=data.src_tokenizer,
+                             tgt_tokenizer=data.tgt_tokenizer, out_dir=out.parent / "attention", name=f"{split}_{i}")
+    return out
+
+
+def _read_lines(path: str | Path) -> list[str]:
+    return Path(path).read_text(encoding="utf-8").split("\n")[:-1]
+
+
+def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str | None = None,
+             baseline: str | None = None, split: str | None = None, bootstrap_samples: int = 1000) -> dict:
+    """Scores a hypothesis file against references (default: the prepared split's target text): sacreBLEU BLEU with
+    signature, tokenised BLEU, chrF, TER, BLEU by source-length bucket, and paired bootstrap against ``baseline``."""
+    from mma_nmt.data import ParallelDataset
+    from mma_nmt.evaluation.bootstrap import paired_bootstrap
+    from mma_nmt.evaluation.buckets import bleu_by_source_length
+    from mma_nmt.evaluation.scoring import score_corpus
+
+    split = split or run.eval.split
+    hyp_path = hypotheses or Path(run.train.save_dir) / "translations" / f"{split}.hyp.txt"
+    hyps = _read_lines(hyp_path)
+    data = ParallelDataset.load(run.prepared_dir(), split) if references is None or run.eval.buckets else None
+    refs = _read_lines(references) if references else data.tgt_text
+    lang = data.meta.get("corpus", {}).get("tgt_lang", "en") if data is not None else "en"
+    result = score_corpus(hyps, refs, lang=lang, with_tokenized=run.eval.tokenized_bleu).as_dict()
+    result["sentences"] = len(hyps)
+    if data is not None and run.eval.buckets and len(data) == len(hyps):
+        result["bleu_by_source_length"] = bleu_by_source_length(data.src_text, hyps, refs, run.eval.buckets)
+    if baseline:
+        result["bootstrap"] = paired_bootstrap(_read_lines(baseline), hyps, refs, samples=bootstrap_samples)
+    return result
+
+
+def average(inputs: list[str], output: str) -> Path:
+    from mma_nmt.training.checkpoint import average_checkpoints, save_checkpoint
+
+    return save_checkpoint(average_checkpoints(inputs), output)
+
+
+def print_json(data: dict) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
