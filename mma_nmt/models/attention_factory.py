@@ -134,7 +134,7 @@ CROSS_ATTENTION: dict[str, Builder] = {
 
 def _lookup(table: dict, kind: str, place: str):
     if kind not in table:
-        raise ValueError(f"unknown {place} attention {kind!r}; known: {sorted(table)}")
+        raise ValueError(f"unknown {place}attention {kind!r}; known: {sorted(table)}")
     return table[kind]
 
 

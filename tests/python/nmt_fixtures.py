@@ -1,0 +1,55 @@
+"""Shared helpers of the model/training/decoding tests: a tiny prepared Multi30k subset and tiny models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from mma_nmt.models import preset
+
+MULTI30K = Path("/work/shared/data/multi30k")
+if not MULTI30K.is_dir():
+    MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+
+
+def prepare_tiny(out_dir: Path, lines: int = 50, vocab_size: int = 320) -> Path:
+    """The first ``lines`` Multi30k De-En training pairs with a small joint BPE vocabulary (train and valid splits)."""
+    from mma_nmt.data import PrepareConfig, prepare
+
+    return prepare(PrepareConfig(corpus="multi30k_de_en", data_dir=str(MULTI30K.parent), out_dir=str(out_dir),
+                                 vocab_size=vocab_size, max_train_lines=lines, splits=("train", "valid"),
+                                 progress=False))
+
+
+@pytest.fixture
+def tiny_data(tmp_path_factory) -> Path:
+    """Prepared once per test session (``prepare`` is idempotent, so later calls only check the files)."""
+    return prepare_tiny(tmp_path_factory.getbasetemp() / "tiny_multi30k_50")
+
+
+def tiny_overrides(data_dir: Path, save_dir: Path, *extra: str) -> list[str]:
+    """Run-config overrides for a very small Transformer on the tiny data, on one CPU thread."""
+    return [f"data.out_dir={data_dir}", f"train.save_dir={save_dir}", "model.d_model=32", "model.ffn_dim=64",
+            "model.heads=4", "model.encoder.layers=1", "model.decoder.layers=1", "model.encoder.attention=mma",
+            "train.max_tokens=400", "train.progress=false", "train.bleu_sentences=0", "train.validate_every=100000",
+            "train.threads=1", "train.optim.warmup_steps=5", "train.optim.lr=0.003", "train.log_every=5",
+            *extra]
+
+
+def tiny_transformer(**overrides):
+    config = preset("transformer_tiny", src_vocab_size=37, tgt_vocab_size=41, dropout=0.0, d_model=32, ffn_dim=64,
+                    **overrides)
+    return config
+
+
+def random_batch(batch: int = 3, src_len: int = 7, tgt_len: int = 6, seed: int = 0):
+    """src (B, S) with right padding, src_lengths (B,), prev (B, T) starting with BOS, target (B, T)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([src_len] + [max(1, src_len - 2 * i - 1) for i in range(1, batch)])
+    src = torch.randint(4, 37, (batch, src_len), generator=g)
+    src[torch.arange(src_len).unsqueeze(0) >= lengths.unsqueeze(1)] = 0
+    tgt = torch.randint(4, 41, (batch, tgt_len), generator=g)
+    prev = torch.cat([torch.ones(batch, 1, dtype=torch.long), tgt[:, :-1]], dim=1)
+    return src, lengths, prev, tgt
