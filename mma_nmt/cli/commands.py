@@ -42,6 +42,8 @@ def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | No
     from mma_nmt.training.checkpoint import load_model
 
     split = split or run.eval.split
+    if run.train.threads:
+        torch.set_num_threads(run.train.threads)
     device = torch.device("cuda" if torch.cuda.is_available() and run.train.device != "cpu" else "cpu")
     model, _ = load_model(checkpoint or default_checkpoint(run), device=device)
     data = ParallelDataset.load(run.prepared_dir(), split)
