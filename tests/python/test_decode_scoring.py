@@ -1,0 +1,85 @@
+"""Scores: sacreBLEU's CLI agrees with our BLEU; tokenised BLEU, bootstrap and length buckets behave."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mma_nmt.evaluation.bootstrap import paired_bootstrap
+from mma_nmt.evaluation.buckets import bleu_by_source_length, bucket_name
+from mma_nmt.evaluation.scoring import corpus_bleu, score_corpus, tokenized_bleu
+from nmt_fixtures import MULTI30K
+
+
+def _references(n: int = 200) -> list[str]:
+    with gzip.open(MULTI30K / "test_2016_flickr.en.gz", "rt", encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(n)]
+
+
+def _system(refs: list[str]) -> list[str]:
+    """A 'system output' that drops, swaps and keeps words in a fixed pattern."""
+    out = []
+    for i, ref in enumerate(refs):
+        words = ref.split()
+        if i % 3 == 0 and len(words) > 3:
+            words = words[:-2]
+        elif i % 3 == 1 and len(words) > 2:
+            words[0], words[1] = words[1], words[0]
+        out.append(" ".join(words))
+    return out
+
+
+def _sacrebleu_cli() -> list[str]:
+    exe = Path(sys.executable).with_name("sacrebleu")
+    return [str(exe)] if exe.exists() else [shutil.which("sacrebleu") or "sacrebleu"]
+
+
+def test_bleu_equals_the_sacrebleu_command_line(tmp_path):
+    refs = _references()
+    hyps = _system(refs)
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    (tmp_path / "hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    cli = subprocess.run(_sacrebleu_cli() + [str(tmp_path / "ref.txt"), "-i", str(tmp_path / "hyp.txt"), "-m", "bleu",
+                                             "-f", "json"], capture_output=True, text=True, check=True)
+    reported = json.loads(cli.stdout)
+    ours, signature = corpus_bleu(hyps, refs)
+    assert 20.0 < ours < 95.0
+    assert round(ours, 1) == pytest.approx(reported["score"], abs=1e-9)
+    assert signature == reported["signature"]
+
+
+def test_tokenized_bleu_splits_punctuation_like_moses():
+    refs = ["A dog runs, fast."]
+    assert tokenized_bleu(["A dog runs , fast ."], refs, "en") == pytest.approx(100.0)
+    assert corpus_bleu(["A dog runs , fast ."], refs)[0] == pytest.approx(100.0)  # 13a splits these too
+    assert tokenized_bleu(["A dog runs, fast."], ["A dog runs , fast ."], "en") == pytest.approx(100.0)
+
+
+def test_score_corpus_reports_all_metrics():
+    refs = _references(50)
+    scores = score_corpus(_system(refs), refs).as_dict()
+    assert scores.keys() >= {"bleu", "bleu_signature", "tokenized_bleu", "chrf", "ter"}
+    perfect = score_corpus(refs, refs)
+    assert perfect.bleu == pytest.approx(100.0) and perfect.ter == pytest.approx(0.0)
+
+
+def test_paired_bootstrap_prefers_the_better_system():
+    refs = _references(120)
+    good, bad = refs[:60] + _system(refs[60:]), _system(_system(refs))
+    result = paired_bootstrap(bad, good, refs, samples=200)
+    assert result["system_bleu"] > result["baseline_bleu"]
+    assert 0.0 <= result["p_value"] < 0.05
+
+
+def test_bleu_by_source_length_buckets():
+    assert [bucket_name(n, [10, 20]) for n in (1, 10, 11, 20, 21)] == ["1-10", "1-10", "11-20", "11-20", "21+"]
+    sources = ["a " * 5, "a " * 15, "a " * 16]
+    rows = bleu_by_source_length(sources, ["x y z w", "p q r s", "p q r s"], ["x y z w", "p q r s", "a b c d"], [10])
+    assert [(r["bucket"], r["sentences"]) for r in rows] == [("1-10", 1), ("11+", 2)]
+    assert rows[0]["bleu"] == pytest.approx(100.0) and rows[1]["bleu"] < 100.0
