@@ -1,0 +1,113 @@
+"""LSTM encoder-decoder of the multi-head Luong attention paper (SPEC section 2): bidirectional encoder,
+unidirectional decoder with input feeding, behind the same incremental contract as the Transformer."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from mma_nmt.models.config import LSTMConfig
+from mma_nmt.models.incremental import EncoderOut
+from mma_nmt.models.luong import build_luong_attention
+from mma_nmt.models.transformer import make_embedding
+
+
+class LSTMEncoder(nn.Module):
+    def __init__(self, config: LSTMConfig, embedding: nn.Embedding):
+        super().__init__()
+        if config.hidden_size % 2:
+            raise ValueError(f"hidden_size={config.hidden_size} must be even (each direction gets half)")
+        self.embedding, self.dropout = embedding, config.dropout
+        self.rnn = nn.LSTM(config.embed_dim, config.hidden_size // 2, num_layers=config.layers, bidirectional=True,
+                           batch_first=True, dropout=config.dropout if config.layers > 1 else 0.0)
+
+    def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> EncoderOut:
+        """src (B, S), lengths (B,) -> states (B, S, dh) and final (h, c), each (B, layers, dh) in ``extra``."""
+        x = F.dropout(self.embedding(src), self.dropout, self.training)
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, (h, c) = self.rnn(packed)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, dh)
+
+        def join(state):  # (layers*2, B, dh/2) -> (B, layers, dh): forward and backward halves side by side
+            layers2, batch, half = state.shape
+            state = state.view(layers2 // 2, 2, batch, half).permute(2, 0, 1, 3)  # (B, layers, 2, dh/2)
+            return state.reshape(batch, layers2 // 2, 2 * half)
+
+        return EncoderOut(out=out, lengths=lengths, layer_states=[out], extra={"h": join(h), "c": join(c)})
+
+
+class LSTMDecoder(nn.Module):
+    def __init__(self, config: LSTMConfig, embedding: nn.Embedding):
+        super().__init__()
+        self.config, self.embedding = config, embedding
+        sizes = [config.embed_dim + config.feed_dim] + [config.hidden_size] * (config.layers - 1)
+        self.cells = nn.ModuleList(nn.LSTMCell(size, config.hidden_size) for size in sizes)
+        self.attention = build_luong_attention(config)
+
+    def initial_state(self, encoder_out: EncoderOut) -> dict:
+        batch = encoder_out.out.shape[0]
+        return {"h": encoder_out.extra["h"], "c": encoder_out.extra["c"],  # (B, layers, dh)
+                "feed": encoder_out.out.new_zeros(batch, self.config.feed_dim),
+                "keys": self.attention.precompute_keys(encoder_out.out)}  # (B, h, S, dh)
+
+    def step(self, token_embedding: torch.Tensor, encoder_out: EncoderOut, state: dict):
+        """One time step: embedding (B, E) -> (a~ (B, d_sm), alpha (B, h, S)); updates ``state`` in place."""
+        drop = self.config.dropout
+        x = torch.cat([token_embedding, state["feed"]], dim=-1)  # input feeding
+        hs, cs = [], []
+        for layer, cell in enumerate(self.cells):
+            h, c = cell(x, (state["h"][:, layer], state["c"][:, layer]))
+            hs.append(h)
+            cs.append(c)
+            x = F.dropout(h, drop, self.training)
+        state["h"], state["c"] = torch.stack(hs, dim=1), torch.stack(cs, dim=1)
+        a_softmax, a_feed, alpha = self.attention(hs[-1], state["keys"], encoder_out.out, encoder_out.lengths)
+        state["feed"] = a_feed
+        return a_softmax, alpha
+
+
+class LSTMModel(nn.Module):
+    """``encode``/``decode``/``forward`` as :class:`~mma_nmt.models.transformer.TransformerModel`."""
+
+    def __init__(self, config: LSTMConfig):
+        super().__init__()
+        if config.src_vocab_size <= 0 or config.tgt_vocab_size <= 0:
+            raise ValueError("src_vocab_size and tgt_vocab_size must be set (they come from the prepared data)")
+        self.config = config
+        tgt_embedding = make_embedding(config.tgt_vocab_size, config.embed_dim, config.pad_id)
+        src_embedding = tgt_embedding if config.share_embeddings else make_embedding(
+            config.src_vocab_size, config.embed_dim, config.pad_id)
+        self.encoder = LSTMEncoder(config, src_embedding)
+        self.decoder = LSTMDecoder(config, tgt_embedding)
+        self.output = nn.Linear(config.softmax_dim, config.tgt_vocab_size, bias=False)
+        if config.tie_output:
+            if config.embed_dim != config.softmax_dim:
+                raise ValueError("tie_output needs embed_dim == softmax_dim")
+            self.output.weight = tgt_embedding.weight
+
+    def encode(self, src: torch.Tensor, src_lengths: torch.Tensor, need_weights: bool = False) -> EncoderOut:
+        return self.encoder(src, src_lengths)
+
+    def decode(self, prev_tokens: torch.Tensor, encoder_out: EncoderOut, incremental_state=None,
+               need_weights: bool = False):
+        """prev_tokens (B, T) -> (logits (B, T', V), [alpha (B, h, T', S)] or None); T' = 1 with a state."""
+        if incremental_state is not None:
+            if "lstm" not in incremental_state:
+                incremental_state["lstm"] = self.decoder.initial_state(encoder_out)
+            state, prev_tokens = incremental_state["lstm"], prev_tokens[:, -1:]
+        else:
+            state = self.decoder.initial_state(encoder_out)
+        embedded = F.dropout(self.decoder.embedding(prev_tokens), self.config.dropout, self.training)  # (B, T, E)
+        outputs, alphas = [], []
+        for t in range(prev_tokens.shape[1]):
+            a_softmax, alpha = self.decoder.step(embedded[:, t], encoder_out, state)
+            outputs.append(a_softmax)
+            alphas.append(alpha)
+        hidden = F.dropout(torch.stack(outputs, dim=1), self.config.dropout, self.training)  # (B, T, d_sm)
+        weights = [torch.stack(alphas, dim=2)] if need_weights else None  # [(B, h, T, S)]
+        return self.output(hidden), weights
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
+        return self.decode(prev_tokens, self.encode(src, src_lengths))[0]

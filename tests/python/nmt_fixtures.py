@@ -29,11 +29,14 @@ def tiny_data(tmp_path_factory) -> Path:
     return prepare_tiny(tmp_path_factory.getbasetemp() / "tiny_multi30k_50")
 
 
-def tiny_overrides(data_dir: Path, save_dir: Path, *extra: str) -> list[str]:
-    """Run-config overrides for a very small Transformer on the tiny data, on one CPU thread."""
-    return [f"data.out_dir={data_dir}", f"train.save_dir={save_dir}", "model.d_model=32", "model.ffn_dim=64",
-            "model.heads=4", "model.encoder.layers=1", "model.decoder.layers=1", "model.encoder.attention=mma",
-            "train.max_tokens=400", "train.progress=false", "train.bleu_sentences=0", "train.validate_every=100000",
+TINY_TRANSFORMER = ["model.d_model=32", "model.ffn_dim=64", "model.heads=4", "model.encoder.layers=1",
+                    "model.decoder.layers=1", "model.encoder.attention=mma"]
+
+
+def tiny_overrides(data_dir: Path, save_dir: Path, *extra: str, model: list[str] = TINY_TRANSFORMER) -> list[str]:
+    """Run-config overrides for a very small model (a Transformer unless ``model`` says otherwise) on the tiny data,
+    on one CPU thread."""
+    return [f"data.out_dir={data_dir}", f"train.save_dir={save_dir}", *model, "train.max_tokens=400", "train.progress=false", "train.bleu_sentences=0", "train.validate_every=100000",
             "train.threads=1", "train.optim.warmup_steps=5", "train.optim.lr=0.003", "train.log_every=5",
             *extra]
 

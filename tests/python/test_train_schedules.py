@@ -1,0 +1,79 @@
+"""Learning-rate schedules, label smoothing, config files, and an LSTM run with SGD halved on plateau."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from mma_nmt.models import LSTMConfig
+from mma_nmt.training.config import load_run_config
+from mma_nmt.training.loss import label_smoothed_cross_entropy
+from mma_nmt.training.optim import LRSchedule, OptimConfig
+from mma_nmt.training.trainer import Trainer
+from nmt_fixtures import tiny_data, tiny_overrides  # noqa: F401  (fixture)
+
+
+def _schedule(**fields) -> LRSchedule:
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    return LRSchedule(optimizer, OptimConfig(**fields), total_steps=100)
+
+
+def test_inverse_sqrt_warms_up_linearly_then_decays():
+    s = _schedule(lr=1e-3, warmup_steps=10, warmup_init_lr=0.0)
+    assert s.step(5) == pytest.approx(5e-4)
+    assert s.step(10) == pytest.approx(1e-3)
+    assert s.step(40) == pytest.approx(5e-4)
+
+
+def test_cosine_reaches_min_lr_at_the_end():
+    s = _schedule(lr=1e-3, warmup_steps=10, warmup_init_lr=0.0, schedule="cosine", min_lr=1e-5)
+    assert s.step(10) == pytest.approx(1e-3)
+    assert s.step(55) == pytest.approx((1e-3 + 1e-5) / 2)
+    assert s.step(100) == pytest.approx(1e-5)
+
+
+def test_plateau_halves_when_validation_does_not_improve():
+    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau")
+    for ppl, lr in [(50.0, 0.1), (40.0, 0.1), (41.0, 0.05), (39.0, 0.05), (39.5, 0.025)]:
+        s.on_validation(ppl)
+        assert s.optimizer.param_groups[0]["lr"] == pytest.approx(lr)
+
+
+def test_label_smoothing_matches_its_formula():
+    logits = torch.randn(2, 3, 5)
+    target = torch.tensor([[1, 2, 0], [4, 0, 0]])
+    loss, nll = label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=0)
+    logp = torch.log_softmax(logits, -1)
+    keep = target != 0
+    expected_nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)[keep].sum()
+    expected = 0.9 * expected_nll + 0.1 * (-logp.mean(-1))[keep].sum()
+    torch.testing.assert_close(nll, expected_nll)
+    torch.testing.assert_close(loss, expected)
+
+
+def test_config_file_and_dotted_overrides(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('[model]\npreset = "transformer_iwslt_small"\nencoder.attention = "mma"\n'
+                    '[train]\noptim.lr = 0.001\n')
+    run = load_run_config(path, ["model.encoder.head_spec=GLLL", "train.max_steps=7", "decode.beam_size=6",
+                                 "model.decoder.gmm_layers=[0, 1]"])
+    assert (run.model.d_model, run.model.ffn_dim, run.model.heads, run.model.encoder.layers) == (512, 1024, 4, 6)
+    assert run.model.encoder.attention == "mma" and run.model.encoder.head_spec == "GLLL"
+    assert run.train.optim.lr == 0.001 and run.train.max_steps == 7 and run.decode.beam_size == 6
+    assert run.model.decoder.gmm_layers == [0, 1]
+    with pytest.raises(ValueError, match="unknown key"):
+        load_run_config(None, ["train.max_stepz=3"])
+
+
+def test_lstm_trains_with_sgd(tmp_path, tiny_data):  # noqa: F811
+    run = load_run_config(None, tiny_overrides(
+        tiny_data, tmp_path / "lstm", "train.max_steps=4", "train.optim.optimizer=sgd", "train.optim.schedule=plateau",
+        "train.optim.lr=0.5", "train.optim.clip_norm=5.0", model=["model.preset=lstm_tiny"]))
+    assert isinstance(run.model, LSTMConfig)
+    result = Trainer(run).train()
+    assert math.isfinite(result["valid_loss"])
+    events = [json.loads(line) for line in (tmp_path / "lstm" / "log.jsonl").open()]
+    assert events[-1]["step"] == 4 and events[0]["model"]["arch"] == "lstm"
