@@ -1,0 +1,51 @@
+"""The command line end to end on the tiny data: train, average, translate (with attention maps), evaluate."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from nmt_fixtures import tiny_data, tiny_overrides  # noqa: F401  (fixture)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mma_nmt", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_train_translate_evaluate_from_the_command_line(tmp_path, tiny_data):  # noqa: F811
+    config = tmp_path / "run.toml"
+    config.write_text(f'[data]\ncorpus = "multi30k_de_en"\nout_dir = "{tiny_data}"\n'
+                      '[decode]\nbeam_size = 3\nmax_len_b = 5\nmax_len_a = 0.5\n'
+                      '[eval]\nsplit = "valid"\nattention_maps = 2\n')
+    sets = [item for o in tiny_overrides(tiny_data, tmp_path / "run", "train.max_steps=4", "train.save_every=2")
+            for item in ("--set", o)]
+    trained = _cli("train", "--config", str(config), *sets)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "valid_loss" in json.loads(trained.stdout)
+
+    averaged = _cli("average", str(tmp_path / "run" / "step_2.pt"), str(tmp_path / "run" / "step_4.pt"),
+                    "--output", str(tmp_path / "avg.pt"))
+    assert averaged.returncode == 0, averaged.stderr[-3000:]
+
+    out = tmp_path / "valid.hyp.txt"
+    translated = _cli("translate", "--config", str(config), *sets, "--checkpoint", str(tmp_path / "avg.pt"),
+                      "--output", str(out), "--set", "decode.batch_size=256")
+    assert translated.returncode == 0, translated.stderr[-3000:]
+    lines = out.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(lines) == 1014  # Multi30k validation sentences
+    maps = sorted(p.name for p in (tmp_path / "attention").iterdir())
+    assert maps == ["valid_0_cross.png", "valid_0_encoder.png", "valid_1_cross.png", "valid_1_encoder.png"]
+
+    evaluated = _cli("evaluate", "--config", str(config), *sets, "--hyp", str(out), "--baseline", str(out),
+                     "--bootstrap-samples", "50")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    scores = json.loads(evaluated.stdout)
+    assert scores["sentences"] == 1014 and scores["bleu_signature"].startswith("nrefs:1|case:mixed")
+    assert scores["bootstrap"]["system_bleu"] == scores["bootstrap"]["baseline_bleu"] == scores["bleu"]
+    assert [row["bucket"] for row in scores["bleu_by_source_length"]][0] == "1-10"
+
+
+def test_bad_override_is_reported_by_the_command_line(tmp_path):
+    result = _cli("train", "--set", "model.encoder.attenton=mma", "--set", f"train.save_dir={tmp_path}")
+    assert result.returncode != 0 and "unknown key(s) ['attenton']" in result.stderr
