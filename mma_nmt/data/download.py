@@ -68,7 +68,10 @@ def download(remote: RemoteFile, dest_dir: str | os.PathLike, *, mirror: str | N
     """
     dest = Path(dest_dir) / remote.filename
     if dest.is_file():
-        _verify(dest, remote, digest=None)
+        try:
+            _verify(dest, remote, digest=None)
+        except DownloadError as error:
+            raise DownloadError(f"{error}; delete {dest} to download it again") from None
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")

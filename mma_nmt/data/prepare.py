@@ -93,6 +93,24 @@ class PrepareConfig:
             values["splits"] = tuple(values["splits"])
         return cls(**values)
 
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, section: str | None = None) -> "PrepareConfig":
+        """Reads a ``.json`` or ``.toml`` file (optionally one table of it, e.g. ``section="data"``)."""
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".toml":
+            import tomllib  # Python >= 3.11
+            values = tomllib.loads(text)
+        elif path.suffix == ".json":
+            values = json.loads(text)
+        else:
+            raise ValueError(f"{path}: expected a .json or .toml config file")
+        if section is not None:
+            if section not in values:
+                raise KeyError(f"{path}: no [{section}] section")
+            values = values[section]
+        return cls.from_dict(values)
+
     def validate(self) -> None:
         """Raises ValueError for an invalid setting, naming it."""
         get_corpus(self.corpus)
@@ -310,7 +328,8 @@ def prepare(config: PrepareConfig) -> Path:
 def _finish_meta(prep: _Preparer, tokenizers: dict[str, Tokenizer], seconds: float) -> None:
     """Records the config, corpus facts and vocabulary statistics in ``meta.json``."""
     spec = prep.spec
-    prep.meta["splits"] = {s: v for s, v in prep.meta["splits"].items() if s in prep.splits}
+    for key in ("splits", "reports"):
+        prep.meta[key] = {s: v for s, v in prep.meta[key].items() if s in prep.splits}
     prep.meta.update({
         "config": dataclasses.asdict(prep.config),
         "corpus": {"name": spec.name, "src_lang": spec.src_lang, "tgt_lang": spec.tgt_lang,

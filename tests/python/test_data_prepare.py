@@ -160,3 +160,17 @@ def test_config_from_dict_rejects_unknown_keys():
         PrepareConfig.from_dict({"vocab": 10})
     with pytest.raises(ValueError, match="model_type"):
         prepare(PrepareConfig(model_type="wordpiece"))
+
+
+def test_config_from_toml_section(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_text('[data]\ncorpus = "iwslt17_de_en"\nvocab_size = 1000\nsplits = ["valid"]\n', encoding="utf-8")
+    config = PrepareConfig.from_file(path, section="data")
+    assert (config.corpus, config.vocab_size, config.splits) == ("iwslt17_de_en", 1000, ("valid",))
+
+
+def test_tokenizer_pickles_for_dataloader_workers(multi30k):
+    import pickle
+    tokenizer = Tokenizer.load(multi30k / "spm_src.model")
+    clone = pickle.loads(pickle.dumps(tokenizer))
+    assert clone.encode("Ein Hund rennt.") == tokenizer.encode("Ein Hund rennt.") and clone.vocab_size == 600
