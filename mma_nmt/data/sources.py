@@ -1,7 +1,7 @@
 """Building a corpus's local layout (``<folder>/<stem>.<lang>[.gz]``) from its original public downloads.
 
 Downloads go to ``<folder>/downloads/`` (resumable, see :mod:`mma_nmt.data.download`); each output file is written
-atomically, and a split whose two files already exist is not rebuilt.
+atomically, and an existing split file is never overwritten (so the shared dev/test copies stay as they are).
 """
 
 from __future__ import annotations
@@ -42,8 +42,12 @@ def _fetch_all(spec: CorpusSpec, dest: Path, *, mirror: str | None, progress: bo
 
 
 def _build_direct(spec: CorpusSpec, folder: Path, *, mirror: str | None, progress: bool) -> None:
-    """The remote files already are ``<stem>.<lang>[.gz]``: download them straight into the folder."""
-    _fetch_all(spec, folder, mirror=mirror, progress=progress)
+    """The remote files already are ``<stem>.<lang>[.gz]``: download the missing ones straight into the folder."""
+    for remote in spec.remote_files:
+        name = remote.filename
+        plain = name[:-3] if name.endswith(".gz") else name
+        if not (folder / plain).is_file() and not (folder / f"{plain}.gz").is_file():
+            download(remote, folder, mirror=mirror, progress=progress)
 
 
 def extract_segments(xml_text: str) -> list[str]:
@@ -75,6 +79,12 @@ def _member_text(members: dict[str, bytes], name: str, archive: Path) -> str:
 
 
 def _write_split(folder: Path, stem: str, lang: str, lines: Iterable[str]) -> None:
+    """Writes ``<stem>.<lang>.gz`` unless the split file already exists (plain or gzip): existing copies, such as
+    the shared dev/test sets, are never overwritten."""
+    existing = find_text_file(folder, stem, lang)
+    if existing is not None:
+        log.info("%s exists; not overwritten", existing)
+        return
     with atomic_gzip_lines(folder / f"{stem}.{lang}.gz") as write:
         for line in lines:
             write(line)

@@ -89,7 +89,12 @@ def test_wmt14_concatenates_training_corpora_and_reads_sgm(offline, tmp_path):
         "test-full/newstest2014-deen-ref.de.sgm": xml(["Gutach: Sicherheit", "A &amp; B"]),
         "test-full/newstest2014-deen-src.de.sgm": xml(["wrong side"]),
         "test-full/newstest2014-deen-ref.en.sgm": xml(["wrong side"])})
+    existing = tmp_path / "data" / "wmt14_en_de" / "newstest2013.de"
+    existing.parent.mkdir(parents=True)
+    existing.write_text("an existing copy is kept\n", encoding="utf-8")
     folder = fetch_corpus(CORPORA["wmt14_en_de"], tmp_path / "data", progress=False)
+    assert existing.read_text(encoding="utf-8") == "an existing copy is kept\n"
+    assert not (folder / "newstest2013.de.gz").exists()
     assert read_gz_lines(folder / "train.en.gz") == ["Europe one", "Europe two", "Web", "News"]
     assert read_gz_lines(folder / "train.de.gz") == ["Europa eins", "Europa zwei", "Netz", "Nachricht"]
     assert read_gz_lines(folder / "newstest2013.en.gz") == ["Test 13 en"]
