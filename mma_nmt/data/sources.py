@@ -7,7 +7,6 @@ atomically, and an existing split file is never overwritten (so the shared dev/t
 from __future__ import annotations
 
 import html
-import io
 import logging
 import os
 import re
@@ -75,10 +74,14 @@ def _archive_members(path: Path) -> dict[str, bytes]:
 def _member_text(members: dict[str, bytes], name: str, archive: Path) -> str:
     if name not in members:
         raise FileNotFoundError(f"{archive}: no member named {name} (found: {', '.join(sorted(members)[:20])} ...)")
-    return members[name].decode("utf-8")
+    try:
+        return members[name].decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = members[name][:error.start].count(b"\n") + 1
+        raise ValueError(f"{archive}:{name}:{line}: invalid UTF-8 ({error.reason})") from error
 
 
-def _write_split(folder: Path, stem: str, lang: str, lines: Iterable[str]) -> None:
+def _write_split(folder: Path, stem: str, lang: str, lines: Iterable[str | bytes]) -> None:
     """Writes ``<stem>.<lang>.gz`` unless the split file already exists (plain or gzip): existing copies, such as
     the shared dev/test sets, are never overwritten."""
     existing = find_text_file(folder, stem, lang)
@@ -155,15 +158,18 @@ def _build_iwslt17(spec: CorpusSpec, folder: Path, *, mirror: str | None, progre
         _write_split(folder, "test", lang, test)
 
 
-def _iter_tar_member(archive: Path, basename: str) -> Iterator[str]:
-    """Streams the lines of one member of a (large) tar archive without extracting it."""
+def _iter_tar_member(archive: Path, basename: str) -> Iterator[bytes]:
+    """Streams the lines (bytes, without ``\\n``) of one member of a large tar archive without extracting it.
+
+    Bytes are passed through undecoded, so that malformed lines reach :func:`read_parallel`, which reports them.
+    """
     with tarfile.open(archive) as tar:
         for info in tar:
             if info.isfile() and Path(info.name).name == basename:
                 handle = tar.extractfile(info)
                 assert handle is not None
-                for raw in io.TextIOWrapper(handle, encoding="utf-8", errors="replace", newline="\n"):
-                    yield raw.rstrip("\n")
+                for raw in handle:
+                    yield raw[:-1] if raw.endswith(b"\n") else raw
                 return
     raise FileNotFoundError(f"{archive}: no member named {basename}")
 
@@ -179,7 +185,8 @@ def _build_wmt14(spec: CorpusSpec, folder: Path, *, mirror: str | None, progress
                                              for line in _iter_tar_member(files[archive], f"{stem}.{lang}")))
         _write_split(folder, "newstest2013", lang, _iter_tar_member(files["dev.tgz"], f"newstest2013.{lang}"))
         role = "src" if lang == spec.src_lang else "ref"
-        sgm = "\n".join(_iter_tar_member(files["test-full.tgz"], f"newstest2014-deen-{role}.{lang}.sgm"))
+        sgm = b"\n".join(_iter_tar_member(files["test-full.tgz"], f"newstest2014-deen-{role}.{lang}.sgm"))
+        sgm = sgm.decode("utf-8")
         _write_split(folder, "newstest2014", lang, extract_segments(sgm))
 
 

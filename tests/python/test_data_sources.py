@@ -11,13 +11,14 @@ import pytest
 
 from mma_nmt.data.corpora import CORPORA
 from mma_nmt.data.download import RemoteFile
+from mma_nmt.data.reader import read_parallel
 from mma_nmt.data.sources import extract_segments, fetch_corpus
 
 
-def make_tgz(path: Path, members: dict[str, str]) -> Path:
+def make_tgz(path: Path, members: dict[str, str | bytes]) -> Path:
     with tarfile.open(path, "w:gz") as tar:
         for name, text in members.items():
-            data = text.encode("utf-8")
+            data = text if isinstance(text, bytes) else text.encode("utf-8")
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -80,7 +81,7 @@ def test_wmt14_concatenates_training_corpora_and_reads_sgm(offline, tmp_path):
         "training/europarl-v7.de-en.de": "Europa eins\nEuropa zwei\n",
         "training/europarl-v7.de-en.en": "Europe one\nEurope two\n"})
     offline["training-parallel-commoncrawl.tgz"] = make_tgz(tmp_path / "c.tgz", {
-        "commoncrawl.de-en.de": "Netz\n", "commoncrawl.de-en.en": "Web\n"})
+        "commoncrawl.de-en.de": b"Netz\n\xff kaputt\n", "commoncrawl.de-en.en": b"Web\nbroken\n"})
     offline["training-parallel-nc-v9.tgz"] = make_tgz(tmp_path / "n.tgz", {
         "training/news-commentary-v9.de-en.de": "Nachricht\n", "training/news-commentary-v9.de-en.en": "News\n"})
     offline["dev.tgz"] = make_tgz(tmp_path / "d.tgz", {"dev/newstest2013.de": "Test 13\n", "dev/newstest2013.en": "Test 13 en\n"})
@@ -95,8 +96,10 @@ def test_wmt14_concatenates_training_corpora_and_reads_sgm(offline, tmp_path):
     folder = fetch_corpus(CORPORA["wmt14_en_de"], tmp_path / "data", progress=False)
     assert existing.read_text(encoding="utf-8") == "an existing copy is kept\n"
     assert not (folder / "newstest2013.de.gz").exists()
-    assert read_gz_lines(folder / "train.en.gz") == ["Europe one", "Europe two", "Web", "News"]
-    assert read_gz_lines(folder / "train.de.gz") == ["Europa eins", "Europa zwei", "Netz", "Nachricht"]
+    assert read_gz_lines(folder / "train.en.gz") == ["Europe one", "Europe two", "Web", "broken", "News"]
+    text = read_parallel(folder / "train.en.gz", folder / "train.de.gz")  # the bad bytes reach the reader's report
+    assert text.tgt == ["Europa eins", "Europa zwei", "Netz", "Nachricht"]
+    assert text.report.messages[0].startswith(f"{folder / 'train.de.gz'}:4: invalid_utf8")
     assert read_gz_lines(folder / "newstest2013.en.gz") == ["Test 13 en"]
     assert read_gz_lines(folder / "newstest2014.en.gz") == ["Gutach: safety", "A & B"]
     assert read_gz_lines(folder / "newstest2014.de.gz") == ["Gutach: Sicherheit", "A & B"]
