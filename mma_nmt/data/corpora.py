@@ -15,6 +15,8 @@ from mma_nmt.data.download import RemoteFile
 from mma_nmt.data.fileio import find_text_file
 from mma_nmt.data.reader import DataFormatError, ParallelText, ReadReport, read_parallel  # noqa: F401  (re-exported)
 
+__all__ = ["CorpusSpec", "CORPORA", "get_corpus", "default_data_dir", "read_parallel", "ParallelText", "ReadReport",
+           "DataFormatError", "DATA_DIR_ENV"]
 DATA_DIR_ENV = "MMA_NMT_DATA_DIR"
 
 

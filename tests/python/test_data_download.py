@@ -10,7 +10,6 @@ import hashlib
 import http.server
 import shutil
 import threading
-from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
