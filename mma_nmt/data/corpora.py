@@ -8,13 +8,15 @@ builds it from the original downloads.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from mma_nmt.data.download import RemoteFile
 from mma_nmt.data.fileio import find_text_file
 from mma_nmt.data.reader import DataFormatError, ParallelText, ReadReport, read_parallel  # noqa: F401  (re-exported)
 
+__all__ = ["CorpusSpec", "CORPORA", "get_corpus", "default_data_dir", "read_parallel", "ParallelText", "ReadReport",
+           "DataFormatError", "DATA_DIR_ENV"]
 DATA_DIR_ENV = "MMA_NMT_DATA_DIR"
 
 
@@ -43,7 +45,6 @@ class CorpusSpec:
     builder: str = "direct"
     text_state: str = "raw"
     note: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
 
     def files(self, split: str, data_dir: str | os.PathLike) -> tuple[Path | None, Path | None]:
         """The (src, tgt) files of ``split`` under ``data_dir`` (``.gz`` or plain), None where missing."""
@@ -57,7 +58,7 @@ class CorpusSpec:
         """The same corpus in the other direction."""
         return CorpusSpec(name=name, src_lang=self.tgt_lang, tgt_lang=self.src_lang, splits=dict(self.splits),
                           local_folder=self.local_folder, remote_files=self.remote_files, builder=self.builder,
-                          text_state=self.text_state, note=self.note, extra=dict(self.extra))
+                          text_state=self.text_state, note=self.note)
 
 
 def default_data_dir() -> Path:

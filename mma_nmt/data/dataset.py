@@ -21,6 +21,8 @@ from mma_nmt.data.fileio import atomic_torch_save
 from mma_nmt.data.sampler import TokenBatchSampler  # noqa: F401  (re-exported)
 from mma_nmt.data.tokenizer import Tokenizer
 
+__all__ = ["ParallelDataset", "TokenBatchSampler", "Batch", "Collater", "collate", "pad_sequences", "make_loader",
+           "save_ids", "load_ids", "read_text_lines"]
 IDS_FORMAT_VERSION = 1
 
 

@@ -12,6 +12,7 @@ A mirror (``mirror="http://host/base"`` or the ``MMA_NMT_DOWNLOAD_MIRROR`` envir
 from __future__ import annotations
 
 import hashlib
+import http.client
 import os
 import time
 import urllib.error
@@ -58,37 +59,42 @@ def mirrored_url(url: str, mirror: str | None = None) -> str:
 
 
 def download(remote: RemoteFile, dest_dir: str | os.PathLike, *, mirror: str | None = None, retries: int = 3,
-             timeout: float = 60.0, progress: bool = True) -> Path:
+             timeout: float = 60.0, backoff: float = 2.0, progress: bool = True) -> Path:
     """Downloads ``remote`` into ``dest_dir/remote.filename`` unless it is already there (and verifies it).
 
-    Returns the final path. Raises :class:`DownloadError` when the checksum does not match or the server keeps failing.
+    Transient failures (connection errors, 5xx, a truncated body) are retried up to ``retries`` times, resuming the
+    ``.part``, waiting ``backoff ** attempt`` seconds in between (0 = no wait). Returns the final path.
+    Raises :class:`DownloadError` when the checksum does not match or the server keeps failing.
     """
     dest = Path(dest_dir) / remote.filename
     if dest.is_file():
-        _verify(dest, remote, digest=None)
+        try:
+            _verify(dest, remote, digest=None)
+        except DownloadError as error:
+            raise DownloadError(f"{error}; delete {dest} to download it again") from None
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     url = mirrored_url(remote.url, mirror)
-    resumed_once_failed = False
+    restarted = False
     for attempt in range(1, retries + 1):
         try:
-            digest = _fetch_to_part(url, part, timeout=timeout, progress=progress)
-        except (urllib.error.URLError, ConnectionError, TimeoutError, _Truncated) as error:
+            digest, resumed = _fetch_to_part(url, part, timeout=timeout, progress=progress)
+        except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, _Truncated) as error:
             if isinstance(error, urllib.error.HTTPError) and error.code not in (408, 429, 500, 502, 503, 504):
                 raise DownloadError(f"{url}: HTTP {error.code} {error.reason}") from error
             if attempt == retries:
                 raise DownloadError(f"{url}: failed after {retries} attempts: {error} (partial data kept in {part})") \
                     from error
-            time.sleep(min(2.0 ** attempt, 10.0))
+            time.sleep(min(backoff ** attempt, 10.0) if backoff > 0 else 0.0)
             continue
         try:
             _verify(part, remote, digest=digest, shown_as=dest)
         except DownloadError:
             part.unlink(missing_ok=True)
-            if resumed_once_failed:
+            if not resumed or restarted:
                 raise
-            resumed_once_failed = True  # a stale .part may have been resumed: start over once
+            restarted = True  # the resumed .part may have been stale: start over once
             continue
         os.replace(part, dest)
         return dest
@@ -99,8 +105,10 @@ class _Truncated(Exception):
     """The body ended before Content-Length bytes arrived."""
 
 
-def _fetch_to_part(url: str, part: Path, *, timeout: float, progress: bool) -> str:
-    """Fetches ``url`` into ``part``, resuming from its current size when possible. Returns the sha256 of the full file."""
+def _fetch_to_part(url: str, part: Path, *, timeout: float, progress: bool) -> tuple[str, bool]:
+    """Fetches ``url`` into ``part``, resuming from its current size when possible.
+
+    Returns (sha256 of the whole file, whether earlier bytes of ``part`` were kept)."""
     have = part.stat().st_size if part.is_file() else 0
     headers = {"User-Agent": _USER_AGENT}
     if have:
@@ -110,7 +118,7 @@ def _fetch_to_part(url: str, part: Path, *, timeout: float, progress: bool) -> s
         response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as error:
         if error.code == 416 and have:  # nothing left to send: the .part is already complete
-            return sha256_file(part)
+            return sha256_file(part), True
         raise
     with response:
         resuming = have and response.status == 206
@@ -121,7 +129,7 @@ def _fetch_to_part(url: str, part: Path, *, timeout: float, progress: bool) -> s
                            start=have if resuming else 0, progress=progress, name=part.name[:-5])
     if expected is not None and received < expected:
         raise _Truncated(f"received {received} of {expected} bytes")
-    return hasher.hexdigest()
+    return hasher.hexdigest(), bool(resuming)
 
 
 def _stream(response, part: Path, hasher, *, append: bool, total: int | None, start: int, progress: bool,

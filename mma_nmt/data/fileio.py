@@ -118,13 +118,14 @@ def find_text_file(folder: Path, stem: str, lang: str) -> Path | None:
 
 
 @contextlib.contextmanager
-def atomic_gzip_lines(path: str | os.PathLike) -> Iterator[Callable[[str], None]]:
-    """Context manager yielding ``write(line)`` that streams lines into a gzip file, renamed into place on success."""
+def atomic_gzip_lines(path: str | os.PathLike) -> Iterator[Callable[[str | bytes], None]]:
+    """Context manager yielding ``write(line)`` that streams lines (str as UTF-8, or raw bytes) into a gzip file,
+    renamed into place on success."""
     path = Path(path)
     fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as out:
-            yield lambda line: out.write(line.encode("utf-8") + b"\n")
+            yield lambda line: out.write((line if isinstance(line, bytes) else line.encode("utf-8")) + b"\n")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -57,6 +57,7 @@ class PrepareConfig:
         download_dir: where downloads and built files go (default: ``data_dir``); also searched for the corpus.
         mirror: a mirror replacing the original hosts (see :mod:`mma_nmt.data.download`).
         progress: tqdm progress bars.
+        workers: threads for SentencePiece training/encoding and processes for Moses tokenisation of large splits.
     """
 
     corpus: str = "multi30k_de_en"
@@ -78,6 +79,7 @@ class PrepareConfig:
     download_dir: str | None = None
     mirror: str | None = None
     progress: bool = True
+    workers: int = 2
 
     @classmethod
     def from_dict(cls, values: dict) -> "PrepareConfig":
@@ -90,6 +92,24 @@ class PrepareConfig:
         if values.get("splits") is not None:
             values["splits"] = tuple(values["splits"])
         return cls(**values)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, section: str | None = None) -> "PrepareConfig":
+        """Reads a ``.json`` or ``.toml`` file (optionally one table of it, e.g. ``section="data"``)."""
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".toml":
+            import tomllib  # Python >= 3.11
+            values = tomllib.loads(text)
+        elif path.suffix == ".json":
+            values = json.loads(text)
+        else:
+            raise ValueError(f"{path}: expected a .json or .toml config file")
+        if section is not None:
+            if section not in values:
+                raise KeyError(f"{path}: no [{section}] section")
+            values = values[section]
+        return cls.from_dict(values)
 
     def validate(self) -> None:
         """Raises ValueError for an invalid setting, naming it."""
@@ -133,6 +153,7 @@ class _Preparer:
                           for side, lang in (("src", self.spec.src_lang), ("tgt", self.spec.tgt_lang))}
         self.meta = self._load_meta()
         self.texts: dict[str, ParallelText] = {}
+        self._processed: dict[tuple[str, int], list[str]] = {}
 
     def _load_meta(self) -> dict:
         path = self.out / "meta.json"
@@ -187,6 +208,14 @@ class _Preparer:
             self.texts[split] = text
         return self.texts[split]
 
+    def preprocess(self, side: str, texts: list[str]) -> list[str]:
+        """The word-level pipeline of ``side`` over ``texts`` (cached per list, so train is processed once)."""
+        key = (side, id(texts))
+        if key not in self._processed:
+            self._processed[key] = self.pipelines[side].apply(texts, progress=self.config.progress,
+                                                              workers=self.config.workers)
+        return self._processed[key]
+
     def spm_fingerprint(self, files: dict[str, tuple[Path, Path]]) -> str:
         c = self.config
         split = c.spm_train_split
@@ -203,10 +232,10 @@ class _Preparer:
     def train_tokenizers(self, files: dict[str, tuple[Path, Path]], fingerprint: str) -> None:
         """Trains and writes ``spm_src.model``/``spm_tgt.model``."""
         text = self.read(self.config.spm_train_split, files[self.config.spm_train_split])
-        src = self.pipelines["src"].apply(text.src, progress=self.config.progress)
-        tgt = self.pipelines["tgt"].apply(text.tgt, progress=self.config.progress)
+        src = self.preprocess("src", text.src)
+        tgt = self.preprocess("tgt", text.tgt)
         sp_config = SentencePieceConfig(vocab_size=self.config.vocab_size, model_type=self.config.model_type,
-                                        character_coverage=self.coverage())
+                                        character_coverage=self.coverage(), num_threads=max(self.config.workers, 1))
         log.info("training %s SentencePiece (%s, vocab %d) on %d pairs", "a joint" if self.config.joint_vocab
                  else "two", self.config.model_type, self.config.vocab_size, len(src))
         if self.config.joint_vocab:
@@ -244,7 +273,8 @@ def _length_stats(ids: list[list[int]], unk_id: int) -> dict:
 def _binarise(prep: _Preparer, split: str, files: tuple[Path, Path], tokenizers: dict[str, Tokenizer]) -> None:
     """Encodes one split, filters over-long training pairs, writes its four files and records statistics."""
     text = prep.read(split, files)
-    ids = {side: tokenizers[side].encode_batch(prep.pipelines[side].apply(getattr(text, side)))
+    ids = {side: tokenizers[side].encode_batch(prep.preprocess(side, getattr(text, side)),
+                                               num_threads=max(prep.config.workers, 1))
            for side in ("src", "tgt")}
     keep = range(len(text))
     if split == "train":
@@ -298,7 +328,8 @@ def prepare(config: PrepareConfig) -> Path:
 def _finish_meta(prep: _Preparer, tokenizers: dict[str, Tokenizer], seconds: float) -> None:
     """Records the config, corpus facts and vocabulary statistics in ``meta.json``."""
     spec = prep.spec
-    prep.meta["splits"] = {s: v for s, v in prep.meta["splits"].items() if s in prep.splits}
+    for key in ("splits", "reports"):
+        prep.meta[key] = {s: v for s, v in prep.meta[key].items() if s in prep.splits}
     prep.meta.update({
         "config": dataclasses.asdict(prep.config),
         "corpus": {"name": spec.name, "src_lang": spec.src_lang, "tgt_lang": spec.tgt_lang,

@@ -7,11 +7,14 @@ system output (lowercasing cannot be undone).
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 from tqdm import tqdm
+
+_PARALLEL_MIN = 20_000  # below this, starting worker processes costs more than it saves
 
 
 @dataclass(frozen=True)
@@ -49,10 +52,15 @@ class TextPipeline:
             text = text.lower()
         return text
 
-    def apply(self, texts: Sequence[str], *, progress: bool = False) -> list[str]:
-        """:meth:`__call__` over many sentences (returned unchanged, not copied, when the pipeline does nothing)."""
+    def apply(self, texts: Sequence[str], *, progress: bool = False, workers: int = 1) -> list[str]:
+        """:meth:`__call__` over many sentences, in ``workers`` processes for large inputs (order kept)."""
         if self.identity:
             return list(texts)
+        if workers > 1 and len(texts) >= _PARALLEL_MIN:
+            with multiprocessing.Pool(workers) as pool:
+                mapped = pool.imap(self, texts, chunksize=1000)
+                return list(tqdm(mapped, total=len(texts), desc=f"preprocess {self.lang}", unit=" lines",
+                                 disable=not progress, mininterval=1.0))
         return [self(text) for text in tqdm(texts, desc=f"preprocess {self.lang}", unit=" lines",
                                             disable=not progress or len(texts) < 10_000, mininterval=1.0)]
 

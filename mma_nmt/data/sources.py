@@ -1,13 +1,12 @@
 """Building a corpus's local layout (``<folder>/<stem>.<lang>[.gz]``) from its original public downloads.
 
 Downloads go to ``<folder>/downloads/`` (resumable, see :mod:`mma_nmt.data.download`); each output file is written
-atomically, and a split whose two files already exist is not rebuilt.
+atomically, and an existing split file is never overwritten (so the shared dev/test copies stay as they are).
 """
 
 from __future__ import annotations
 
 import html
-import io
 import logging
 import os
 import re
@@ -42,8 +41,12 @@ def _fetch_all(spec: CorpusSpec, dest: Path, *, mirror: str | None, progress: bo
 
 
 def _build_direct(spec: CorpusSpec, folder: Path, *, mirror: str | None, progress: bool) -> None:
-    """The remote files already are ``<stem>.<lang>[.gz]``: download them straight into the folder."""
-    _fetch_all(spec, folder, mirror=mirror, progress=progress)
+    """The remote files already are ``<stem>.<lang>[.gz]``: download the missing ones straight into the folder."""
+    for remote in spec.remote_files:
+        name = remote.filename
+        plain = name[:-3] if name.endswith(".gz") else name
+        if not (folder / plain).is_file() and not (folder / f"{plain}.gz").is_file():
+            download(remote, folder, mirror=mirror, progress=progress)
 
 
 def extract_segments(xml_text: str) -> list[str]:
@@ -71,10 +74,20 @@ def _archive_members(path: Path) -> dict[str, bytes]:
 def _member_text(members: dict[str, bytes], name: str, archive: Path) -> str:
     if name not in members:
         raise FileNotFoundError(f"{archive}: no member named {name} (found: {', '.join(sorted(members)[:20])} ...)")
-    return members[name].decode("utf-8")
+    try:
+        return members[name].decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = members[name][:error.start].count(b"\n") + 1
+        raise ValueError(f"{archive}:{name}:{line}: invalid UTF-8 ({error.reason})") from error
 
 
-def _write_split(folder: Path, stem: str, lang: str, lines: Iterable[str]) -> None:
+def _write_split(folder: Path, stem: str, lang: str, lines: Iterable[str | bytes]) -> None:
+    """Writes ``<stem>.<lang>.gz`` unless the split file already exists (plain or gzip): existing copies, such as
+    the shared dev/test sets, are never overwritten."""
+    existing = find_text_file(folder, stem, lang)
+    if existing is not None:
+        log.info("%s exists; not overwritten", existing)
+        return
     with atomic_gzip_lines(folder / f"{stem}.{lang}.gz") as write:
         for line in lines:
             write(line)
@@ -145,15 +158,18 @@ def _build_iwslt17(spec: CorpusSpec, folder: Path, *, mirror: str | None, progre
         _write_split(folder, "test", lang, test)
 
 
-def _iter_tar_member(archive: Path, basename: str) -> Iterator[str]:
-    """Streams the lines of one member of a (large) tar archive without extracting it."""
+def _iter_tar_member(archive: Path, basename: str) -> Iterator[bytes]:
+    """Streams the lines (bytes, without ``\\n``) of one member of a large tar archive without extracting it.
+
+    Bytes are passed through undecoded, so that malformed lines reach :func:`read_parallel`, which reports them.
+    """
     with tarfile.open(archive) as tar:
         for info in tar:
             if info.isfile() and Path(info.name).name == basename:
                 handle = tar.extractfile(info)
                 assert handle is not None
-                for raw in io.TextIOWrapper(handle, encoding="utf-8", errors="replace", newline="\n"):
-                    yield raw.rstrip("\n")
+                for raw in handle:
+                    yield raw[:-1] if raw.endswith(b"\n") else raw
                 return
     raise FileNotFoundError(f"{archive}: no member named {basename}")
 
@@ -169,7 +185,8 @@ def _build_wmt14(spec: CorpusSpec, folder: Path, *, mirror: str | None, progress
                                              for line in _iter_tar_member(files[archive], f"{stem}.{lang}")))
         _write_split(folder, "newstest2013", lang, _iter_tar_member(files["dev.tgz"], f"newstest2013.{lang}"))
         role = "src" if lang == spec.src_lang else "ref"
-        sgm = "\n".join(_iter_tar_member(files["test-full.tgz"], f"newstest2014-deen-{role}.{lang}.sgm"))
+        sgm = b"\n".join(_iter_tar_member(files["test-full.tgz"], f"newstest2014-deen-{role}.{lang}.sgm"))
+        sgm = sgm.decode("utf-8")
         _write_split(folder, "newstest2014", lang, extract_segments(sgm))
 
 

@@ -51,6 +51,19 @@ def train_sentencepiece(sentences: Iterable[str], config: SentencePieceConfig) -
     if not sentences:
         raise ValueError("cannot train a SentencePiece model on an empty corpus")
     model = io.BytesIO()
+    try:
+        _run_trainer(sentences, model, config)
+    except RuntimeError as error:
+        if "smaller than required_chars" in str(error):
+            raise ValueError(
+                f"vocab_size={config.vocab_size} is too small for the characters of this corpus at "
+                f"character_coverage={config.character_coverage} ({error}); raise vocab_size or lower "
+                f"character_coverage") from error
+        raise
+    return model.getvalue()
+
+
+def _run_trainer(sentences: list[str], model: io.BytesIO, config: SentencePieceConfig) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences), model_writer=model,
         vocab_size=config.vocab_size, model_type=config.model_type,
@@ -60,7 +73,6 @@ def train_sentencepiece(sentences: Iterable[str], config: SentencePieceConfig) -
         pad_piece="<pad>", bos_piece="<s>", eos_piece="</s>", unk_piece="<unk>",
         max_sentence_length=1 << 16, minloglevel=2,
     )
-    return model.getvalue()
 
 
 class Tokenizer:
