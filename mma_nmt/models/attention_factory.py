@@ -9,7 +9,9 @@ interface of its place:
   -> (out (B, T, E), weights (B, H, T, S) or None)``; ``cache`` holds batch-first tensors (see ``incremental``).
 
 Kinds from other branches are registered with :func:`pending`, which raises ``NotImplementedError`` naming the branch.
-Wiring one when its branch merges is one line: replace ``pending(...)`` by the builder.
+Wiring one when its branch merges is one line: set ``MULTIHOP_SELF``, ``MLMHA_CROSS`` or ``GMM_CROSS`` to its builder
+(layer selection by ``encoder.multihop_layers`` / ``decoder.gmm_layers`` is already done here). MLMHA reads
+``encoder_out.layer_states``; GMM reads ``encoder_out.lengths`` (the true source length J).
 """
 
 from __future__ import annotations
@@ -113,6 +115,11 @@ def _multihop_self(config: TransformerConfig, layer: int) -> nn.Module:
     return chosen(config, layer)
 
 
+def _mlmha_cross(config: TransformerConfig, layer: int) -> nn.Module:
+    """Every decoder layer reads the top ``decoder.mlmha_n`` encoder layers (SPEC section 3)."""
+    return MLMHA_CROSS(config, layer)
+
+
 def _gmm_cross(config: TransformerConfig, layer: int) -> nn.Module:
     """GMM only in ``decoder.gmm_layers`` (all when None), standard cross-attention elsewhere."""
     layers = config.decoder.gmm_layers
@@ -127,7 +134,7 @@ ENCODER_SELF_ATTENTION: dict[str, Builder] = {
 }
 CROSS_ATTENTION: dict[str, Builder] = {
     "standard": _standard_cross,
-    "mlmha": lambda config, layer: MLMHA_CROSS(config, layer),
+    "mlmha": _mlmha_cross,
     "gmm": _gmm_cross,
 }
 
