@@ -248,10 +248,10 @@ class Trainer:
         if totals is not None:
             meter.add(totals)
             bar.update(1)
-            bar.set_postfix(loss=f"{float(totals[0] / totals[2]):.3f}", refresh=False)
+            bar.set_postfix(loss=f"{float(totals[0] / totals[2]):.3f}",
+                            tok_s=f"{meter.summary()['tokens_per_s']:.0f}", refresh=False)
         if meter.steps and (self.step % cfg.log_every == 0):
             stats = meter.summary()
-            bar.set_postfix(loss=f"{stats['loss']:.3f}", tok_s=f"{stats['tokens_per_s']:.0f}")
             self.logger.log("train", step=self.step, epoch=self.sampler.epoch,
                             lr=self.optimizer.param_groups[0]["lr"], **stats)
             meter.__init__(since=time.monotonic())
