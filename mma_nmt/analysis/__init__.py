@@ -1,0 +1,27 @@
+"""Analyses of what attention heads do (issue 7). Every analysis takes plain tensors or lists (attention weights of
+one sentence shaped (H, T, S) or (L, H, T, S), token lists, link sets, strings), returns data (a dataclass or dict) and
+has an optional ``plot_*`` function returning a matplotlib Figure built without pyplot (no display needed).
+
+Modules: :mod:`attention_maps` (per-sentence maps of every layer and head), :mod:`distance_entropy` (MLMHA eqs. 13-16),
+:mod:`relative_position` (LSTM multi-head paper), :mod:`gmm_analysis` (gate, entropy by length, n-gram gap),
+:mod:`alignment` (gold alignments, AER), :mod:`buckets` (BLEU by source length, layer masking).
+"""
+
+from mma_nmt.analysis._figures import new_figure, save_figure
+from mma_nmt.analysis.distance_entropy import (DistanceEntropy, attention_distance, attention_entropy,
+                                               head_distance_entropy, plot_distance_entropy)
+from mma_nmt.analysis.relative_position import (RelativePositionResponse, plot_relative_position_response,
+                                                relative_position_response)
+
+__all__ = [
+    "DistanceEntropy",
+    "RelativePositionResponse",
+    "attention_distance",
+    "attention_entropy",
+    "head_distance_entropy",
+    "new_figure",
+    "plot_distance_entropy",
+    "plot_relative_position_response",
+    "relative_position_response",
+    "save_figure",
+]
