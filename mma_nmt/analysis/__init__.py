@@ -8,20 +8,32 @@ Modules: :mod:`attention_maps` (per-sentence maps of every layer and head), :mod
 """
 
 from mma_nmt.analysis._figures import new_figure, save_figure
+from mma_nmt.analysis.alignment import (AlignmentScores, GoldAlignment, align_with_model, alignment_scores,
+                                        links_from_attention, parse_talp_line, piece_to_word_attention,
+                                        read_gold_alignments, word_ids_from_pieces)
 from mma_nmt.analysis.distance_entropy import (DistanceEntropy, attention_distance, attention_entropy,
                                                head_distance_entropy, plot_distance_entropy)
 from mma_nmt.analysis.relative_position import (RelativePositionResponse, plot_relative_position_response,
                                                 relative_position_response)
 
 __all__ = [
+    "AlignmentScores",
     "DistanceEntropy",
+    "GoldAlignment",
     "RelativePositionResponse",
+    "align_with_model",
+    "alignment_scores",
     "attention_distance",
     "attention_entropy",
     "head_distance_entropy",
+    "links_from_attention",
     "new_figure",
+    "parse_talp_line",
+    "piece_to_word_attention",
     "plot_distance_entropy",
     "plot_relative_position_response",
+    "read_gold_alignments",
     "relative_position_response",
     "save_figure",
+    "word_ids_from_pieces",
 ]
