@@ -55,31 +55,35 @@ def relative_position_response(attentions: Iterable[torch.Tensor], *, max_offset
         max_offset: keep offsets within ``[-max_offset, max_offset]``; weights further away are dropped (their pairs
             are not counted either). ``None`` keeps every offset that occurs.
     """
-    sums: dict[int, torch.Tensor] = {}
-    pairs: dict[int, int] = {}
-    heads = None
-    sentences = 0
+    if max_offset is not None and max_offset < 0:
+        raise ValueError(f"max_offset must be >= 0, got {max_offset}")
+    by_sentence = []  # (response (H, T + S - 1), pairs (T + S - 1,)) over offsets -(T - 1) .. S - 1
     for weights in attentions:
         if weights.dim() != 3:
             raise ValueError(f"attention weights must be (H, T, S) per sentence, got {tuple(weights.shape)}")
-        if heads is not None and weights.shape[0] != heads:
-            raise ValueError(f"sentence {sentences} has {weights.shape[0]} heads, earlier ones {heads}")
-        heads, target_len, source_len = weights.shape
-        w = weights.double()
-        for r in range(-(target_len - 1), source_len):
-            if max_offset is not None and abs(r) > max_offset:
-                continue
-            diagonal = torch.diagonal(w, offset=r, dim1=-2, dim2=-1)  # (H, pairs at offset r): entries w[h, t, t + r]
-            sums[r] = sums.get(r, torch.zeros(heads, dtype=torch.float64)) + diagonal.sum(dim=-1)
-            pairs[r] = pairs.get(r, 0) + diagonal.shape[-1]
-        sentences += 1
-    if heads is None:
+        if by_sentence and weights.shape[0] != by_sentence[0][0].shape[0]:
+            raise ValueError(f"sentence {len(by_sentence)} has {weights.shape[0]} heads, "
+                             f"earlier ones {by_sentence[0][0].shape[0]}")
+        w = weights.detach().double().cpu()
+        heads, target_len, source_len = w.shape
+        steps = torch.arange(target_len).view(-1, 1)  # (T, 1)
+        bins = (torch.arange(source_len).view(1, -1) - steps + target_len - 1).flatten()  # (T*S,) s - t + T - 1
+        response = w.new_zeros(heads, target_len + source_len - 1).index_add_(1, bins, w.reshape(heads, -1))
+        by_sentence.append((response, torch.bincount(bins, minlength=target_len + source_len - 1), target_len))
+    if not by_sentence:
         raise ValueError("relative_position_response needs at least one sentence")
-    reach = max_offset if max_offset is not None else max((abs(r) for r in sums), default=0)
+    reach = max(max(r.shape[1] - n, n - 1) for r, _, n in by_sentence)  # largest |s - t|: S - 1 or T - 1
+    reach = reach if max_offset is None else max_offset
+    heads = by_sentence[0][0].shape[0]
+    response = torch.zeros(heads, 2 * reach + 1, dtype=torch.float64)
+    counts = torch.zeros(2 * reach + 1, dtype=torch.int64)
+    for sentence_response, sentence_pairs, target_len in by_sentence:
+        offsets = torch.arange(sentence_response.shape[1]) - (target_len - 1)  # offset of each column
+        keep = offsets.abs() <= reach
+        response.index_add_(1, offsets[keep] + reach, sentence_response[:, keep])
+        counts.index_add_(0, offsets[keep] + reach, sentence_pairs[keep])
     offsets = torch.arange(-reach, reach + 1)
-    response = torch.stack([sums.get(int(r), torch.zeros(heads, dtype=torch.float64)) for r in offsets], dim=1)
-    counts = torch.tensor([pairs.get(int(r), 0) for r in offsets], dtype=torch.int64)
-    return RelativePositionResponse(offsets=offsets, response=response, pairs=counts, sentences=sentences)
+    return RelativePositionResponse(offsets=offsets, response=response, pairs=counts, sentences=len(by_sentence))
 
 
 def plot_relative_position_response(result: RelativePositionResponse, *, head_labels: Sequence[str] | None = None,

@@ -29,6 +29,25 @@ def test_gold_file_parses_to_the_documented_counts(shared_data):
     assert len(first.sure) == 12 and (8, 7) in first.sure and (1, 3) in first.sure and first.possible == first.sure
 
 
+def test_oracle_attention_on_the_real_gold_set(shared_data):
+    gold = read_gold_alignments(shared_data / "rwth_deen_alignment")
+
+    def oracle(german, english):  # each English word attends to its first sure German word; unaligned words to none
+        pair = next(p for p in gold if p.german == german and p.english == english)
+        w = torch.zeros(1, len(english), len(german))
+        for e in range(len(english)):
+            linked = sorted(d for d, e2 in pair.sure if e2 == e)
+            if linked:
+                w[0, e, linked[0]] = 1.0
+        return {"cross_attention": w}
+
+    scores = align_with_model(oracle, gold)
+    aligned_english = sum(len({e for _, e in p.sure}) for p in gold)  # |A|: one link per English word with a sure link
+    assert scores.hypothesis_links == aligned_english and scores.precision == 1.0
+    assert scores.recall == pytest.approx(aligned_english / 9613)
+    assert scores.aer == pytest.approx(1 - 2 * aligned_english / (aligned_english + 9613))
+
+
 def test_perfect_alignment_has_zero_aer():
     sure = [{(0, 0), (1, 1), (2, 2)}, {(0, 1)}]
     possible = [sure[0] | {(2, 3)}, {(0, 1), (1, 1)}]

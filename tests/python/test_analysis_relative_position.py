@@ -58,3 +58,17 @@ def test_plot_renders_png_without_display(tmp_path):
     result = relative_position_response([torch.softmax(torch.randn(4, 5, 6), dim=-1)])
     path = save_figure(plot_relative_position_response(result), tmp_path / "rel.png")
     assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_matches_a_plain_loop_over_every_pair():
+    ws = [torch.rand(3, t, s) for t, s in ((1, 1), (4, 2), (2, 6), (5, 5), (7, 3))]
+    expected: dict[int, torch.Tensor] = {}
+    for w in ws:
+        for t in range(w.shape[1]):
+            for s in range(w.shape[2]):
+                expected[s - t] = expected.get(s - t, torch.zeros(3, dtype=torch.float64)) + w[:, t, s].double()
+    result = relative_position_response(ws)
+    assert result.offsets.tolist() == list(range(-6, 7))  # symmetric: T - 1 = 6 behind; ahead at most S - 1 = 5
+    for column, offset in enumerate(result.offsets.tolist()):
+        torch.testing.assert_close(result.response[:, column],
+                                   expected.get(offset, torch.zeros(3, dtype=torch.float64)))
