@@ -67,3 +67,20 @@ def test_gmm_plot_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match=r"\(H, T, K\)"):
         plot_gmm_components(torch.rand(2, 3, 4), torch.rand(2, 3, 4), torch.rand(2, 3, 5), source_tokens=["a"],
                             target_tokens=["b"])
+
+
+def test_plots_never_touch_pyplot_or_a_display(tmp_path):
+    """In a fresh interpreter without DISPLAY, plotting and saving never imports pyplot (so no GUI backend is chosen)."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, torch\n"
+        "from mma_nmt.analysis import plot_attention_grid, save_figure\n"
+        f"save_figure(plot_attention_grid(torch.rand(2, 3, 4)), {str(tmp_path / 'grid.png')!r})\n"
+        "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MPLBACKEND")}
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=120)
+    assert (tmp_path / "grid.png").read_bytes()[:8] == PNG_MAGIC
