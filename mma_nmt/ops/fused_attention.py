@@ -66,6 +66,9 @@ def fused_attention(
 @torch.library.register_fake("mma_nmt::attention")
 def _attention_fake(q, k, v, key_lengths, head_kinds, window, scale, query_offset=0, dropout_p=0.0, seed=0,
                     return_probs=False):
+    for name, tensor in (("k", k), ("v", v), ("key_lengths", key_lengths)):
+        if tensor is not None and tensor.device != q.device:
+            raise ValueError(f"mma_nmt.attention: {name} is on {tensor.device} but q is on {q.device}")
     torch._check(q.dim() == 4 and k.dim() == 4 and v.dim() == 4, lambda: "q, k, v must be 4-d (batch, heads, len, dim)")
     batch, heads, query_len, _ = q.shape
     key_len, value_dim = k.shape[2], v.shape[3]

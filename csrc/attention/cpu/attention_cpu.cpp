@@ -50,10 +50,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
   const AttentionParams p =
       check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
   check_backward_extras(op, p, q, grad_out, out, lse);
+  const bool has_work = q.numel() > 0 && k.numel() > 0;
+  // The kernel writes every row of grad_q but accumulates into grad_k and grad_v.
   BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(),
-                    lse.contiguous(), contiguous_lengths(key_lengths), at::zeros_like(q, at::MemoryFormat::Contiguous),
+                    lse.contiguous(), contiguous_lengths(key_lengths),
+                    has_work ? at::empty_like(q, at::MemoryFormat::Contiguous)
+                             : at::zeros_like(q, at::MemoryFormat::Contiguous),
                     at::zeros_like(k, at::MemoryFormat::Contiguous), at::zeros_like(v, at::MemoryFormat::Contiguous)};
-  if (q.numel() > 0 && k.numel() > 0) {
+  if (has_work) {
     switch (best_isa()) {
       case Isa::kAvx512: isa_avx512::attention_backward(p, t); break;
       case Isa::kAvx2: isa_avx2::attention_backward(p, t); break;

@@ -169,7 +169,7 @@ void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_key
         const T row_lse = lse[first_row + r];
         KeyRange cols = ranges.in_tile(r, j0, n);
         if (row_lse == negative_infinity<T>()) cols = KeyRange{0, 0};
-        for (int64_t c = cols.begin; c < cols.end; ++c) prob[c] = exp_of(prob[c] - row_lse);
+        if (!cols.empty()) exp_shifted(prob + cols.begin, cols.size(), row_lse);
         zero_outside(prob, n, cols);
         zero_outside(grad, n, cols);
         // Without dropout grad = P (dP - delta). With it, P' = P z and dP' = dP z where z is the keep factor.
@@ -178,8 +178,8 @@ void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_key
           apply_dropout(p, b, h, first_row + r, j0, cols, grad);              // P dP z
           for (int64_t c = cols.begin; c < cols.end; ++c) grad[c] -= prob[c] * w.delta[first_row + r];
           apply_dropout(p, b, h, first_row + r, j0, cols, prob);  // P z, the weights the output used
-        } else {
-          for (int64_t c = cols.begin; c < cols.end; ++c) grad[c] = prob[c] * (grad[c] - w.delta[first_row + r]);
+        } else if (!cols.empty()) {
+          softmax_grad_row(prob + cols.begin, grad + cols.begin, cols.size(), w.delta[first_row + r]);
         }
         scale_row(grad, n, scale);
       }

@@ -138,6 +138,27 @@ inline T exp_shifted_sum(T* x, int64_t n, T shift) {
   return total;
 }
 
+// x[c] = exp(x[c] - shift) in place.
+template <typename T>
+inline void exp_shifted(T* x, int64_t n, T shift) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  int64_t c = 0;
+  for (; c + V <= n; c += V) exp_vec(Vec::loadu(x + c) - Vec(shift)).store(x + c);
+  for (; c < n; ++c) x[c] = exp_of(x[c] - shift);
+}
+
+// grad[c] = prob[c] * (grad[c] - delta): the softmax backward of one row.
+template <typename T>
+inline void softmax_grad_row(const T* prob, T* grad, int64_t n, T delta) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  for (int64_t c = 0; c < n; c += V) {
+    const int64_t count = std::min<int64_t>(V, n - c);
+    (Vec::loadu(prob + c, count) * (Vec::loadu(grad + c, count) - Vec(delta))).store(grad + c, count);
+  }
+}
+
 template <typename T>
 inline void scale_row(T* x, int64_t n, T factor) {
   using Vec = Vectorized<T>;
