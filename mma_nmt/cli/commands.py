@@ -70,7 +70,7 @@ def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str |
     signature, tokenised BLEU, chrF, TER, BLEU by source-length bucket, and paired bootstrap against ``baseline``."""
     from mma_nmt.data import ParallelDataset
     from mma_nmt.evaluation.bootstrap import paired_bootstrap
-    from mma_nmt.evaluation.buckets import bleu_by_source_length
+    from mma_nmt.analysis.buckets import bleu_by_source_length
     from mma_nmt.evaluation.scoring import score_corpus
 
     split = split or run.eval.split
@@ -82,7 +82,8 @@ def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str |
     result = score_corpus(hyps, refs, lang=lang, with_tokenized=run.eval.tokenized_bleu).as_dict()
     result["sentences"] = len(hyps)
     if data is not None and run.eval.buckets and len(data) == len(hyps):
-        result["bleu_by_source_length"] = bleu_by_source_length(data.src_text, hyps, refs, run.eval.buckets)
+        rows = bleu_by_source_length(data.src_text, hyps, refs, edges=run.eval.buckets)
+        result["bleu_by_source_length"] = [vars(row) for row in rows]
     if baseline:
         result["bootstrap"] = paired_bootstrap(_read_lines(baseline), hyps, refs, samples=bootstrap_samples)
     return result

@@ -46,7 +46,7 @@ class EvalConfig:
     detokenize: str = "none"  # "none" | "moses": Moses-detokenise outputs after SentencePiece decoding
     tokenized_bleu: bool = True  # also report BLEU on Moses-tokenised text (multi-bleu style, as the papers)
     attention_maps: int = 4  # PNG attention maps written for this many test sentences by translate
-    buckets: list[int] = field(default_factory=lambda: [10, 20, 30, 40])  # source-length bucket edges (tokens)
+    buckets: list[int] = field(default_factory=lambda: [10, 20, 30, 40, 50])  # source-length bucket edges (GMM paper)
 
 
 @dataclass

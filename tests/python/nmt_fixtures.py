@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,9 +10,8 @@ import torch
 
 from mma_nmt.models import preset
 
-MULTI30K = Path("/work/shared/data/multi30k")
-if not MULTI30K.is_dir():
-    MULTI30K = Path(__file__).resolve().parents[3] / "shared" / "data" / "multi30k"
+REPO = Path(__file__).resolve().parents[2]
+MULTI30K = Path(os.environ.get("MMA_NMT_DATA_DIR", REPO.parent / "shared" / "data")) / "multi30k"  # as conftest.py
 
 
 def prepare_tiny(out_dir: Path, lines: int = 50, vocab_size: int = 320) -> Path:

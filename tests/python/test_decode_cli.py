@@ -35,7 +35,7 @@ def test_train_translate_evaluate_from_the_command_line(tmp_path, tiny_data):  #
     lines = out.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(lines) == 1014  # Multi30k validation sentences
     maps = sorted(p.name for p in (tmp_path / "attention").iterdir())
-    assert maps == ["valid_0_cross.png", "valid_0_encoder.png", "valid_1_cross.png", "valid_1_encoder.png"]
+    assert maps == ["valid_0_cross.png", "valid_0_encoder_self.png", "valid_1_cross.png", "valid_1_encoder_self.png"]
 
     evaluated = _cli("evaluate", "--config", str(config), *sets, "--hyp", str(out), "--baseline", str(out),
                      "--bootstrap-samples", "50")
@@ -43,7 +43,7 @@ def test_train_translate_evaluate_from_the_command_line(tmp_path, tiny_data):  #
     scores = json.loads(evaluated.stdout)
     assert scores["sentences"] == 1014 and scores["bleu_signature"].startswith("nrefs:1|case:mixed")
     assert scores["bootstrap"]["system_bleu"] == scores["bootstrap"]["baseline_bleu"] == scores["bleu"]
-    assert [row["bucket"] for row in scores["bleu_by_source_length"]][0] == "1-10"
+    assert scores["bleu_by_source_length"][0]["label"] == "(0, 10]"
 
 
 def test_bad_override_is_reported_by_the_command_line(tmp_path):

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from mma_nmt.evaluation.bootstrap import paired_bootstrap
-from mma_nmt.evaluation.buckets import bleu_by_source_length, bucket_name
 from mma_nmt.evaluation.scoring import corpus_bleu, score_corpus, tokenized_bleu
 from nmt_fixtures import MULTI30K
 
@@ -75,11 +74,3 @@ def test_paired_bootstrap_prefers_the_better_system():
     result = paired_bootstrap(bad, good, refs, samples=200)
     assert result["system_bleu"] > result["baseline_bleu"]
     assert 0.0 <= result["p_value"] < 0.05
-
-
-def test_bleu_by_source_length_buckets():
-    assert [bucket_name(n, [10, 20]) for n in (1, 10, 11, 20, 21)] == ["1-10", "1-10", "11-20", "11-20", "21+"]
-    sources = ["a " * 5, "a " * 15, "a " * 16]
-    rows = bleu_by_source_length(sources, ["x y z w", "p q r s", "p q r s"], ["x y z w", "p q r s", "a b c d"], [10])
-    assert [(r["bucket"], r["sentences"]) for r in rows] == [("1-10", 1), ("11+", 2)]
-    assert rows[0]["bleu"] == pytest.approx(100.0) and rows[1]["bleu"] < 100.0
