@@ -33,10 +33,11 @@ def default_checkpoint(run: RunConfig) -> Path:
 
 
 def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | None = None,
-              split: str | None = None) -> Path:
-    """Translates a prepared split with ``[decode]`` settings; writes one line per sentence and attention maps."""
-    from mma_nmt.data import ParallelDataset
-    from mma_nmt.decoding.translate import special_ids, translate_ids
+              split: str | None = None, input_file: str | None = None) -> Path:
+    """Translates a prepared split (or the raw sentences of ``input_file``) with ``[decode]`` settings; writes one line
+    per sentence, and attention maps of the first ``eval.attention_maps`` sentences of a split."""
+    from mma_nmt.data import ParallelDataset, Tokenizer
+    from mma_nmt.decoding.translate import special_ids, translate_ids, translate_texts
     from mma_nmt.evaluation.attention_maps import write_attention_maps
     from mma_nmt.evaluation.scoring import moses_detokenize
     from mma_nmt.training.checkpoint import load_model
@@ -46,15 +47,23 @@ def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | No
         torch.set_num_threads(run.train.threads)
     device = torch.device("cuda" if torch.cuda.is_available() and run.train.device != "cpu" else "cpu")
     model, _ = load_model(checkpoint or default_checkpoint(run), device=device)
-    data = ParallelDataset.load(run.prepared_dir(), split)
-    hyps = translate_ids(model, list(data.src), run.decode, special_ids(data.tgt_tokenizer), device=device)
-    lines = [data.tgt_tokenizer.decode(h.tokens) for h in hyps]
+    data, prepared = None, run.prepared_dir()
+    if input_file:
+        src_tok, tgt_tok = Tokenizer.load(prepared / "spm_src.model"), Tokenizer.load(prepared / "spm_tgt.model")
+        lines = translate_texts(model, _read_lines(input_file), run.decode, src_tokenizer=src_tok,
+                                tgt_tokenizer=tgt_tok, device=device)
+    else:
+        data = ParallelDataset.load(prepared, split)
+        hyps = translate_ids(model, list(data.src), run.decode, special_ids(data.tgt_tokenizer), device=device)
+        lines = [data.tgt_tokenizer.decode(h.tokens) for h in hyps]
     if run.eval.detokenize == "moses":
-        lines = moses_detokenize(lines, data.meta.get("corpus", {}).get("tgt_lang", "en"))
-    out = Path(output) if output else Path(run.train.save_dir) / "translations" / f"{split}.hyp.txt"
+        meta = json.loads((prepared / "meta.json").read_text(encoding="utf-8"))
+        lines = moses_detokenize(lines, meta.get("corpus", {}).get("tgt_lang", "en"))
+    name = Path(input_file).name + ".hyp.txt" if input_file else f"{split}.hyp.txt"
+    out = Path(output) if output else Path(run.train.save_dir) / "translations" / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    for i in range(min(run.eval.attention_maps, len(data))):
+    for i in range(min(run.eval.attention_maps, len(data)) if data is not None else 0):
         write_attention_maps(model, data.src[i], hyps[i].tokens, src_tokenizer=data.src_tokenizer,
                              tgt_tokenizer=data.tgt_tokenizer, out_dir=out.parent / "attention", name=f"{split}_{i}")
     return out

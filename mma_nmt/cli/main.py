@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p)
     p.add_argument("--checkpoint", help="default: <train.save_dir>/best.pt, else last.pt")
     p.add_argument("--split", help="default: eval.split")
+    p.add_argument("--input", help="raw source sentences, one per line, instead of a prepared split")
     p.add_argument("--output", help="default: <train.save_dir>/translations/<split>.hyp.txt")
     p = sub.add_parser("evaluate", help="BLEU/chrF/TER, BLEU by length, paired bootstrap")
     _add_config(p)
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         commands.print_json(commands.train(_run_config(args)))
     elif args.command == "translate":
         print(commands.translate(_run_config(args), checkpoint=args.checkpoint, output=args.output,
-                                 split=args.split))
+                                 split=args.split, input_file=args.input))
     elif args.command == "evaluate":
         commands.print_json(commands.evaluate(_run_config(args), hypotheses=args.hyp, references=args.ref,
                                               baseline=args.baseline, split=args.split,

@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import torch
 
+from mma_nmt.data.batch import pad_sequences
 from mma_nmt.decoding.search import Hypothesis, SearchConfig, SpecialIds, search
 
 
 def special_ids(tokenizer) -> SpecialIds:
     return SpecialIds(pad=tokenizer.pad_id, bos=tokenizer.bos_id, eos=tokenizer.eos_id)
-
-
-def pad_batch(sequences: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded (B, S) ids and (B,) lengths from a list of 1-d id tensors."""
-    lengths = torch.tensor([max(1, len(s)) for s in sequences])
-    out = torch.full((len(sequences), int(lengths.max())), pad_id, dtype=torch.long)
-    for i, seq in enumerate(sequences):
-        out[i, : len(seq)] = seq
-    return out, lengths
 
 
 @torch.no_grad()
@@ -29,7 +21,10 @@ def translate_ids(model, sources: list[torch.Tensor], config: SearchConfig, ids:
     results: list[Hypothesis | None] = [None] * len(sources)
     for start in range(0, len(order), config.batch_size):
         chunk = order[start:start + config.batch_size]
-        src, lengths = pad_batch([sources[i] for i in chunk], ids.pad)
+        src, lengths = pad_sequences([sources[i] for i in chunk], pad_id=ids.pad)
+        if src.shape[1] == 0:  # only empty sources: one padding position to attend to
+            src = torch.full((len(chunk), 1), ids.pad, dtype=torch.long)
+        lengths = lengths.clamp(min=1)  # an empty source is read as one padding token
         for i, hyp in zip(chunk, search(model, src.to(device), lengths.to(device), config, ids)):
             results[i] = hyp
     return results
@@ -40,3 +35,11 @@ def translate_dataset(model, dataset, config: SearchConfig, *, device="cpu", lim
     sources = dataset.src[:limit] if limit else dataset.src
     hyps = translate_ids(model, list(sources), config, special_ids(dataset.tgt_tokenizer), device=device)
     return [dataset.tgt_tokenizer.decode(h.tokens) for h in hyps]
+
+
+def translate_texts(model, texts: list[str], config: SearchConfig, *, src_tokenizer, tgt_tokenizer,
+                    device="cpu") -> list[str]:
+    """Translations of raw source sentences (SentencePiece-encoded here, decoded back to text)."""
+    sources = [torch.tensor(src_tokenizer.encode(text), dtype=torch.long) for text in texts]
+    hyps = translate_ids(model, sources, config, special_ids(tgt_tokenizer), device=device)
+    return [tgt_tokenizer.decode(h.tokens) for h in hyps]

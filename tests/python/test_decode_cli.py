@@ -37,6 +37,13 @@ def test_train_translate_evaluate_from_the_command_line(tmp_path, tiny_data):  #
     maps = sorted(p.name for p in (tmp_path / "attention").iterdir())
     assert maps == ["valid_0_cross.png", "valid_0_encoder_self.png", "valid_1_cross.png", "valid_1_encoder_self.png"]
 
+    raw = tmp_path / "raw.de"
+    raw.write_text("Ein Hund läuft.\nZwei Männer spielen Fußball.\n", encoding="utf-8")
+    from_text = _cli("translate", "--config", str(config), *sets, "--checkpoint", str(tmp_path / "avg.pt"),
+                     "--input", str(raw))
+    assert from_text.returncode == 0, from_text.stderr[-3000:]
+    assert len((tmp_path / "run" / "translations" / "raw.de.hyp.txt").read_text().split("\n")[:-1]) == 2
+
     evaluated = _cli("evaluate", "--config", str(config), *sets, "--hyp", str(out), "--baseline", str(out),
                      "--bootstrap-samples", "50")
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
