@@ -38,7 +38,7 @@ def _convert(tp, value, where: str):
 
 
 def from_dict(cls, data: dict, where: str = ""):
-    """Builds dataclass ``cls`` from ``data`` (nested dicts for nested dataclasses); unknown keys raise ``ValueError``."""
+    """Builds dataclass ``cls`` from ``data`` (nested dicts for nested dataclasses); unknown keys raise ValueError."""
     if not isinstance(data, dict):
         raise ValueError(f"{where or cls.__name__} must be a table/mapping, got {data!r}")
     hints = typing.get_type_hints(cls)

@@ -2,8 +2,9 @@
 
 - encoder self-attention ``EncoderConfig.attention``: ``"standard"`` | ``"mma"`` (``head_spec`` + ``window``) |
   ``"multihop"`` (second hop of SPEC section 4 in ``multihop_layers``; pending branch ``multilayer-multihop-luong``);
-- decoder cross-attention ``DecoderConfig.cross_attention``: ``"standard"`` | ``"mlmha"`` (``mlmha_n`` + ``mlmha_variant``;
-  pending branch ``multilayer-multihop-luong``) | ``"gmm"`` (``gmm_*`` fields; pending branch ``gmm-attention``);
+- decoder cross-attention ``DecoderConfig.cross_attention``: ``"standard"`` | ``"mlmha"`` (``mlmha_n`` +
+  ``mlmha_variant``; pending branch ``multilayer-multihop-luong``) | ``"gmm"`` (``gmm_*`` fields; pending branch
+  ``gmm-attention``);
 - LSTM attention ``LSTMConfig.attention``: ``"luong"`` (multi-head Luong, SPEC section 2).
 """
 
@@ -31,7 +32,7 @@ class DecoderConfig:
     layers: int = 6
     cross_attention: str = "standard"  # "standard" | "mlmha" | "gmm"
     mlmha_n: Optional[int] = None  # MLMHA: read the top n encoder layers; None = all of them (n = L)
-    mlmha_variant: str = "M-11"  # MLMHA: "M-ij" with U0 = i (0 joint, 1 layer-specific weights), U1 = j (0 concat, 1 sum)
+    mlmha_variant: str = "M-11"  # MLMHA "M-ij": U0 = i (0 joint, 1 layer-specific weights), U1 = j (0 concat, 1 sum)
     gmm_variant: str = "approx"  # GMM: "approx" | "strict" | "synthesis" | "hard" | "localness" | ... (SPEC section 5)
     gmm_components: int = 4  # GMM: K
     gmm_layers: Optional[list[int]] = None  # GMM: 0-based decoder layers using GMM; None = all (others use "standard")

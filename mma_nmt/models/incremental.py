@@ -3,7 +3,7 @@
 A model exposes ``encode(src (B, S), src_lengths (B,)) -> EncoderOut`` and
 ``decode(prev_tokens (B, T), encoder_out, incremental_state=None) -> (logits (B, T', V), attn (B, T', S) or None)``.
 With ``incremental_state`` (a dict the caller creates empty and keeps between calls) only the last token of
-``prev_tokens`` is fed and ``T' = 1``; the modules store what they need (cached keys and values, recurrent states) in it.
+``prev_tokens`` is fed and ``T' = 1``; the modules keep what they need (cached keys and values, recurrent states) in it.
 
 Rule that makes beam search model-agnostic: every tensor stored in an incremental state or an ``EncoderOut`` has the
 batch (or batch*beam) dimension first, so reordering for beams is one ``index_select`` on dim 0 for all of them.

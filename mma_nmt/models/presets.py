@@ -8,7 +8,8 @@ from typing import Callable
 from mma_nmt.models.config import DecoderConfig, EncoderConfig, LSTMConfig, TransformerConfig
 
 
-def _transformer(d_model: int, ffn: int, heads: int, layers: tuple[int, int], dropout: float, **kw) -> TransformerConfig:
+def _transformer(d_model: int, ffn: int, heads: int, layers: tuple[int, int], dropout: float,
+                 **kw) -> TransformerConfig:
     return TransformerConfig(d_model=d_model, ffn_dim=ffn, heads=heads, dropout=dropout,
                              encoder=EncoderConfig(layers=layers[0]), decoder=DecoderConfig(layers=layers[1]), **kw)
 
@@ -23,7 +24,7 @@ PRESETS: dict[str, Callable[[], TransformerConfig | LSTMConfig]] = {
     "transformer_mlmha_iwslt": lambda: _transformer(256, 1024, 4, (4, 4), 0.3),
     # Small enough for tests and for minutes of CPU training.
     "transformer_tiny": lambda: _transformer(128, 256, 4, (2, 2), 0.1, max_positions=256),
-    # Multi-head Luong LSTM paper, IWSLT'15 En-Vi: 1024-d embeddings and states, 2+2 layers, d_sm 512, d_fd 1024, 4 heads.
+    # Multi-head Luong LSTM paper, IWSLT'15 En-Vi: 1024-d embeddings/states, 2+2 layers, d_sm 512, d_fd 1024, 4 heads.
     "lstm_iwslt15": lambda: LSTMConfig(embed_dim=1024, hidden_size=1024, layers=2, heads=4, softmax_dim=512,
                                        feed_dim=1024, dropout=0.5),
     # Its WMT'16 En-De setting: 4+4 layers.

@@ -13,7 +13,7 @@ FORMAT_VERSION = 1
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be used: missing, corrupt or truncated, of another format version, or of another model."""
+    """A checkpoint that cannot be used: missing, corrupt or truncated, of another format version or another model."""
 
 
 def save_checkpoint(payload: dict, path: str | Path) -> Path:

@@ -128,7 +128,7 @@ class Trainer:
         use_amp = cfg.amp and self.device.type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda") if use_amp else None
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.float16)) if use_amp else contextlib.nullcontext
-        self.step, self.bad_steps, self.best = 0, 0, math.inf
+        self.step, self.bad_steps, self.best, self.started = 0, 0, math.inf, time.monotonic()
         self.save_dir = Path(cfg.save_dir)
         self.checkpoints = CheckpointManager(self.save_dir, keep_periodic=cfg.keep_periodic)
         self.logger = JsonLinesLogger(self.save_dir / "log.jsonl", enabled=self.info.is_main)
@@ -248,8 +248,10 @@ class Trainer:
         if totals is not None:
             meter.add(totals)
             bar.update(1)
-            bar.set_postfix(loss=f"{float(totals[0] / totals[2]):.3f}",
-                            tok_s=f"{meter.summary()['tokens_per_s']:.0f}", refresh=False)
+            postfix = {"loss": f"{float(totals[0] / totals[2]):.3f}", "tok_s": f"{meter.summary()['tokens_per_s']:.0f}"}
+            if cfg.max_minutes and not cfg.max_steps:  # tqdm has no total to estimate from: show the time left
+                postfix["left"] = f"{cfg.max_minutes - (time.monotonic() - self.started) / 60.0:.1f}min"
+            bar.set_postfix(postfix, refresh=False)
         if meter.steps and (self.step % cfg.log_every == 0):
             stats = meter.summary()
             self.logger.log("train", step=self.step, epoch=self.sampler.epoch,
@@ -269,7 +271,7 @@ class Trainer:
         cfg = self.run.train
         if not (cfg.max_steps or cfg.max_epochs or cfg.max_minutes):
             raise ValueError("set train.max_steps, train.max_epochs or train.max_minutes")
-        started = time.monotonic()
+        started = self.started = time.monotonic()
         self.logger.log("start", step=self.step, parameters=sum(p.numel() for p in self.model.parameters()),
                         world_size=self.info.world_size, model=to_dict(self.model_config))
         meter = Meter(since=time.monotonic())

@@ -18,7 +18,8 @@ def main(data_dir: str, out: str) -> None:
     info = dist.init_distributed(torch.device("cpu"))
     torch.set_num_threads(1)
     data = ParallelDataset.load(data_dir, "train")
-    config = tiny_transformer(src_vocab_size=data.src_tokenizer.vocab_size, tgt_vocab_size=data.tgt_tokenizer.vocab_size)
+    config = tiny_transformer(src_vocab_size=data.src_tokenizer.vocab_size,
+                              tgt_vocab_size=data.tgt_tokenizer.vocab_size)
     torch.manual_seed(0)
     model = build_model(config)
     ddp = DistributedDataParallel(model)

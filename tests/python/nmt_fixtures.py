@@ -36,7 +36,8 @@ TINY_TRANSFORMER = ["model.d_model=32", "model.ffn_dim=64", "model.heads=4", "mo
 def tiny_overrides(data_dir: Path, save_dir: Path, *extra: str, model: list[str] = TINY_TRANSFORMER) -> list[str]:
     """Run-config overrides for a very small model (a Transformer unless ``model`` says otherwise) on the tiny data,
     on one CPU thread."""
-    return [f"data.out_dir={data_dir}", f"train.save_dir={save_dir}", *model, "train.max_tokens=400", "train.progress=false", "train.bleu_sentences=0", "train.validate_every=100000",
+    return [f"data.out_dir={data_dir}", f"train.save_dir={save_dir}", *model, "train.max_tokens=400",
+            "train.progress=false", "train.bleu_sentences=0", "train.validate_every=100000",
             "train.threads=1", "train.optim.warmup_steps=5", "train.optim.lr=0.003", "train.log_every=5",
             *extra]
 

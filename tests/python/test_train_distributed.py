@@ -33,7 +33,8 @@ def test_two_process_gloo_gradients_match_single_process(tmp_path, tiny_data):  
     ddp = torch.load(out, weights_only=True)
 
     data = ParallelDataset.load(tiny_data, "train")
-    config = tiny_transformer(src_vocab_size=data.src_tokenizer.vocab_size, tgt_vocab_size=data.tgt_tokenizer.vocab_size)
+    config = tiny_transformer(src_vocab_size=data.src_tokenizer.vocab_size,
+                              tgt_vocab_size=data.tgt_tokenizer.vocab_size)
     torch.manual_seed(0)
     model = build_model(config)
     totals = forward_backward(model, collate(data, list(range(8))), epsilon=0.1, pad_id=0, info=DistInfo())
