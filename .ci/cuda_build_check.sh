@@ -9,7 +9,7 @@
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-venv="${1:-./.venv-cuda}"
+venv="$(realpath -m "${1:-./.venv-cuda}")"  # relative to the caller's directory
 cd "$repo_root"
 
 started=$SECONDS
@@ -17,7 +17,6 @@ step() { echo "== [$((SECONDS - started))s] $*"; }
 
 step "creating venv at $venv"
 python3 -m venv "$venv"
-venv="$(cd "$venv" && pwd)"
 export PATH="$venv/bin:$PATH"  # the venv's cmake and ninja for the build
 
 step "installing torch 2.14.1 and the build tools"
