@@ -53,10 +53,15 @@ def fused_attention(
         return_probs: also return the (B, H, T, S) weights (for analysis; not differentiable).
     """
     require_device_support(q, "mma_nmt.attention")
-    kinds = parse_head_spec(head_kinds, q.shape[1]) if q.dim() == 4 else list(head_kinds)
+    # With q of the wrong rank the operator itself raises the error that names q; give it placeholders until then.
+    kinds = parse_head_spec(head_kinds, q.shape[1]) if q.dim() == 4 else []
+    if key_padding_mask is not None and q.dim() == 4 and k.dim() == 4:
+        if tuple(key_padding_mask.shape) != (q.shape[0], k.shape[2]):
+            raise ValueError(f"mma_nmt.attention: key_padding_mask must have shape (batch, key_len) = "
+                             f"{(q.shape[0], k.shape[2])}, got {tuple(key_padding_mask.shape)}")
     lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device)
     if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
+        scale = 1.0 / math.sqrt(q.shape[-1]) if q.dim() > 0 and q.shape[-1] > 0 else 1.0
     if seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
     out, lse, probs = _OP(q, k, v, lengths, kinds, window, float(scale), query_offset, float(dropout_p), seed, return_probs)
@@ -82,6 +87,10 @@ def _attention_fake(q, k, v, key_lengths, head_kinds, window, scale, query_offse
 @torch.library.register_fake("mma_nmt::attention_backward")
 def _attention_backward_fake(grad_out, q, k, v, out, lse, key_lengths, head_kinds, window, scale, query_offset,
                              dropout_p, seed):
+    for name, tensor in (("grad_out", grad_out), ("k", k), ("v", v), ("out", out), ("lse", lse),
+                         ("key_lengths", key_lengths)):
+        if tensor is not None and tensor.device != q.device:
+            raise ValueError(f"mma_nmt.attention_backward: {name} is on {tensor.device} but q is on {q.device}")
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
