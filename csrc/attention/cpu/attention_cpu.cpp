@@ -50,10 +50,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
   TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble, op,
                    ": on the CPU q must be float32 or float64, got ", q.scalar_type());
   check_backward_extras(op, p, q, grad_out, out, lse);
+  // Without a query row or a key all gradients are zero. A zero head_dim still has grad_v (weights are uniform).
+  const bool has_work = lse.numel() > 0 && p.key_len > 0;
+  // The kernel writes every row of grad_q but accumulates into grad_k and grad_v.
   BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(),
-                    lse.contiguous(), contiguous_lengths(key_lengths), at::zeros_like(q, at::MemoryFormat::Contiguous),
+                    lse.contiguous(), contiguous_lengths(key_lengths),
+                    has_work ? at::empty_like(q, at::MemoryFormat::Contiguous)
+                             : at::zeros_like(q, at::MemoryFormat::Contiguous),
                     at::zeros_like(k, at::MemoryFormat::Contiguous), at::zeros_like(v, at::MemoryFormat::Contiguous)};
-  if (lse.numel() > 0 && p.key_len > 0) {  // else no query row or no key: all gradients are zero
+  if (has_work) {
     switch (best_isa()) {
       case Isa::kAvx512: isa_avx512::attention_backward(p, t); break;
       case Isa::kAvx2: isa_avx2::attention_backward(p, t); break;

@@ -1,0 +1,189 @@
+"""The known corpora: their language pair, standard splits, local folder and original public download location.
+
+Local layout: split ``s`` of a corpus is the line-aligned pair ``<data_dir>/<local_folder>/<stem>.<lang>[.gz]`` with
+``stem = spec.splits[s]``. The shared copies under ``shared/data`` use this layout, and :mod:`mma_nmt.data.sources`
+builds it from the original downloads.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from mma_nmt.data.download import RemoteFile
+from mma_nmt.data.fileio import find_text_file
+from mma_nmt.data.reader import DataFormatError, ParallelText, ReadReport, read_parallel  # noqa: F401  (re-exported)
+
+__all__ = ["CorpusSpec", "CORPORA", "get_corpus", "default_data_dir", "read_parallel", "ParallelText", "ReadReport",
+           "DataFormatError", "DATA_DIR_ENV"]
+DATA_DIR_ENV = "MMA_NMT_DATA_DIR"
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """A parallel corpus in one translation direction.
+
+    Attributes:
+        name: the key in :data:`CORPORA`.
+        src_lang, tgt_lang: language codes, also the file suffixes (``train.de.gz``).
+        splits: split name -> file stem, e.g. ``{"train": "train", "valid": "val", "test": "test_2016_flickr"}``.
+        local_folder: the corpus folder under the data directory.
+        remote_files: the original public files that :mod:`mma_nmt.data.sources` downloads.
+        builder: how ``sources`` turns the downloads into the local layout (``"direct"``, ``"iwslt14_fairseq"``,
+            ``"iwslt17_wit3"``, ``"wmt14_statmt"``).
+        text_state: what the text looks like in the local layout ("raw", "moses-tokenized lowercased", ...).
+        note: protocol remarks (which paper setup the splits follow).
+    """
+
+    name: str
+    src_lang: str
+    tgt_lang: str
+    splits: dict[str, str]
+    local_folder: str
+    remote_files: tuple[RemoteFile, ...] = ()
+    builder: str = "direct"
+    text_state: str = "raw"
+    note: str = ""
+
+    def files(self, split: str, data_dir: str | os.PathLike) -> tuple[Path | None, Path | None]:
+        """The (src, tgt) files of ``split`` under ``data_dir`` (``.gz`` or plain), None where missing."""
+        if split not in self.splits:
+            raise KeyError(f"{self.name} has no split {split!r}; its splits are {sorted(self.splits)}")
+        folder = Path(data_dir) / self.local_folder
+        stem = self.splits[split]
+        return find_text_file(folder, stem, self.src_lang), find_text_file(folder, stem, self.tgt_lang)
+
+    def reversed(self, name: str) -> "CorpusSpec":
+        """The same corpus in the other direction."""
+        return CorpusSpec(name=name, src_lang=self.tgt_lang, tgt_lang=self.src_lang, splits=dict(self.splits),
+                          local_folder=self.local_folder, remote_files=self.remote_files, builder=self.builder,
+                          text_state=self.text_state, note=self.note)
+
+
+def default_data_dir() -> Path:
+    """Where corpora are read from: ``$MMA_NMT_DATA_DIR`` if set, else ``<repo>/../shared/data``.
+
+    When the package is installed outside its repository, ``<cwd>/../shared/data`` and ``<cwd>/shared/data`` are tried
+    next; the first candidate is returned when none exists (errors then name it).
+    """
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    repo = Path(__file__).resolve().parents[2]
+    candidates = [repo.parent / "shared" / "data", Path.cwd().parent / "shared" / "data", Path.cwd() / "shared" / "data"]
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate
+    return candidates[0]
+
+
+_MULTI30K_COMMIT = "a3d2e0d26b56f3846f66a952536ffed4e401d05a"
+_MULTI30K_SHA256 = {
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2017_flickr.en.gz": "76a444ee25172e72695cddb13ae4a3bda59430617be88e0bb46b60504f054074",
+    "test_2017_flickr.de.gz": "a2c89666db00c495cd8513b9d708d5a3acc205d7de312ef2bf5fb7ebc1540aee",
+    "test_2017_mscoco.en.gz": "aab300bfb4427697987e02cd0aacd44bfe8aa50456231b6474c08038bbed2b58",
+    "test_2017_mscoco.de.gz": "799e4854c25d601cb6cb6be29eabe5667734c61ace2f495e03e429031a0bc338",
+    "test_2018_flickr.en.gz": "ef4f4844037d4c5dea75c9a8ed5fd78905967a26f67c255e230cc9780032654d",
+    "test_2018_flickr.de.gz": "ddd0130c7d97482dc5197a02141dae8dd79f20f03586c480d675c09a32daf608",
+}
+MULTI30K = CorpusSpec(
+    name="multi30k_de_en", src_lang="de", tgt_lang="en",
+    splits={"train": "train", "valid": "val", "test": "test_2016_flickr", "test_2017_flickr": "test_2017_flickr",
+            "test_2017_mscoco": "test_2017_mscoco", "test_2018_flickr": "test_2018_flickr"},
+    local_folder="multi30k",
+    remote_files=tuple(
+        RemoteFile(f"https://raw.githubusercontent.com/multi30k/dataset/{_MULTI30K_COMMIT}/data/task1/raw/{name}",
+                   name, sha)
+        for name, sha in _MULTI30K_SHA256.items()),
+    note="WMT16 Multi30k Task 1: train 29,000 / val 1,014 / test_2016_flickr 1,000 (+ 2017/2018 test sets).",
+)
+
+IWSLT14 = CorpusSpec(
+    name="iwslt14_de_en", src_lang="de", tgt_lang="en",
+    splits={"train": "train", "valid": "valid", "test": "test"}, local_folder="iwslt14_de_en",
+    remote_files=(RemoteFile("http://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz", "de-en.tgz"),),
+    builder="iwslt14_fairseq", text_state="moses-tokenized, lowercased (fairseq prepare-iwslt14 protocol)",
+    note="fairseq setup: valid = every 23rd cleaned training pair (7,283), test = dev2010+tedx.dev2012+tst2010-2012 "
+         "(6,750). The archive is the WIT3 2014-01 de-en release as mirrored by fairseq "
+         "(formerly https://wit3.fbk.eu/archive/2014-01/texts/de/en/de-en.tgz).",
+)
+
+_STANFORD = "https://nlp.stanford.edu/projects/nmt/data/iwslt15.en-vi"
+IWSLT15 = CorpusSpec(
+    name="iwslt15_en_vi", src_lang="en", tgt_lang="vi",
+    splits={"train": "train", "valid": "tst2012", "test": "tst2013"}, local_folder="iwslt15_en_vi",
+    remote_files=tuple(RemoteFile(f"{_STANFORD}/{stem}.{lang}", f"{stem}.{lang}")
+                       for stem in ("train", "tst2012", "tst2013") for lang in ("en", "vi")),
+    text_state="tokenized, cased, HTML-escaped (Stanford NMT files)",
+    note="Luong & Manning (2015): train 133,317 / dev tst2012 1,553 / test tst2013 1,268.",
+)
+
+_HF_IWSLT17 = ("https://huggingface.co/datasets/IWSLT/iwslt2017/resolve/main/data/2017-01-trnted/texts/de/en/"
+               "de-en.zip")
+IWSLT17 = CorpusSpec(
+    name="iwslt17_de_en", src_lang="de", tgt_lang="en",
+    splits={"train": "train", "valid": "valid", "test": "test"}, local_folder="iwslt17_de_en",
+    remote_files=(RemoteFile(_HF_IWSLT17, "de-en.zip"),), builder="iwslt17_wit3",
+    note="IWSLT 2017 TED (WIT3 2017-01-trnted, as hosted by Hugging Face): valid = dev2010 (888), "
+         "test = tst2010-tst2015 (8,079).",
+)
+
+WMT14 = CorpusSpec(
+    name="wmt14_en_de", src_lang="en", tgt_lang="de",
+    splits={"train": "train", "valid": "newstest2013", "test": "newstest2014"}, local_folder="wmt14_en_de",
+    remote_files=(
+        RemoteFile("http://statmt.org/wmt13/training-parallel-europarl-v7.tgz", "training-parallel-europarl-v7.tgz"),
+        RemoteFile("http://statmt.org/wmt13/training-parallel-commoncrawl.tgz", "training-parallel-commoncrawl.tgz"),
+        RemoteFile("http://statmt.org/wmt14/training-parallel-nc-v9.tgz", "training-parallel-nc-v9.tgz"),
+        RemoteFile("http://statmt.org/wmt14/dev.tgz", "dev.tgz"),
+        RemoteFile("http://statmt.org/wmt14/test-full.tgz", "test-full.tgz"),
+    ),
+    builder="wmt14_statmt",
+    note="WMT14 En-De: train = Europarl v7 + Common Crawl + News Commentary v9 (about 4.5M pairs), "
+         "valid = newstest2013, test = newstest2014 (full, 3,003).",
+)
+
+_ENJA_COMMIT = "312408a11c5fbcbc09443bebb18121f7efdcd61e"
+_ENJA_SHA256 = {  # of the uncompressed upstream files
+    "train.en": "148b05dcd28638fe20ee84f2b1127001c80982be352007dda241fb759adadc76",
+    "train.ja": "fc81a1434349ec98a449d7ae9cd2530057f689637684ecfed3501ea6a8a07ecc",
+    "dev.en": "04a2673449770657fd5e3b963cb856be3130923212b6db8ac7eaeef18f06c041",
+    "dev.ja": "cd534f56b8639dc130f86a365e5ec0aa70042000bdd740a622fbbf8b6be4acca",
+    "test.en": "45edb380749ec2b49cca7618fc5a7595fc9f791180672ba466b90c873a4aa8bf",
+    "test.ja": "d37dc460a81b064e4106c8913eb11fa300da05cf3f58a7a5bbfec7e20947ddef",
+}
+SMALL_ENJA = CorpusSpec(
+    name="small_enja_en_ja", src_lang="en", tgt_lang="ja",
+    splits={"train": "train", "valid": "dev", "test": "test"}, local_folder="small_parallel_enja",
+    remote_files=tuple(
+        RemoteFile(f"https://raw.githubusercontent.com/odashi/small_parallel_enja/{_ENJA_COMMIT}/{name}", name, sha)
+        for name, sha in _ENJA_SHA256.items()),
+    text_state="tokenized; English lowercased; Japanese KyTea-segmented",
+    note="Tanaka-corpus subset: train 50,000 / dev 500 / test 500.",
+)
+
+CORPORA: dict[str, CorpusSpec] = {
+    "multi30k_de_en": MULTI30K,
+    "multi30k_en_de": MULTI30K.reversed("multi30k_en_de"),
+    "iwslt14_de_en": IWSLT14,
+    "iwslt15_en_vi": IWSLT15,
+    "iwslt17_de_en": IWSLT17,
+    "wmt14_en_de": WMT14,
+    "small_enja_en_ja": SMALL_ENJA,
+    "small_enja_ja_en": SMALL_ENJA.reversed("small_enja_ja_en"),
+}
+
+
+def get_corpus(name: str) -> CorpusSpec:
+    """The spec named ``name``, with the list of known names in the error when there is none."""
+    try:
+        return CORPORA[name]
+    except KeyError:
+        raise KeyError(f"unknown corpus {name!r}; known corpora: {', '.join(sorted(CORPORA))}") from None

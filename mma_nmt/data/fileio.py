@@ -1,0 +1,132 @@
+"""Small file helpers shared by the data pipeline: atomic writes and reading plain or gzip text as byte lines."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import io
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_current_umask()
+
+
+def _temp_beside(path: Path) -> tuple[int, str]:
+    """A temporary file in the same directory as ``path`` (so that ``os.replace`` is an atomic rename), with the
+    permissions a normally created file would get (``mkstemp`` would leave it 0600)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, _FILE_MODE)
+    return fd, tmp
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Writes ``data`` to ``path`` through a temporary file and ``os.replace``: readers see the old file or the new one."""
+    path = Path(path)
+    fd, tmp = _temp_beside(path)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """UTF-8 text version of :func:`atomic_write_bytes`."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Writes ``obj`` as indented, key-sorted JSON, atomically."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def atomic_write_lines(path: str | os.PathLike, lines: list[str], *, compress: bool = False) -> Path:
+    """Writes one string per line (each must hold no ``\\n``), optionally gzip-compressed, atomically."""
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    if compress:
+        data = gzip.compress(data, compresslevel=6, mtime=0)
+    return atomic_write_bytes(path, data)
+
+
+def atomic_torch_save(path: str | os.PathLike, obj: Any) -> Path:
+    """``torch.save`` into a buffer, then an atomic write."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def open_binary(path: str | os.PathLike) -> BinaryIO:
+    """Opens a plain or gzip file (decided by its magic bytes, not its name) for binary reading."""
+    path = Path(path)
+    with open(path, "rb") as probe:
+        magic = probe.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return open(path, "rb")
+
+
+def iter_byte_lines(path: str | os.PathLike) -> Iterator[bytes]:
+    """Yields the lines of a plain or gzip file as bytes without their ``\\n``.
+
+    Only ``\\n`` ends a line (unlike ``str.splitlines``, which also splits on ``\\r``, ``\\x0b``, U+2028 ...), so line
+    numbers match ``wc -l``/``sed -n Np``. A truncated or corrupt gzip stream raises ``OSError`` naming the file.
+    """
+    try:
+        with open_binary(path) as handle:
+            for raw in handle:
+                yield raw[:-1] if raw.endswith(b"\n") else raw
+    except (EOFError, gzip.BadGzipFile, OSError) as error:
+        raise OSError(f"{path}: cannot read compressed/plain text: {error}") from error
+
+
+def sha256_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def find_text_file(folder: Path, stem: str, lang: str) -> Path | None:
+    """``folder/stem.lang.gz`` or ``folder/stem.lang``, whichever exists first, else None."""
+    for name in (f"{stem}.{lang}.gz", f"{stem}.{lang}"):
+        candidate = folder / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@contextlib.contextmanager
+def atomic_gzip_lines(path: str | os.PathLike) -> Iterator[Callable[[str | bytes], None]]:
+    """Context manager yielding ``write(line)`` that streams lines (str as UTF-8, or raw bytes) into a gzip file,
+    renamed into place on success."""
+    path = Path(path)
+    fd, tmp = _temp_beside(path)
+    try:
+        with os.fdopen(fd, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as out:
+            yield lambda line: out.write((line if isinstance(line, bytes) else line.encode("utf-8")) + b"\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

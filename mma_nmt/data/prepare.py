@@ -1,0 +1,351 @@
+"""Corpus preparation: parallel text in, SentencePiece models and binarised splits out.
+
+``prepare(PrepareConfig(...))`` writes into ``out_dir``:
+
+- ``spm_src.model``, ``spm_tgt.model``: the subword models (identical bytes when ``joint_vocab``);
+- ``<split>.src.pt``, ``<split>.tgt.pt``: token ids (see :func:`mma_nmt.data.dataset.save_ids`);
+- ``<split>.src.txt``, ``<split>.tgt.txt``: the raw text of the same examples (references for BLEU);
+- ``meta.json``: the config, corpus facts, vocabulary and split statistics, read reports and stage fingerprints.
+
+Every file is written atomically. A stage (subword training, each split) whose inputs and settings are unchanged since
+the last run is skipped, so ``prepare`` is idempotent and resumes after an interruption.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mma_nmt.data.corpora import CorpusSpec, default_data_dir, get_corpus
+from mma_nmt.data.dataset import save_ids
+from mma_nmt.data.fileio import atomic_write_bytes, atomic_write_json, atomic_write_lines
+from mma_nmt.data.preprocess import TextPipeline
+from mma_nmt.data.reader import DEFAULT_MAX_LINE_CHARS, ON_ERROR_POLICIES, ParallelText, read_parallel
+from mma_nmt.data.sources import fetch_corpus, missing_splits
+from mma_nmt.data.tokenizer import MODEL_TYPES, SentencePieceConfig, Tokenizer, train_sentencepiece
+
+log = logging.getLogger(__name__)
+META_VERSION = 1
+_CJK = {"ja", "zh", "ko"}
+
+
+@dataclass
+class PrepareConfig:
+    """What to prepare and how.
+
+    Attributes:
+        corpus: a key of :data:`mma_nmt.data.corpora.CORPORA`.
+        data_dir: where corpora are read from (default :func:`default_data_dir`).
+        out_dir: the prepared directory.
+        vocab_size, model_type: SentencePiece vocabulary size and ``"bpe"``/``"unigram"``.
+        joint_vocab: one model trained on both sides (written twice) instead of one per side.
+        moses_tokenize, lowercase: word-level preprocessing before subwords (see :mod:`mma_nmt.data.preprocess`).
+        max_train_lines: use only the first lines of the training split (quick experiments and tests).
+        on_error: ``"skip"`` or ``"fail"`` for malformed lines (see :mod:`mma_nmt.data.reader`).
+        download: fetch missing splits from the original public location into ``download_dir``.
+        max_len: training pairs with more subwords than this on either side are dropped (valid/test are kept whole).
+        splits: the splits to prepare (default: all of the corpus); ``spm_train_split`` is always included.
+        spm_train_split: the split the subword models are trained on.
+        character_coverage: SentencePiece coverage (default 0.9995 when a side is ja/zh/ko, else 1.0).
+        max_line_chars: longer lines are malformed (``line_too_long``).
+        download_dir: where downloads and built files go (default: ``data_dir``); also searched for the corpus.
+        mirror: a mirror replacing the original hosts (see :mod:`mma_nmt.data.download`).
+        progress: tqdm progress bars.
+        workers: threads for SentencePiece training/encoding and processes for Moses tokenisation of large splits.
+    """
+
+    corpus: str = "multi30k_de_en"
+    data_dir: str | None = None
+    out_dir: str = "runs/data/multi30k_de_en"
+    vocab_size: int = 8000
+    model_type: str = "bpe"
+    joint_vocab: bool = True
+    moses_tokenize: bool = False
+    lowercase: bool = False
+    max_train_lines: int | None = None
+    on_error: str = "skip"
+    download: bool = False
+    max_len: int = 256
+    splits: tuple[str, ...] | None = None
+    spm_train_split: str = "train"
+    character_coverage: float | None = None
+    max_line_chars: int = DEFAULT_MAX_LINE_CHARS
+    download_dir: str | None = None
+    mirror: str | None = None
+    progress: bool = True
+    workers: int = 2
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "PrepareConfig":
+        """Builds a config from a mapping (e.g. a parsed TOML/JSON section); unknown keys raise ValueError."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown PrepareConfig keys {unknown}; known keys: {sorted(known)}")
+        values = dict(values)
+        if values.get("splits") is not None:
+            values["splits"] = tuple(values["splits"])
+        return cls(**values)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, section: str | None = None) -> "PrepareConfig":
+        """Reads a ``.json`` or ``.toml`` file (optionally one table of it, e.g. ``section="data"``)."""
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".toml":
+            import tomllib  # Python >= 3.11
+            values = tomllib.loads(text)
+        elif path.suffix == ".json":
+            values = json.loads(text)
+        else:
+            raise ValueError(f"{path}: expected a .json or .toml config file")
+        if section is not None:
+            if section not in values:
+                raise KeyError(f"{path}: no [{section}] section")
+            values = values[section]
+        return cls.from_dict(values)
+
+    def validate(self) -> None:
+        """Raises ValueError for an invalid setting, naming it."""
+        get_corpus(self.corpus)
+        if self.model_type not in MODEL_TYPES:
+            raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {self.model_type!r}")
+        if self.on_error not in ON_ERROR_POLICIES:
+            raise ValueError(f"on_error must be one of {ON_ERROR_POLICIES}, got {self.on_error!r}")
+        if self.vocab_size <= 4 or self.max_len <= 0:
+            raise ValueError(f"vocab_size must be > 4 and max_len > 0, got {self.vocab_size} and {self.max_len}")
+        if self.max_train_lines is not None and self.max_train_lines <= 0:
+            raise ValueError(f"max_train_lines must be positive or None, got {self.max_train_lines}")
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _file_identity(path: Path) -> list:
+    stat = path.stat()
+    return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
+
+
+class _Preparer:
+    """The state of one ``prepare`` run (kept out of the public API)."""
+
+    def __init__(self, config: PrepareConfig):
+        config.validate()
+        self.config = config
+        self.spec: CorpusSpec = get_corpus(config.corpus)
+        self.out = Path(config.out_dir)
+        self.data_dir = Path(config.data_dir) if config.data_dir else default_data_dir()
+        self.download_dir = Path(config.download_dir) if config.download_dir else self.data_dir
+        wanted = list(config.splits) if config.splits is not None else list(self.spec.splits)
+        if config.spm_train_split not in wanted:
+            wanted.insert(0, config.spm_train_split)
+        for split in wanted:
+            self.spec.files(split, self.data_dir)  # raises KeyError naming the known splits
+        self.splits = wanted
+        self.pipelines = {side: TextPipeline(lang, config.moses_tokenize, config.lowercase)
+                          for side, lang in (("src", self.spec.src_lang), ("tgt", self.spec.tgt_lang))}
+        self.meta = self._load_meta()
+        self.texts: dict[str, ParallelText] = {}
+        self._processed: dict[tuple[str, int], list[str]] = {}
+
+    def _load_meta(self) -> dict:
+        path = self.out / "meta.json"
+        if path.is_file():
+            try:
+                meta = json.loads(path.read_text(encoding="utf-8"))
+                if meta.get("version") == META_VERSION:
+                    return meta
+            except json.JSONDecodeError:
+                log.warning("%s is not valid JSON; preparing from scratch", path)
+        return {"version": META_VERSION, "stages": {}, "splits": {}, "reports": {}}
+
+    def locate(self) -> dict[str, tuple[Path, Path]]:
+        """The (src, tgt) files of every wanted split; downloads missing ones when allowed, else raises."""
+        roots = [self.data_dir] + ([self.download_dir] if self.download_dir != self.data_dir else [])
+        found: dict[str, tuple[Path, Path]] = {}
+        for split in self.splits:
+            for root in roots:
+                src, tgt = self.spec.files(split, root)
+                if src is not None and tgt is not None:
+                    found[split] = (src, tgt)
+                    break
+        missing = [split for split in self.splits if split not in found]
+        if missing and self.config.download:
+            fetch_corpus(self.spec, self.download_dir, mirror=self.config.mirror, progress=self.config.progress)
+            still = missing_splits(self.spec, self.download_dir, missing)
+            if still:
+                raise FileNotFoundError(f"{self.spec.name}: download finished but splits {still} are still missing")
+            found.update({split: self.spec.files(split, self.download_dir) for split in missing})  # type: ignore
+        elif missing:
+            self._raise_missing(missing, roots)
+        return found
+
+    def _raise_missing(self, missing: list[str], roots: list[Path]) -> None:
+        folder = roots[0] / self.spec.local_folder
+        expected = ", ".join(f"{self.spec.splits[s]}.{{{self.spec.src_lang},{self.spec.tgt_lang}}}[.gz]"
+                             for s in missing)
+        raise FileNotFoundError(
+            f"{self.spec.name}: splits {missing} not found in {folder} (expected {expected}). Set download=True to "
+            f"fetch them from the original source, point MMA_NMT_DATA_DIR/data_dir at a copy, or choose other splits "
+            f"with splits=... and spm_train_split=... . Corpus note: {self.spec.note}")
+
+    def read(self, split: str, files: tuple[Path, Path]) -> ParallelText:
+        """The split's text (read once per run), with its report recorded in the metadata."""
+        if split not in self.texts:
+            limit = self.config.max_train_lines if split == "train" else None
+            text = read_parallel(files[0], files[1], on_error=self.config.on_error, max_lines=limit,
+                                 max_line_chars=self.config.max_line_chars, progress=self.config.progress)
+            if not text.report.clean:
+                log.warning("%s: %s", split, text.report.summary())
+            self.meta["reports"][split] = text.report.to_dict()
+            self.texts[split] = text
+        return self.texts[split]
+
+    def preprocess(self, side: str, texts: list[str]) -> list[str]:
+        """The word-level pipeline of ``side`` over ``texts`` (cached per list, so train is processed once)."""
+        key = (side, id(texts))
+        if key not in self._processed:
+            self._processed[key] = self.pipelines[side].apply(texts, progress=self.config.progress,
+                                                              workers=self.config.workers)
+        return self._processed[key]
+
+    def spm_fingerprint(self, files: dict[str, tuple[Path, Path]]) -> str:
+        c = self.config
+        split = c.spm_train_split
+        return _digest({"inputs": [_file_identity(p) for p in files[split]], "split": split,
+                        "limit": c.max_train_lines if split == "train" else None, "vocab": c.vocab_size,
+                        "type": c.model_type, "joint": c.joint_vocab, "moses": c.moses_tokenize, "lower": c.lowercase,
+                        "on_error": c.on_error, "chars": c.max_line_chars, "coverage": self.coverage()})
+
+    def coverage(self) -> float:
+        if self.config.character_coverage is not None:
+            return self.config.character_coverage
+        return 0.9995 if {self.spec.src_lang, self.spec.tgt_lang} & _CJK else 1.0
+
+    def train_tokenizers(self, files: dict[str, tuple[Path, Path]], fingerprint: str) -> None:
+        """Trains and writes ``spm_src.model``/``spm_tgt.model``."""
+        text = self.read(self.config.spm_train_split, files[self.config.spm_train_split])
+        src = self.preprocess("src", text.src)
+        tgt = self.preprocess("tgt", text.tgt)
+        sp_config = SentencePieceConfig(vocab_size=self.config.vocab_size, model_type=self.config.model_type,
+                                        character_coverage=self.coverage(), num_threads=max(self.config.workers, 1))
+        log.info("training %s SentencePiece (%s, vocab %d) on %d pairs", "a joint" if self.config.joint_vocab
+                 else "two", self.config.model_type, self.config.vocab_size, len(src))
+        if self.config.joint_vocab:
+            model_src = model_tgt = train_sentencepiece(src + tgt, sp_config)
+        else:
+            model_src, model_tgt = train_sentencepiece(src, sp_config), train_sentencepiece(tgt, sp_config)
+        atomic_write_bytes(self.out / "spm_src.model", model_src)
+        atomic_write_bytes(self.out / "spm_tgt.model", model_tgt)
+        self.meta["stages"] = {"spm": fingerprint}  # every split must be re-encoded with the new models
+        self.save_meta()
+
+    def split_fingerprint(self, split: str, files: tuple[Path, Path], spm_fp: str) -> str:
+        c = self.config
+        train = split == "train"
+        return _digest({"spm": spm_fp, "inputs": [_file_identity(p) for p in files], "split": split,
+                        "limit": c.max_train_lines if train else None, "max_len": c.max_len if train else None,
+                        "moses": c.moses_tokenize, "lower": c.lowercase, "on_error": c.on_error,
+                        "chars": c.max_line_chars})
+
+    def save_meta(self) -> None:
+        atomic_write_json(self.out / "meta.json", self.meta)
+
+
+def _split_outputs(out: Path, split: str) -> list[Path]:
+    return [out / f"{split}.{side}.{ext}" for side in ("src", "tgt") for ext in ("pt", "txt")]
+
+
+def _length_stats(ids: list[list[int]], unk_id: int) -> dict:
+    tokens = sum(len(x) for x in ids)
+    unk = sum(x.count(unk_id) for x in ids)
+    return {"tokens": tokens, "mean_len": round(tokens / max(len(ids), 1), 2),
+            "max_len": max((len(x) for x in ids), default=0), "unk_rate": round(unk / max(tokens, 1), 6)}
+
+
+def _binarise(prep: _Preparer, split: str, files: tuple[Path, Path], tokenizers: dict[str, Tokenizer]) -> None:
+    """Encodes one split, filters over-long training pairs, writes its four files and records statistics."""
+    text = prep.read(split, files)
+    ids = {side: tokenizers[side].encode_batch(prep.preprocess(side, getattr(text, side)),
+                                               num_threads=max(prep.config.workers, 1))
+           for side in ("src", "tgt")}
+    keep = range(len(text))
+    if split == "train":
+        keep = [i for i in keep if len(ids["src"][i]) <= prep.config.max_len and len(ids["tgt"][i]) <= prep.config.max_len]
+    filtered = len(text) - len(keep)
+    for side in ("src", "tgt"):
+        kept_ids = [ids[side][i] for i in keep]
+        save_ids(prep.out / f"{split}.{side}.pt", kept_ids)
+        atomic_write_lines(prep.out / f"{split}.{side}.txt", [getattr(text, side)[i] for i in keep])
+        ids[side] = kept_ids
+    prep.meta["splits"][split] = {
+        "stem": prep.spec.splits[split], "files": [str(p) for p in files], "examples": len(keep),
+        "pairs_read": text.report.pairs_read, "skipped_malformed": text.report.pairs_skipped,
+        "filtered_too_long": filtered,
+        "src": _length_stats(ids["src"], tokenizers["src"].unk_id),
+        "tgt": _length_stats(ids["tgt"], tokenizers["tgt"].unk_id)}
+    log.info("%s: %d examples (%d malformed skipped, %d longer than %d dropped)", split, len(keep),
+             text.report.pairs_skipped, filtered, prep.config.max_len)
+
+
+def prepare(config: PrepareConfig) -> Path:
+    """Prepares ``config.corpus`` into ``config.out_dir`` (see the module docstring) and returns that directory.
+
+    Raises FileNotFoundError (missing splits, with what to do), DataFormatError (``on_error="fail"``, with file:line),
+    ValueError (invalid config) or DownloadError.
+    """
+    started = time.perf_counter()
+    prep = _Preparer(config)
+    files = prep.locate()
+    prep.out.mkdir(parents=True, exist_ok=True)
+    spm_fp = prep.spm_fingerprint(files)
+    models = [prep.out / "spm_src.model", prep.out / "spm_tgt.model"]
+    if prep.meta["stages"].get("spm") != spm_fp or not all(p.is_file() for p in models):
+        prep.train_tokenizers(files, spm_fp)
+    else:
+        log.info("%s: subword models up to date", prep.out)
+    tokenizers = {"src": Tokenizer.load(models[0]), "tgt": Tokenizer.load(models[1])}
+    for split in prep.splits:
+        fingerprint = prep.split_fingerprint(split, files[split], spm_fp)
+        if prep.meta["stages"].get(f"split:{split}") == fingerprint and all(p.is_file()
+                                                                             for p in _split_outputs(prep.out, split)):
+            log.info("%s: split %s up to date", prep.out, split)
+            continue
+        _binarise(prep, split, files[split], tokenizers)
+        prep.meta["stages"][f"split:{split}"] = fingerprint
+        prep.save_meta()
+    _finish_meta(prep, tokenizers, time.perf_counter() - started)
+    return prep.out
+
+
+def _finish_meta(prep: _Preparer, tokenizers: dict[str, Tokenizer], seconds: float) -> None:
+    """Records the config, corpus facts and vocabulary statistics in ``meta.json``."""
+    spec = prep.spec
+    for key in ("splits", "reports"):
+        prep.meta[key] = {s: v for s, v in prep.meta[key].items() if s in prep.splits}
+    prep.meta.update({
+        "config": dataclasses.asdict(prep.config),
+        "corpus": {"name": spec.name, "src_lang": spec.src_lang, "tgt_lang": spec.tgt_lang,
+                   "text_state": spec.text_state, "note": spec.note, "data_dir": str(prep.data_dir)},
+        "preprocess": {"moses_tokenize": prep.config.moses_tokenize, "lowercase": prep.config.lowercase},
+        "vocab": {"joint": prep.config.joint_vocab, "model_type": prep.config.model_type,
+                  "requested_size": prep.config.vocab_size, "src_size": tokenizers["src"].vocab_size,
+                  "tgt_size": tokenizers["tgt"].vocab_size, "pad_id": 0, "bos_id": 1, "eos_id": 2, "unk_id": 3},
+        "last_run_seconds": round(seconds, 2),
+    })
+    prep.save_meta()
+    log.info("prepared %s in %s (%.1f s)", spec.name, prep.out, seconds)
+
+
+def pipeline_for(prepared_dir: str | os.PathLike, side: str = "tgt") -> TextPipeline:
+    """The word-level pipeline a prepared directory used on ``side`` (``postprocess`` it to detokenize outputs)."""
+    meta = json.loads((Path(prepared_dir) / "meta.json").read_text(encoding="utf-8"))
+    lang = meta["corpus"]["src_lang" if side == "src" else "tgt_lang"]
+    return TextPipeline(lang, meta["preprocess"]["moses_tokenize"], meta["preprocess"]["lowercase"])

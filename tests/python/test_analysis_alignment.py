@@ -1,0 +1,143 @@
+"""Gold alignments, Och & Ney scores and arg-max extraction from attention; expected values worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mma_nmt.analysis import (GoldAlignment, align_with_model, alignment_scores, links_from_attention,
+                              parse_talp_line, piece_to_word_attention, read_gold_alignments, word_ids_from_pieces)
+
+
+def test_parse_talp_line_is_zero_based_and_possible_includes_sure():
+    sure, possible = parse_talp_line("1-1 3p2 2-4\n")
+    assert sure == {(0, 0), (1, 3)}
+    assert possible == {(0, 0), (1, 3), (2, 1)}
+    with pytest.raises(ValueError, match="bad alignment link"):
+        parse_talp_line("1x2")
+    with pytest.raises(ValueError, match="1-based"):
+        parse_talp_line("0-1")
+
+
+def test_gold_file_parses_to_the_documented_counts(shared_data):
+    gold = read_gold_alignments(shared_data / "rwth_deen_alignment")
+    assert len(gold) == 508
+    assert sum(len(p.sure) for p in gold) == 9613
+    assert sum(len(p.possible - p.sure) for p in gold) == 921
+    first = gold[0]  # "9-8 8-8 7-8 6-6 1-1 2-2 4-5 5-5 3-3 11-9 10-7 2-4", all sure
+    assert first.german[:3] == ["Wir", "glauben", "nicht"] and first.english[:2] == ["We", "do"]
+    assert len(first.sure) == 12 and (8, 7) in first.sure and (1, 3) in first.sure and first.possible == first.sure
+
+
+def test_oracle_attention_on_the_real_gold_set(shared_data):
+    gold = read_gold_alignments(shared_data / "rwth_deen_alignment")
+
+    def oracle(german, english):  # each English word attends to its first sure German word; unaligned words to none
+        pair = next(p for p in gold if p.german == german and p.english == english)
+        w = torch.zeros(1, len(english), len(german))
+        for e in range(len(english)):
+            linked = sorted(d for d, e2 in pair.sure if e2 == e)
+            if linked:
+                w[0, e, linked[0]] = 1.0
+        return {"cross_attention": w}
+
+    scores = align_with_model(oracle, gold)
+    aligned_english = sum(len({e for _, e in p.sure}) for p in gold)  # |A|: one link per English word with a sure link
+    assert scores.hypothesis_links == aligned_english and scores.precision == 1.0
+    assert scores.recall == pytest.approx(aligned_english / 9613)
+    assert scores.aer == pytest.approx(1 - 2 * aligned_english / (aligned_english + 9613))
+
+
+def test_perfect_alignment_has_zero_aer():
+    sure = [{(0, 0), (1, 1), (2, 2)}, {(0, 1)}]
+    possible = [sure[0] | {(2, 3)}, {(0, 1), (1, 1)}]
+    scores = alignment_scores([set(s) for s in sure], sure, possible)
+    assert (scores.aer, scores.precision, scores.recall) == (0.0, 1.0, 1.0)
+
+
+def test_known_imperfect_alignment():
+    # S = {(0,0),(1,1),(2,2)}, P = S + {(2,3)}, A = {(0,0),(1,2),(2,3)}
+    # |A| = 3, |S| = 3, |A & S| = 1, |A & P| = 2 -> precision 2/3, recall 1/3, AER = 1 - (1 + 2) / (3 + 3) = 0.5
+    sure = {(0, 0), (1, 1), (2, 2)}
+    scores = alignment_scores([{(0, 0), (1, 2), (2, 3)}], [sure], [sure | {(2, 3)}])
+    assert scores.precision == pytest.approx(2 / 3)
+    assert scores.recall == pytest.approx(1 / 3)
+    assert scores.aer == pytest.approx(0.5)
+    assert (scores.hypothesis_links, scores.sure_links, scores.hits_sure, scores.hits_possible) == (3, 3, 1, 2)
+
+
+def test_scores_are_summed_over_the_corpus():
+    # sentence 1: A = S = {(0,0)} ; sentence 2: A = {(0,0),(1,1),(2,2)}, S = P = {(0,1)} -> no hit
+    # |A| = 4, |S| = 2, |A & S| = 1, |A & P| = 1 -> precision 1/4, recall 1/2, AER = 1 - 2/6 = 2/3
+    scores = alignment_scores([{(0, 0)}, {(0, 0), (1, 1), (2, 2)}], [{(0, 0)}, {(0, 1)}], [{(0, 0)}, {(0, 1)}])
+    assert (scores.precision, scores.recall) == (pytest.approx(0.25), pytest.approx(0.5))
+    assert scores.aer == pytest.approx(2 / 3)
+
+
+def test_scores_reject_possible_without_sure():
+    with pytest.raises(ValueError, match="include the sure"):
+        alignment_scores([set()], [{(0, 0)}], [{(1, 1)}])
+
+
+def test_links_from_attention_take_the_argmax_source_of_each_target_row():
+    w = torch.tensor([[0.1, 0.8, 0.1], [0.6, 0.3, 0.1], [0.0, 0.0, 0.0]])  # row 2 has no weight: no link
+    assert links_from_attention(w) == {(1, 0), (0, 1)}
+
+
+def test_word_ids_from_sentencepiece_pieces():
+    pieces = ["\u2581Das", "\u2581st", "immt", "\u2581", "!", "</s>"]
+    assert word_ids_from_pieces(pieces).tolist() == [0, 1, 1, 2, 2, -1]
+
+
+PIECE_ATTENTION = torch.tensor([  # target pieces x source pieces ("▁Das", "▁st", "immt", "</s>")
+    [0.7, 0.1, 0.1, 0.1],  # ▁That -> words [0.7, 0.2]
+    [0.1, 0.3, 0.4, 0.2],  # ▁is   -> [0.1, 0.7]
+    [0.5, 0.2, 0.2, 0.1],  # ▁ri   -> [0.5, 0.4]
+    [0.1, 0.2, 0.2, 0.5],  # ght   -> [0.1, 0.4]; the word "right" averages ▁ri and ght: [0.3, 0.4]
+    [0.25, 0.25, 0.25, 0.25],  # </s> dropped
+])
+SOURCE_IDS = torch.tensor([0, 1, 1, -1])
+TARGET_IDS = torch.tensor([0, 1, 2, 2, -1])
+
+
+def test_subword_pieces_sum_on_the_source_and_average_on_the_target():
+    words = piece_to_word_attention(PIECE_ATTENTION, source_word_ids=SOURCE_IDS, target_word_ids=TARGET_IDS)
+    torch.testing.assert_close(words, torch.tensor([[0.7, 0.2], [0.1, 0.7], [0.3, 0.4]]))
+    assert links_from_attention(words) == {(0, 0), (1, 1), (1, 2)}
+
+
+def test_align_with_model_uses_the_chosen_layer_and_scores_against_gold():
+    gold = [GoldAlignment(german=["Das", "stimmt"], english=["That", "is", "right"], sure={(0, 0), (1, 1)},
+                          possible={(0, 0), (1, 1), (1, 2)})]
+    to_first_word = torch.tensor([[1.0, 0, 0, 0]]).expand(5, 4)  # every target piece -> "Das"
+    layers = torch.stack([to_first_word, PIECE_ATTENTION, to_first_word])  # (L=3, T=5, S=4)
+    layers = layers.unsqueeze(1).expand(3, 2, 5, 4)  # (L, H=2, T, S): both heads alike
+    calls = []
+
+    def attention_fn(source, target):
+        calls.append((source, target))
+        return {"cross_attention": layers, "source_word_ids": SOURCE_IDS, "target_word_ids": TARGET_IDS}
+
+    # penultimate layer: links (0,0), (1,1), (1,2) -> |A| = 3, |S| = 2, |A&S| = 2, |A&P| = 3 -> AER 0
+    best = align_with_model(attention_fn, gold)
+    assert calls == [(["Das", "stimmt"], ["That", "is", "right"])]
+    assert (best.aer, best.precision, best.recall) == (0.0, 1.0, 1.0)
+    # layer 0: links (0,0), (0,1), (0,2) -> |A&S| = 1, |A&P| = 1 -> P = 1/3, R = 1/2, AER = 1 - 2/5
+    worst = align_with_model(attention_fn, gold, layer=0)
+    assert (worst.precision, worst.recall, worst.aer) == (pytest.approx(1 / 3), 0.5, pytest.approx(0.6))
+
+
+def test_align_with_model_english_source_swaps_links_back_to_german_english():
+    gold = [GoldAlignment(german=["Das", "stimmt"], english=["That", "is", "right"], sure={(0, 0), (1, 1)},
+                          possible={(0, 0), (1, 1), (1, 2)})]
+    cross = torch.tensor([[0.9, 0.05, 0.05], [0.1, 0.2, 0.7]]).unsqueeze(0)  # (H=1, T=2 German, S=3 English)
+    # links (en, de) = (0, 0), (2, 1) -> (de, en) = (0, 0), (1, 2): |A| 2, |A&S| 1, |A&P| 2 -> AER = 1 - 3/4
+    scores = align_with_model(lambda s, t: {"cross_attention": cross}, gold, source_language="en")
+    assert scores.per_sentence == [{(0, 0), (1, 2)}]
+    assert (scores.precision, scores.recall, scores.aer) == (1.0, 0.5, pytest.approx(0.25))
+
+
+def test_align_with_model_rejects_attention_that_does_not_cover_the_words():
+    gold = [GoldAlignment(german=["a", "b"], english=["c"], sure=set(), possible=set())]
+    with pytest.raises(ValueError, match="target words, source words"):
+        align_with_model(lambda s, t: {"cross_attention": torch.ones(1, 3, 3)}, gold)

@@ -1,0 +1,142 @@
+"""TokenBatchSampler and collate: token budget, determinism by seed, exact resumption, sharding, padding layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from mma_nmt.data.batch import collate
+from mma_nmt.data.dataset import ParallelDataset, TokenBatchSampler, make_loader
+
+
+def lengths(n: int = 2000, seed: int = 0, high: int = 60) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.integers(1, high, n), rng.integers(1, high, n)
+
+
+def cost(batch, src, tgt) -> int:
+    return len(batch) * max(max(src[i], tgt[i]) + 2 for i in batch)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 50)), min_size=1, max_size=200),
+       st.integers(52, 600), st.booleans(), st.integers(0, 3))
+def test_batches_fit_max_tokens_and_cover_each_example_once(pairs, max_tokens, shuffle, seed):
+    src, tgt = zip(*pairs)
+    sampler = TokenBatchSampler(src, tgt, max_tokens=max_tokens, shuffle=shuffle, seed=seed)
+    batches = list(sampler)
+    assert all(cost(b, src, tgt) <= max_tokens for b in batches)
+    assert sorted(i for b in batches for i in b) == list(range(len(pairs)))
+    assert len(batches) == len(sampler)
+
+
+def test_batches_are_length_bucketed():
+    src, tgt = lengths()
+    batches = list(TokenBatchSampler(src, tgt, max_tokens=2048, seed=0))
+    longest = np.maximum(src, tgt)
+    spread = [int(longest[b].max() - longest[b].min()) for b in batches]
+    assert np.mean(spread) <= 2  # sorted by length, so a batch holds nearly equal lengths
+
+
+def test_same_seed_same_batches_other_seed_or_epoch_differs():
+    src, tgt = lengths()
+    first = list(TokenBatchSampler(src, tgt, max_tokens=1024, seed=7))
+    assert first == list(TokenBatchSampler(src, tgt, max_tokens=1024, seed=7))
+    assert first != list(TokenBatchSampler(src, tgt, max_tokens=1024, seed=8))
+    sampler = TokenBatchSampler(src, tgt, max_tokens=1024, seed=7)
+    sampler.set_epoch(1)
+    assert list(sampler) != first
+
+
+def test_finishing_an_epoch_moves_to_the_next():
+    src, tgt = lengths(300)
+    sampler = TokenBatchSampler(src, tgt, max_tokens=512, seed=1)
+    epoch0 = list(sampler)
+    assert sampler.epoch == 1
+    epoch1 = list(sampler)
+    reference = TokenBatchSampler(src, tgt, max_tokens=512, seed=1)
+    reference.set_epoch(1)
+    assert epoch1 == list(reference) and epoch1 != epoch0
+
+
+def test_state_dict_resumes_mid_epoch_at_the_same_batch():
+    src, tgt = lengths()
+    sampler = TokenBatchSampler(src, tgt, max_tokens=1024, seed=3)
+    sampler.set_epoch(2)
+    reference = TokenBatchSampler(src, tgt, max_tokens=1024, seed=3)
+    reference.set_epoch(2)
+    full = list(reference)
+    iterator = iter(sampler)
+    head = [next(iterator) for _ in range(10)]
+    state = sampler.state_dict()
+    assert state["epoch"] == 2 and state["position"] == 10
+    resumed = TokenBatchSampler(src, tgt, max_tokens=1024, seed=3)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(2)  # a training loop calling set_epoch again must not restart the epoch
+    assert head + list(resumed) == full
+    assert resumed.epoch == 3 and resumed.state_dict()["position"] == 0
+
+
+def test_state_dict_with_batches_consumed_and_mismatched_settings():
+    src, tgt = lengths(500)
+    sampler = TokenBatchSampler(src, tgt, max_tokens=1024, seed=3)
+    batches = list(TokenBatchSampler(src, tgt, max_tokens=1024, seed=3))
+    state = sampler.state_dict(batches_consumed=4)
+    resumed = TokenBatchSampler(src, tgt, max_tokens=1024, seed=3)
+    resumed.load_state_dict(state)
+    assert list(resumed) == batches[4:]
+    other = TokenBatchSampler(src, tgt, max_tokens=2048, seed=3)
+    with pytest.raises(ValueError, match="max_tokens: saved 1024 vs now 2048"):
+        other.load_state_dict(state)
+
+
+def test_max_len_filters_and_oversized_examples_raise():
+    src, tgt = [3, 10, 200, 5], [4, 300, 2, 5]
+    sampler = TokenBatchSampler(src, tgt, max_tokens=100, max_len=50, shuffle=False)
+    assert sampler.num_filtered == 2
+    assert sorted(i for b in sampler for i in b) == [0, 3]
+    with pytest.raises(ValueError, match="example 1 needs 302"):
+        TokenBatchSampler(src, tgt, max_tokens=100)
+
+
+def test_replicas_get_disjoint_equal_shares():
+    src, tgt = lengths(999)
+    shards = [list(TokenBatchSampler(src, tgt, max_tokens=700, seed=5, num_replicas=3, rank=r)) for r in range(3)]
+    assert len({len(s) for s in shards}) == 1
+    seen = [i for shard in shards for b in shard for i in b]
+    assert set(seen) == set(range(999))
+
+
+class TinyDataset:
+    def __init__(self):
+        self.src = [torch.tensor([5, 6, 7]), torch.tensor([8])]
+        self.tgt = [torch.tensor([9]), torch.tensor([10, 11, 12, 13])]
+
+
+def test_collate_pads_and_adds_bos_eos_to_target():
+    batch = collate(TinyDataset(), [1, 0])
+    assert batch.src.tolist() == [[8, 0, 0], [5, 6, 7]]
+    assert batch.src_lengths.tolist() == [1, 3]
+    assert batch.tgt_in.tolist() == [[1, 10, 11, 12, 13], [1, 9, 0, 0, 0]]
+    assert batch.tgt_out.tolist() == [[10, 11, 12, 13, 2], [9, 2, 0, 0, 0]]
+    assert batch.tgt_lengths.tolist() == [5, 2] and batch.indices.tolist() == [1, 0]
+    assert batch.num_tokens == 7 and len(batch) == 2
+    assert all(t.dtype == torch.int64 for t in (batch.src, batch.tgt_in, batch.tgt_out, batch.src_lengths))
+    moved = batch.to("cpu")
+    assert torch.equal(moved.tgt_out, batch.tgt_out)
+    with pytest.raises(ValueError, match="empty"):
+        collate(TinyDataset(), [])
+
+
+def test_loader_over_a_dataset_yields_batches_in_sampler_order():
+    rng = np.random.default_rng(0)
+    src = [torch.tensor(rng.integers(4, 50, n)) for n in rng.integers(1, 20, 64)]
+    tgt = [torch.tensor(rng.integers(4, 50, n)) for n in rng.integers(1, 20, 64)]
+    dataset = ParallelDataset(src, tgt, src_text=[""] * 64, tgt_text=[""] * 64, src_tokenizer=None,
+                              tgt_tokenizer=None)
+    sampler = dataset.batch_sampler(max_tokens=100, seed=2)
+    expected = list(TokenBatchSampler(dataset.src_lengths, dataset.tgt_lengths, max_tokens=100, seed=2))
+    got = [batch.indices.tolist() for batch in make_loader(dataset, sampler)]
+    assert got == expected

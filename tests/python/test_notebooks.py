@@ -1,0 +1,40 @@
+"""Executes every notebooks/*.py (paired jupytext scripts) top to bottom on the tiny preset; fails on any cell error.
+
+Environment: ``MMA_NMT_NOTEBOOK_PRESET`` (default ``tiny`` here), ``MMA_NMT_NOTEBOOK_TIMEOUT`` (seconds per cell,
+default 600). Figures go to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import jupytext  # the test extra installs jupytext, nbclient and ipykernel
+import nbclient
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
+
+
+
+def test_there_is_at_least_one_notebook():
+    assert NOTEBOOKS, f"no notebooks/*.py under {REPO}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_top_to_bottom(path: Path, tmp_path, shared_data, monkeypatch):
+    monkeypatch.setenv("MMA_NMT_NOTEBOOK_PRESET", os.environ.get("MMA_NMT_NOTEBOOK_PRESET", "tiny"))
+    monkeypatch.setenv("MMA_NMT_NOTEBOOK_OUT", str(tmp_path / "figures"))
+    monkeypatch.setenv("MMA_NMT_DATA_DIR", str(shared_data))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    notebook = jupytext.read(path)
+    client = nbclient.NotebookClient(notebook, timeout=int(os.environ.get("MMA_NMT_NOTEBOOK_TIMEOUT", "600")),
+                                     kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    started = time.time()
+    client.execute()  # raises CellExecutionError, naming the cell, on the first error
+    print(f"{path.name}: executed {len(notebook.cells)} cells in {time.time() - started:.1f} s")
+    errors = [out for cell in notebook.cells for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+    assert not errors
