@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import settings
-
+from hypothesis import HealthCheck, settings
 
 import mma_nmt  # noqa: F401  (registers the operators)
 
@@ -17,9 +16,10 @@ SHARED_DATA = Path(os.environ.get("MMA_NMT_DATA_DIR", REPO.parent / "shared" / "
 
 
 # Property-based tests are deterministic in CI: the same examples on every run, no example database, no time limit per
-# example (the 2-core machines are shared). Each test sets its own max_examples. HYPOTHESIS_PROFILE=explore draws new
-# examples on every run, for searching by hand.
-settings.register_profile("mma_nmt", derandomize=True, database=None, deadline=None, print_blob=True)
+# example and no too-slow health check (the 2-core machines are shared). Each test sets its own max_examples.
+# HYPOTHESIS_PROFILE=explore draws new examples on every run, for searching by hand.
+settings.register_profile("mma_nmt", derandomize=True, database=None, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("explore", derandomize=False, database=None, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "mma_nmt"))
 
