@@ -107,7 +107,7 @@ def check_against_reference(op: OperatorUnderTest, case, seed: int) -> None:
         wiggled = _reference_with_grads(op, case, _perturbed(inputs, seed, 2.0**-40), grad_outputs)
         for n, want in same_precision.items():
             got = fused[n]
-            assert got.shape == want.shape, f"{op.name}: {n} has shape {tuple(got.shape)}, reference {tuple(want.shape)}"
+            assert got.shape == want.shape, f"{op.name}: {n} has shape {tuple(got.shape)}, not {tuple(want.shape)}"
             if got.numel() == 0:
                 continue
             error = (got - want).abs().max().item()

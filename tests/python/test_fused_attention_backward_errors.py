@@ -82,3 +82,15 @@ def test_mixed_devices_raise(name):
     args = good_args()
     with pytest.raises(ValueError, match=rf"attention_backward: {name} is on meta but q is on cpu"):
         call(**{name: args[name].to("meta")})
+
+
+@pytest.mark.parametrize("changes,pattern", [
+    (dict(grad_out=torch.randn(2, 4, 5, 8)), r"grad_out must have shape \[2, 4, 5, 3\], got \[2, 4, 5, 8\]"),
+    (dict(out=torch.randn(2, 4, 5)), r"out must have shape \[2, 4, 5, 3\]"),
+    (dict(lse=torch.randn(2, 3, 5)), r"lse must have shape"),
+    (dict(k=torch.randn(2, 4, 6, 7)), r"k must have shape \[2, 4, 6, 8\]"),
+])
+def test_the_fake_kernel_rejects_what_the_cpu_kernel_rejects(changes, pattern):
+    args = {**good_args(), **changes}
+    with pytest.raises(ValueError, match=pattern):
+        BACKWARD(*[t.to("meta") if isinstance(t, torch.Tensor) else t for t in args.values()])

@@ -172,3 +172,20 @@ def test_lengths_and_mask_together_are_rejected():
     q, k, v = make_qkv(1, 1, 3, 3, 4, requires_grad=False)
     with pytest.raises(ValueError, match="either as key_lengths or as key_padding_mask"):
         fused_attention(q, k, v, key_lengths=torch.tensor([3]), key_padding_mask=torch.zeros(1, 3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("changes,pattern", [
+    (dict(k=torch.randn(3, 4, 6, 8)), r"k must have shape \[2, 4, 6, 8\], got \[3, 4, 6, 8\]"),
+    (dict(v=torch.randn(2, 4, 7, 8)), r"v must have shape \[2, 4, 6, 8\]"),
+    (dict(q=torch.randn(2, 4, 5)), r"q must have shape \(batch, heads, query_len, head_dim\), got a 3-d"),
+    (dict(head_kinds=[0]), r"head_kinds must give one kind per head \(4\), got 1"),
+    (dict(key_lengths=torch.tensor([6, 2, 1])), r"key_lengths must have shape \(batch,\) = \(2,\)"),
+])
+def test_the_fake_kernel_rejects_what_the_cpu_kernel_rejects(changes, pattern):
+    # All on meta: the fake kernel (used by torch.compile and for shape inference) runs instead of the CPU one.
+    args = {**good_args(), **changes}
+    meta = {name: (t.to("meta") if isinstance(t, torch.Tensor) else t) for name, t in args.items()}
+    with pytest.raises(ValueError, match=pattern):
+        call(**meta)
+    with pytest.raises(ValueError, match=pattern):
+        call(**args)

@@ -51,7 +51,8 @@ class AttentionCase:
 def attention_cases(draw) -> AttentionCase:
     small = st.sampled_from([1, 2, 3, 5])
     sizes = st.sampled_from(LENGTHS)
-    zero_sized = draw(st.sampled_from([None] * 12 + ["batch", "heads", "query_len", "key_len", "head_dim", "value_dim"]))
+    dims = ["batch", "heads", "query_len", "key_len", "head_dim", "value_dim"]
+    zero_sized = draw(st.sampled_from([None] * 12 + dims))  # mostly none, else one size is 0
     batch = 0 if zero_sized == "batch" else draw(small)
     heads = 0 if zero_sized == "heads" else draw(small)
     query_len = 0 if zero_sized == "query_len" else draw(sizes)
@@ -102,7 +103,8 @@ def make_inputs(case: AttentionCase):
             t = torch.randn(case.batch, len(case.head_kinds), length, dim, generator=generator, dtype=case.dtype)
         return (t * magnitude).requires_grad_()
 
-    return dict(q=one(case.query_len, case.head_dim, case.magnitude), k=one(case.key_len, case.head_dim, case.magnitude),
+    return dict(q=one(case.query_len, case.head_dim, case.magnitude),
+                k=one(case.key_len, case.head_dim, case.magnitude),
                 v=one(case.key_len, case.value_dim, 1.0))
 
 
