@@ -32,7 +32,8 @@ def assert_matches_reference(q, k, v, **options):
 
 
 @pytest.mark.parametrize("sizes", [(0, 2, 3, 4, 5, 5), (2, 0, 3, 4, 5, 5), (2, 2, 0, 4, 5, 5), (2, 2, 3, 0, 5, 5),
-                                   (2, 2, 3, 4, 0, 5), (2, 2, 3, 4, 5, 0), (1, 1, 1, 1, 1, 1)])
+                                   (2, 2, 3, 4, 0, 5), (2, 2, 3, 4, 5, 0), (1, 1, 1, 1, 1, 1),
+                                   (1, 1, 3, 300, 0, 2), (1, 1, 3, 300, 2, 0), (1, 1, 20, 300, 0, 0)])  # several tiles
 def test_zero_and_unit_sizes_match_reference(sizes):
     q, k, v = qkv(*sizes)
     assert_matches_reference(q, k, v, head_kinds=[0] * sizes[1])
