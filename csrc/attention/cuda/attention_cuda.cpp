@@ -43,12 +43,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
   ForwardOutputs o = allocate_forward_outputs(p, q, return_probs);
-  // Same convention as the CPU: no query features or no output features means no visible key.
-  if (q.numel() == 0 || o.out.numel() == 0) {
-    o.out.zero_();
-    o.lse.fill_(-std::numeric_limits<double>::infinity());
-    return {o.out, o.lse, o.probs};
-  }
+  // As on the CPU: nothing to compute without a query row; a zero head_dim or value_dim still has weights and lse.
+  if (o.lse.numel() == 0) return {o.out, o.lse, o.probs};
   const ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_lengths(key_lengths),
                          o.out,          o.lse,          return_probs ? o.probs : at::Tensor()};
   attention_forward(p, t);
@@ -77,7 +73,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
                           at::zeros_like(q, at::MemoryFormat::Contiguous),
                           at::zeros(k.sizes(), k.options().dtype(acc_type)),
                           at::zeros(v.sizes(), v.options().dtype(acc_type))};
-  if (q.numel() > 0 && k.numel() > 0) {
+  if (lse.numel() > 0 && p.key_len > 0) {  // as on the CPU: a zero head_dim still has grad_v
     attention_backward(p, t);
   }
   // A no-op for float and double inputs, whose accumulators already have the input dtype.
