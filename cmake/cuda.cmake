@@ -27,14 +27,29 @@ if(NOT CMAKE_CUDA_COMPILER)
   return()
 endif()
 
-# No GPU is needed to compile: without an explicit list, build for common data-centre and desktop architectures.
+# No GPU is needed to compile: without an explicit list, build for common data-centre architectures. Torch's CMake config
+# turns TORCH_CUDA_ARCH_LIST into -gencode flags on its targets (and resets CMAKE_CUDA_ARCHITECTURES to OFF, with a
+# warning), so the list reaches nvcc through TORCH_CUDA_ARCH_LIST, derived here from CMAKE_CUDA_ARCHITECTURES ("80;90"
+# gives "8.0;9.0"). Each architecture costs a full device compile of every .cu file: keep the list short.
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
   set(CMAKE_CUDA_ARCHITECTURES "80;90")
 endif()
 if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
-  set(ENV{TORCH_CUDA_ARCH_LIST} "8.0;9.0")
+  set(_torch_arch_list "")
+  foreach(_arch IN LISTS CMAKE_CUDA_ARCHITECTURES)
+    string(REGEX REPLACE "^([0-9]+)([0-9])[a-z]*$" "\\1.\\2" _arch "${_arch}")
+    list(APPEND _torch_arch_list "${_arch}")
+  endforeach()
+  set(ENV{TORCH_CUDA_ARCH_LIST} "${_torch_arch_list}")
 endif()
-set(CMAKE_CUDA_STANDARD 17)
 enable_language(CUDA)
+# Torch's FindCUDA guesses the toolkit from the first nvcc on PATH, which may be a symlink outside the toolkit
+# (/usr/local/bin/nvcc gives /usr/local); point it at the toolkit of the compiler CMake chose.
+if(NOT CUDA_TOOLKIT_ROOT_DIR)
+  get_filename_component(_nvcc_real "${CMAKE_CUDA_COMPILER}" REALPATH)
+  get_filename_component(_nvcc_bin "${_nvcc_real}" DIRECTORY)
+  get_filename_component(CUDA_TOOLKIT_ROOT_DIR "${_nvcc_bin}" DIRECTORY)
+endif()
 set(MMA_NMT_WITH_CUDA ON)
+include(${CMAKE_CURRENT_LIST_DIR}/cuda_pip_libraries.cmake)
 message(STATUS "mma_nmt: building CUDA kernels with ${CMAKE_CUDA_COMPILER} for torch CUDA ${_torch_cuda_version}")

@@ -2,10 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "attention/head_mask.h"
 
 namespace mma_nmt::attention {
 namespace {
+
+constexpr int64_t kMaxQueryOffset = int64_t(1) << 60;  // keeps i + query_offset + window + 1 inside int64
 
 void check_rank4(const char* op, const char* name, const at::Tensor& t, const char* layout) {
   TORCH_CHECK_VALUE(t.dim() == 4, op, ": ", name, " must have shape ", layout, ", got a ", t.dim(), "-d tensor of shape ",
@@ -60,13 +65,17 @@ AttentionParams check_attention_args(const char* op, const at::Tensor& q, const 
                       ") (0=G global, 1=L local, 2=F forward, 3=B backward, 4=C causal), got ", kind);
   }
   TORCH_CHECK_VALUE(window >= 0, op, ": window must be >= 0, got ", window);
+  TORCH_CHECK_VALUE(query_offset >= -kMaxQueryOffset && query_offset <= kMaxQueryOffset, op,
+                    ": query_offset must lie in [-2^60, 2^60], got ", query_offset);
   TORCH_CHECK_VALUE(scale > 0.0 && std::isfinite(scale), op, ": scale must be positive and finite, got ", scale);
   TORCH_CHECK_VALUE(dropout_p >= 0.0 && dropout_p < 1.0, op, ": dropout_p must be in [0, 1), got ", dropout_p);
   if (key_lengths.has_value()) {
     check_key_lengths(op, *key_lengths, q, p.key_len);
   }
   p.head_kinds.assign(head_kinds.begin(), head_kinds.end());
-  p.window = window;
+  // A window wider than every query-key distance sees the same keys as any wider one; clamping it keeps the kernels'
+  // position arithmetic (query_pos + window + 1) far from int64 overflow.
+  p.window = std::min(window, std::abs(query_offset) + p.query_len + p.key_len);
   p.query_offset = query_offset;
   p.scale = scale;
   p.dropout_p = dropout_p;

@@ -38,6 +38,7 @@ inline void check_backward_extras(const char* op, const AttentionParams& p, cons
                     ": lse must have shape (batch, heads, query_len), got ", lse.sizes());
   TORCH_CHECK_TYPE(lse.scalar_type() == lse_dtype(q.scalar_type()), op, ": lse must have dtype ",
                    lse_dtype(q.scalar_type()), ", got ", lse.scalar_type());
+  TORCH_CHECK_VALUE(lse.device() == q.device(), op, ": lse is on ", lse.device(), " but q is on ", q.device());
 }
 
 }  // namespace mma_nmt::attention

@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "common/host_device.h"
+
 namespace mma_nmt::attention {
 
 struct AttentionParams {
@@ -33,8 +35,9 @@ AttentionParams check_attention_args(const char* op_name, const at::Tensor& q, c
 void check_same_layout(const char* op_name, const char* arg_name, const at::Tensor& t, at::IntArrayRef expected,
                        const at::Tensor& like);
 
-// Sentence b's number of real keys: key_lengths[b] clamped to [0, key_len], or key_len without padding.
-inline int64_t keys_of_sentence(const int64_t* key_lengths, int64_t b, int64_t key_len) {
+// Sentence b's number of real keys: key_lengths[b] clamped to [0, key_len], or key_len without padding. Shared with the
+// CUDA kernels, which read the lengths on the device and so cannot reject out-of-range values on the host.
+MMA_HOST_DEVICE int64_t keys_of_sentence(const int64_t* key_lengths, int64_t b, int64_t key_len) {
   if (key_lengths == nullptr) return key_len;
   const int64_t n = key_lengths[b];
   return n < 0 ? 0 : (n > key_len ? key_len : n);

@@ -53,14 +53,45 @@ def fused_attention(
         return_probs: also return the (B, H, T, S) weights (for analysis; not differentiable).
     """
     require_device_support(q, "mma_nmt.attention")
-    kinds = parse_head_spec(head_kinds, q.shape[1]) if q.dim() == 4 else list(head_kinds)
+    # With q of the wrong rank the operator itself raises the error that names q; give it placeholders until then.
+    kinds = parse_head_spec(head_kinds, q.shape[1]) if q.dim() == 4 else []
+    if key_padding_mask is not None and q.dim() == 4 and k.dim() == 4:
+        if tuple(key_padding_mask.shape) != (q.shape[0], k.shape[2]):
+            raise ValueError(f"mma_nmt.attention: key_padding_mask must have shape (batch, key_len) = "
+                             f"{(q.shape[0], k.shape[2])}, got {tuple(key_padding_mask.shape)}")
     lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device)
     if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] > 0 else 1.0
+        scale = 1.0 / math.sqrt(q.shape[-1]) if q.dim() > 0 and q.shape[-1] > 0 else 1.0
     if seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
     out, lse, probs = _OP(q, k, v, lengths, kinds, window, float(scale), query_offset, float(dropout_p), seed, return_probs)
     return AttentionResult(out, lse, probs if return_probs else None)
+
+
+def _check_fake_layout(op, q, k, v, key_lengths, head_kinds, **more):
+    """The shape checks of csrc/attention/attention_checks.cpp for fake (meta) tensors, with the same messages; ``more``
+    maps further tensors (backward's grad_out, out, lse) to the shape they must have, as a function of q, k, v."""
+    layouts = {"q": "(batch, heads, query_len, head_dim)", "k": "(batch, heads, key_len, head_dim)",
+               "v": "(batch, heads, key_len, value_dim)"}
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        layout = layouts[name]
+        torch._check_value(t.dim() == 4, lambda: f"{op}: {name} must have shape {layout}, got a {t.dim()}-d tensor")
+    batch, heads, _, head_dim = q.shape
+    key_len, value_dim = k.shape[2], v.shape[3]
+    wanted = {"k": (k, (batch, heads, key_len, head_dim)), "v": (v, (batch, heads, key_len, value_dim))}
+    wanted.update({name: (t, shape(q, k, v)) for name, (t, shape) in more.items()})
+    for name, (t, shape) in wanted.items():
+        message = lambda: f"{op}: {name} must have shape {list(shape)}, got {list(t.shape)}"  # noqa: E731
+        torch._check_value(t.dim() == len(shape), message)
+        for got, want in zip(t.shape, shape):
+            torch._check_value(got == want, message)
+    torch._check_value(len(head_kinds) == heads,
+                       lambda: f"{op}: head_kinds must give one kind per head ({heads}), got {len(head_kinds)}")
+    if key_lengths is not None:
+        shape = list(key_lengths.shape)
+        message = lambda: f"{op}: key_lengths must have shape (batch,) = ({batch},), got {shape}"  # noqa: E731
+        torch._check_value(key_lengths.dim() == 1, message)
+        torch._check_value(key_lengths.shape[0] == batch, message)
 
 
 @torch.library.register_fake("mma_nmt::attention")
@@ -69,7 +100,7 @@ def _attention_fake(q, k, v, key_lengths, head_kinds, window, scale, query_offse
     for name, tensor in (("k", k), ("v", v), ("key_lengths", key_lengths)):
         if tensor is not None and tensor.device != q.device:
             raise ValueError(f"mma_nmt.attention: {name} is on {tensor.device} but q is on {q.device}")
-    torch._check(q.dim() == 4 and k.dim() == 4 and v.dim() == 4, lambda: "q, k, v must be 4-d (batch, heads, len, dim)")
+    _check_fake_layout("mma_nmt.attention", q, k, v, key_lengths, head_kinds)
     batch, heads, query_len, _ = q.shape
     key_len, value_dim = k.shape[2], v.shape[3]
     lse_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
@@ -82,6 +113,13 @@ def _attention_fake(q, k, v, key_lengths, head_kinds, window, scale, query_offse
 @torch.library.register_fake("mma_nmt::attention_backward")
 def _attention_backward_fake(grad_out, q, k, v, out, lse, key_lengths, head_kinds, window, scale, query_offset,
                              dropout_p, seed):
+    for name, tensor in (("grad_out", grad_out), ("k", k), ("v", v), ("out", out), ("lse", lse),
+                         ("key_lengths", key_lengths)):
+        if tensor is not None and tensor.device != q.device:
+            raise ValueError(f"mma_nmt.attention_backward: {name} is on {tensor.device} but q is on {q.device}")
+    out_shape = lambda q, k, v: (q.shape[0], q.shape[1], q.shape[2], v.shape[3])  # noqa: E731
+    _check_fake_layout("mma_nmt.attention_backward", q, k, v, key_lengths, head_kinds, grad_out=(grad_out, out_shape),
+                       out=(out, out_shape), lse=(lse, lambda q, k, v: tuple(q.shape[:3])))
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 

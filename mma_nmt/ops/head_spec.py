@@ -31,8 +31,13 @@ def parse_head_spec(spec: str | Sequence[int], num_heads: int) -> list[int]:
             raise ValueError(f"head_spec must be a non-empty string of the letters G, L, F, B, C; got {spec!r}")
         kinds = [int(_LETTERS[c]) for c in spec.upper()]
     else:
-        kinds = [int(HeadKind(k)) for k in spec]
-        if not kinds:
+        try:
+            kinds = [int(HeadKind(k)) for k in spec]
+        except ValueError:
+            raise ValueError(
+                f"head_spec entries must be HeadKind values 0..{len(HeadKind) - 1}; got {list(spec)!r}"
+            ) from None
+        if not kinds and num_heads != 0:
             raise ValueError("head_spec must name at least one head kind")
     if len(kinds) == num_heads:
         return kinds

@@ -28,6 +28,10 @@ def resolve_key_lengths(
     """One int64 length tensor on ``device`` from whichever form of padding was given (or None for no padding)."""
     if key_lengths is not None and key_padding_mask is not None:
         raise ValueError("give key padding either as key_lengths or as key_padding_mask, not both")
+    for name, tensor in (("key_lengths", key_lengths), ("key_padding_mask", key_padding_mask)):
+        if tensor is not None and tensor.is_meta != (torch.device(device).type == "meta"):
+            # Lengths are copied to q's device, but a meta tensor has no values to copy (and q's values none to use).
+            raise ValueError(f"{name} is on {tensor.device} but q is on {device}")
     if key_padding_mask is not None:
         key_lengths = lengths_from_padding_mask(key_padding_mask)
     if key_lengths is None:

@@ -33,7 +33,8 @@ def visibility_mask(
         HeadKind.BACKWARD: j <= i,
         HeadKind.CAUSAL: j <= i,
     }
-    heads = torch.stack([by_kind[HeadKind(k)] for k in head_kinds])  # (H, T, S)
+    heads = torch.stack([by_kind[HeadKind(k)] for k in head_kinds]) if len(head_kinds) else \
+        torch.zeros(0, query_len, key_len, dtype=torch.bool, device=device)  # (H, T, S)
     mask = heads.unsqueeze(0).expand(batch, -1, -1, -1)  # (B, H, T, S)
     if key_lengths is not None:
         real = j.view(1, 1, 1, -1) < key_lengths.to(device).view(-1, 1, 1, 1)  # (B, 1, 1, S)
@@ -58,7 +59,7 @@ def attention_reference(
     batch, heads, query_len, head_dim = q.shape
     key_len = k.shape[2]
     if scale is None:
-        scale = 1.0 / math.sqrt(head_dim)
+        scale = 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
     visible = visibility_mask(head_kinds, query_len, key_len, window=window, query_offset=query_offset,
                               key_lengths=key_lengths, batch=batch, device=q.device)
     logits = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, T, S)

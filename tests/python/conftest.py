@@ -7,11 +7,29 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 import mma_nmt  # noqa: F401  (registers the operators)
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = Path(os.environ.get("MMA_NMT_DATA_DIR", REPO.parent / "shared" / "data"))
+
+
+# Property-based tests are deterministic in CI: the same examples on every run, no example database, no time limit per
+# example and no too-slow health check (the 2-core machines are shared). Each test sets its own max_examples.
+# HYPOTHESIS_PROFILE=explore draws new examples on every run, for searching by hand.
+settings.register_profile("mma_nmt", derandomize=True, database=None, deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("explore", derandomize=False, database=None, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "mma_nmt"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    from property_harness import CASE_COUNTS
+
+    if CASE_COUNTS:
+        counts = ", ".join(f"{name}: {n}" for name, n in sorted(CASE_COUNTS.items()))
+        terminalreporter.write_line(f"property-based cases checked against the reference: {counts}")
 
 
 @pytest.fixture(autouse=True)

@@ -34,6 +34,25 @@ def call(**changes):
     (dict(key_lengths=torch.tensor([6, 7])), r"key_lengths must lie in \[0, key_len=6\]"),
     (dict(key_lengths=torch.tensor([6, -1])), r"key_lengths must lie in \[0, key_len=6\]"),
     (dict(key_lengths=torch.tensor([6])), r"key_lengths must have shape \(batch,\) = \(2,\)"),
+    (dict(key_lengths=torch.tensor(6)), r"key_lengths must have shape \(batch,\) = \(2,\), got \[\]"),
+    (dict(key_lengths=torch.tensor([[6, 2]])), r"key_lengths must have shape \(batch,\) = \(2,\)"),
+    (dict(k=torch.randn(2, 4, 6)), r"k must have shape \(batch, heads, key_len, head_dim\), got a 3-d"),
+    (dict(v=torch.randn(1, 2, 4, 6, 8)), r"v must have shape \(batch, heads, key_len, value_dim\), got a 5-d"),
+    (dict(q=torch.tensor(1.0)), r"q must have shape \(batch, heads, query_len, head_dim\), got a 0-d"),
+    (dict(v=torch.randn(2, 4, 5, 8)), r"v must have shape \[2, 4, 6, 8\], got \[2, 4, 5, 8\]"),
+    (dict(v=torch.randn(1, 4, 6, 8)), r"v must have shape \[2, 4, 6, 8\]"),
+    (dict(head_kinds=[-1, 0, 0, 0]), r"head_kinds entries must be in \[0, 5\)"),
+    (dict(window=-(2**63)), r"window must be >= 0"),
+    (dict(scale=-0.5), r"scale must be positive"),
+    (dict(scale=float("nan")), r"scale must be positive and finite, got nan"),
+    (dict(scale=float("inf")), r"scale must be positive and finite, got inf"),
+    (dict(key_lengths=torch.tensor([-(2**63), 2])), r"key_lengths must lie in \[0, key_len=6\]"),
+    (dict(key_lengths=torch.tensor([2**63 - 1, 2])), r"key_lengths must lie in \[0, key_len=6\]"),
+    # empty tensors that do not fit the others are still named
+    (dict(q=torch.randn(0, 4, 5, 8)), r"k must have shape \[0, 4, 6, 8\]"),
+    (dict(k=torch.randn(2, 4, 6, 0)), r"k must have shape \[2, 4, 6, 8\], got \[2, 4, 6, 0\]"),
+    (dict(q=torch.randn(2, 0, 5, 8)), r"k must have shape \[2, 0, 6, 8\]"),
+    (dict(key_lengths=torch.zeros(0, dtype=torch.int64)), r"key_lengths must have shape \(batch,\) = \(2,\)"),
 ])
 def test_bad_shapes_and_values_raise_value_errors(changes, pattern):
     with pytest.raises(ValueError, match=pattern):
@@ -46,16 +65,88 @@ def test_bad_shapes_and_values_raise_value_errors(changes, pattern):
     (dict(q=torch.randn(2, 4, 5, 8).half(), k=torch.randn(2, 4, 6, 8).half(), v=torch.randn(2, 4, 6, 8).half()),
      r"on the CPU q must be float32 or float64"),
     (dict(key_lengths=torch.tensor([6, 2], dtype=torch.int32)), r"key_lengths must be int64"),
+    (dict(key_lengths=torch.tensor([6.0, 2.0])), r"key_lengths must be int64, got Float"),
+    (dict(v=torch.randn(2, 4, 6, 8, dtype=torch.float64)), r"v must have dtype Float like q, got Double"),
+    (dict(q=torch.randn(2, 4, 5, 8) > 0), r"q must be a floating-point tensor, got Bool"),
+    (dict(q=torch.randn(2, 4, 5, 8, dtype=torch.complex64)), r"q must be a floating-point tensor, got ComplexFloat"),
+    (dict(q=torch.randn(2, 4, 5, 8).bfloat16(), k=torch.randn(2, 4, 6, 8).bfloat16(),
+          v=torch.randn(2, 4, 6, 8).bfloat16()), r"on the CPU q must be float32 or float64, got BFloat16"),
 ])
 def test_bad_dtypes_raise_type_errors(changes, pattern):
     with pytest.raises(TypeError, match=pattern):
         call(**changes)
 
 
-def test_mixed_devices_raise():
+@pytest.mark.parametrize("name", ["q", "k", "v", "key_lengths"])
+def test_mixed_devices_raise(name):
+    # The meta device stands in for a second device: a call mixing it with the CPU reaches the fake (meta) kernel.
     args = good_args()
-    with pytest.raises((ValueError, RuntimeError), match=r"k is on meta but q is on cpu"):
-        OP(args["q"], args["k"].to("meta"), args["v"], args["key_lengths"], args["head_kinds"], 1, 0.3)
+    args[name] = args[name].to("meta")
+    pattern = r"k is on cpu but q is on meta" if name == "q" else rf"{name} is on meta but q is on cpu"
+    with pytest.raises(ValueError, match=pattern):
+        call(**args)
+
+
+@pytest.mark.parametrize("name", ["key_lengths", "key_padding_mask"])
+def test_padding_on_another_device_raises_through_the_functional_api(name):
+    q, k, v = make_qkv(2, 1, 3, 4, 8, requires_grad=False)
+    padding = dict(key_lengths=torch.tensor([4, 1], device="meta"),
+                   key_padding_mask=torch.zeros(2, 4, dtype=torch.bool, device="meta"))
+    with pytest.raises(ValueError, match=rf"{name} is on meta but q is on cpu"):
+        fused_attention(q, k, v, **{name: padding[name]})
+
+
+@pytest.mark.parametrize("offset", [2**60 + 1, -(2**60) - 1, 2**63 - 1, -(2**63)])
+def test_query_offset_out_of_range_raises(offset):
+    args = good_args()
+    with pytest.raises(ValueError, match=r"query_offset must lie in \[-2\^60, 2\^60\]"):
+        OP(args["q"], args["k"], args["v"], None, args["head_kinds"], 1, 0.3, offset, 0.0, 0, False)
+
+
+@pytest.mark.parametrize("p", [-0.1, float("nan"), float("inf")])
+def test_dropout_probability_not_a_probability(p):
+    args = good_args()
+    with pytest.raises(ValueError, match=r"dropout_p must be in \[0, 1\)"):
+        OP(args["q"], args["k"], args["v"], None, args["head_kinds"], 1, 0.3, 0, p, 0, False)
+
+
+def test_wrong_rank_through_the_functional_api_names_q():
+    _, k, v = make_qkv(2, 4, 5, 6, 8, requires_grad=False)
+    for q in (torch.randn(1, 2, 4, 5, 8), torch.tensor(1.0)):
+        with pytest.raises(ValueError, match=r"q must have shape \(batch, heads, query_len, head_dim\)"):
+            fused_attention(q, k, v, head_kinds="GLFB")
+
+
+def test_key_padding_mask_of_the_wrong_shape_is_named():
+    q, k, v = make_qkv(2, 1, 3, 4, 8, requires_grad=False)
+    for mask in (torch.zeros(3, 4, dtype=torch.bool), torch.zeros(2, 5, dtype=torch.bool)):
+        with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(batch, key_len\) = \(2, 4\)"):
+            fused_attention(q, k, v, key_padding_mask=mask)
+    with pytest.raises(ValueError, match=r"key_padding_mask must be a \(batch, key_len\) bool tensor"):
+        fused_attention(q, k, v, key_padding_mask=torch.zeros(2, 4))
+
+
+def test_key_lengths_of_a_float_dtype_are_rejected_by_the_functional_api():
+    q, k, v = make_qkv(2, 1, 3, 4, 8, requires_grad=False)
+    with pytest.raises(TypeError, match=r"key_lengths must be an integer tensor"):
+        fused_attention(q, k, v, key_lengths=torch.tensor([4.0, 1.0]))
+
+
+def test_unknown_head_kind_value_is_named():
+    with pytest.raises(ValueError, match=r"head_spec entries must be HeadKind values 0..4"):
+        parse_head_spec([0, 7], 2)
+
+
+def test_seed_outside_int64_is_named():
+    q, k, v = make_qkv(1, 1, 3, 3, 4, requires_grad=False)
+    with pytest.raises(RuntimeError, match=r"argument 'seed'"):
+        fused_attention(q, k, v, dropout_p=0.1, seed=2**64)
+
+
+def test_non_integer_window_is_named():
+    q, k, v = make_qkv(1, 1, 3, 3, 4, requires_grad=False)
+    with pytest.raises(RuntimeError, match=r"argument 'window'"):
+        fused_attention(q, k, v, head_kinds="L", window=1.5)
 
 
 def test_dropout_probability_out_of_range():
@@ -81,3 +172,20 @@ def test_lengths_and_mask_together_are_rejected():
     q, k, v = make_qkv(1, 1, 3, 3, 4, requires_grad=False)
     with pytest.raises(ValueError, match="either as key_lengths or as key_padding_mask"):
         fused_attention(q, k, v, key_lengths=torch.tensor([3]), key_padding_mask=torch.zeros(1, 3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("changes,pattern", [
+    (dict(k=torch.randn(3, 4, 6, 8)), r"k must have shape \[2, 4, 6, 8\], got \[3, 4, 6, 8\]"),
+    (dict(v=torch.randn(2, 4, 7, 8)), r"v must have shape \[2, 4, 6, 8\]"),
+    (dict(q=torch.randn(2, 4, 5)), r"q must have shape \(batch, heads, query_len, head_dim\), got a 3-d"),
+    (dict(head_kinds=[0]), r"head_kinds must give one kind per head \(4\), got 1"),
+    (dict(key_lengths=torch.tensor([6, 2, 1])), r"key_lengths must have shape \(batch,\) = \(2,\)"),
+])
+def test_the_fake_kernel_rejects_what_the_cpu_kernel_rejects(changes, pattern):
+    # All on meta: the fake kernel (used by torch.compile and for shape inference) runs instead of the CPU one.
+    args = {**good_args(), **changes}
+    meta = {name: (t.to("meta") if isinstance(t, torch.Tensor) else t) for name, t in args.items()}
+    with pytest.raises(ValueError, match=pattern):
+        call(**meta)
+    with pytest.raises(ValueError, match=pattern):
+        call(**args)

@@ -27,11 +27,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q
   TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble,
                    "mma_nmt.attention: on the CPU q must be float32 or float64, got ", q.scalar_type());
   ForwardOutputs o = allocate_forward_outputs(p, q, return_probs);
-  if (q.numel() == 0 || o.out.numel() == 0) {
-    o.out.zero_();
-    o.lse.fill_(-std::numeric_limits<double>::infinity());
-    return {o.out, o.lse, o.probs};
-  }
+  // Nothing to compute without a query row (zero batch, heads or query_len). A zero head_dim or value_dim still leaves
+  // weights, lse and (with head_dim 0, where every visible key scores 0) outputs to compute.
+  if (o.lse.numel() == 0) return {o.out, o.lse, o.probs};
   ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_lengths(key_lengths),
                    o.out, o.lse, return_probs ? o.probs : at::Tensor()};
   switch (best_isa()) {
@@ -49,8 +47,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
   const char* op = "mma_nmt.attention_backward";
   const AttentionParams p =
       check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
+  TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble, op,
+                   ": on the CPU q must be float32 or float64, got ", q.scalar_type());
   check_backward_extras(op, p, q, grad_out, out, lse);
-  const bool has_work = q.numel() > 0 && k.numel() > 0;
+  // Without a query row or a key all gradients are zero. A zero head_dim still has grad_v (weights are uniform).
+  const bool has_work = lse.numel() > 0 && p.key_len > 0;
   // The kernel writes every row of grad_q but accumulates into grad_k and grad_v.
   BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(),
                     lse.contiguous(), contiguous_lengths(key_lengths),

@@ -1,0 +1,125 @@
+"""Operator-agnostic driver of the property-based tests: one random case of one operator against its reference.
+
+An operator joins the property suite with one :class:`OperatorUnderTest` (how to build its inputs from a case, how to
+call the fused operator, how to call the plain-PyTorch reference) and a hypothesis strategy of cases; see
+``test_properties_attention.py``. The driver checks, for every case:
+
+* outputs and the gradients of every floating input match the reference: in float32 by the accuracy rule of
+  ``attention_cases.assert_close_to_double`` (error against a float64 reference at most twice plain PyTorch's, plus a
+  1e-5 floor relative to the size of the summed terms when that exceeds 1); in float64 within twice the reference's own
+  sensitivity to a relative 2^-40 perturbation of the inputs, plus 1e-11 of the size of the summed terms;
+* nothing the fused operator returns is NaN or inf (inputs are finite), except where the operator says a value is
+  defined as non-finite (e.g. the log-sum-exp of a query that sees no key);
+and counts the cases per operator in :data:`CASE_COUNTS` (printed at the end of the pytest run by conftest.py).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Sequence
+
+import torch
+
+from attention_cases import assert_close_to_double
+
+Tensors = Dict[str, torch.Tensor]
+
+CASE_COUNTS: Counter = Counter()
+
+
+@dataclass(frozen=True)
+class OperatorUnderTest:
+    name: str
+    # case -> floating inputs (finite), in the case's dtype; gradients are taken with respect to all of them
+    make_inputs: Callable[[Any], Tensors]
+    # (case, inputs) -> named outputs of the fused operator
+    fused: Callable[[Any, Tensors], Tensors]
+    # (case, inputs) -> named outputs of the reference (a subset of fused's names; all of them are compared)
+    reference: Callable[[Any, Tensors], Tensors]
+    # names of the outputs that are differentiable (gradients flow from them)
+    differentiable: Sequence[str]
+    # optional (case, inputs, fused outputs) -> {name: bool mask of entries allowed to be non-finite}
+    allowed_non_finite: Callable[[Any, Tensors, Tensors], Tensors] | None = None
+    # optional (case, inputs, fused outputs) -> None: further checks of values only the fused operator returns
+    extra_checks: Callable[[Any, Tensors, Tensors], None] | None = None
+    # optional (case, float64 inputs, float64 grad_outputs) -> {name: scale}: the size of the terms each output or
+    # gradient sums (its value computed with every term's absolute value), so a result that is exactly 0 by cancellation
+    # is judged against the size of what cancelled; without it the size of the result itself is used
+    error_scales: Callable[[Any, Tensors, Tensors], Dict[str, float]] | None = None
+
+
+def _grads(outputs: Tensors, names: Sequence[str], inputs: Tensors, grad_outputs: Tensors) -> Tensors:
+    outs = [outputs[n] for n in names]
+    grads = torch.autograd.grad(outs, list(inputs.values()), [grad_outputs[n] for n in names], allow_unused=True)
+    return {f"grad_{name}": (torch.zeros_like(x) if g is None else g) for (name, x), g in zip(inputs.items(), grads)}
+
+
+def _reference_with_grads(op: OperatorUnderTest, case, inputs: Tensors, grad_outputs: Tensors) -> Tensors:
+    leaves = {name: x.detach().requires_grad_() for name, x in inputs.items()}
+    ref = op.reference(case, leaves)
+    grad_outputs = {n: g.to(ref[n].dtype) for n, g in grad_outputs.items()}
+    return {**{n: t.detach() for n, t in ref.items()}, **_grads(ref, op.differentiable, leaves, grad_outputs)}
+
+
+def _perturbed(inputs: Tensors, seed: int, relative: float) -> Tensors:
+    generator = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, x in inputs.items():
+        signs = torch.randint(0, 2, x.shape, generator=generator).to(x.dtype) * 2 - 1
+        out[name] = (x.detach() * (1 + relative * signs)).requires_grad_()
+    return out
+
+
+def _assert_finite(op: OperatorUnderTest, case, inputs: Tensors, results: Tensors):
+    allowed = op.allowed_non_finite(case, inputs, results) if op.allowed_non_finite else {}
+    for name, t in results.items():
+        bad = ~torch.isfinite(t)
+        if name in allowed:
+            bad &= ~allowed[name]
+        assert not bad.any(), f"{op.name}: {name} has {int(bad.sum())} non-finite entries for finite inputs"
+
+
+def check_against_reference(op: OperatorUnderTest, case, seed: int) -> None:
+    """Runs one case; raises AssertionError on any mismatch."""
+    CASE_COUNTS[op.name] += 1
+    inputs = op.make_inputs(case)
+    fused_outputs = op.fused(case, inputs)
+    generator = torch.Generator().manual_seed(seed)
+    grad_outputs = {n: torch.randn(fused_outputs[n].shape, generator=generator, dtype=fused_outputs[n].dtype)
+                    for n in op.differentiable}
+    fused = {**{n: t.detach() for n, t in fused_outputs.items()},
+             **_grads(fused_outputs, op.differentiable, inputs, grad_outputs)}
+    _assert_finite(op, case, inputs, fused)
+    if op.extra_checks:
+        op.extra_checks(case, inputs, fused)
+
+    same_precision = _reference_with_grads(op, case, inputs, grad_outputs)
+    doubles = {name: x.detach().double() for name, x in inputs.items()}
+    scales = {}
+    if op.error_scales:
+        scales = op.error_scales(case, doubles, {n: g.double() for n, g in grad_outputs.items()})
+
+    def scale_of(name, result):
+        return max(1.0, scales.get(name, 0.0), result.abs().max().item())
+
+    if inputs and next(iter(inputs.values())).dtype == torch.float64:
+        wiggled = _reference_with_grads(op, case, _perturbed(inputs, seed, 2.0**-40), grad_outputs)
+        for n, want in same_precision.items():
+            got = fused[n]
+            assert got.shape == want.shape, f"{op.name}: {n} has shape {tuple(got.shape)}, not {tuple(want.shape)}"
+            if got.numel() == 0:
+                continue
+            error = (got - want).abs().max().item()
+            sensitivity = (wiggled[n] - want).abs().max().item()
+            bound = 2 * sensitivity + 1e-11 * scale_of(n, want)
+            assert error <= bound, f"{op.name}: {n} differs from the reference by {error:.3g} (bound {bound:.3g})"
+        return
+    truth = _reference_with_grads(op, case, doubles, grad_outputs)
+    for n, low in same_precision.items():
+        got, high = fused[n], truth[n]
+        assert got.shape == high.shape, f"{op.name}: {n} has shape {tuple(got.shape)}, reference {tuple(high.shape)}"
+        if got.numel() == 0:
+            continue
+        # the rule's 1e-5 floor, relative to the size of the summed terms when they are large
+        assert_close_to_double(got, low, high, f"{op.name}: {n}", floor=1e-5 * scale_of(n, high))

@@ -1,0 +1,89 @@
+"""The CUDA kernels of mma_nmt::attention against the plain-PyTorch reference (SPEC section 1): outputs, weights and all
+gradients. Skipped without a GPU; .ci/cuda_build_check.sh proves there that the kernels compile and register."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import mma_nmt
+from attention_cases import assert_close_to_double, make_qkv, padded_lengths, reference_in_double
+from mma_nmt.ops import fused_attention, parse_head_spec
+from mma_nmt.reference import attention_reference
+
+pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and mma_nmt.build_info()["cuda"]),
+                                reason="needs a GPU and the CUDA build of mma_nmt")
+
+
+def cuda_qkv(batch, heads, query_len, key_len, head_dim, *, value_dim=None, dtype=torch.float32):
+    """make_qkv's inputs, rounded to `dtype` and moved to the GPU."""
+    cpu = make_qkv(batch, heads, query_len, key_len, head_dim, value_dim=value_dim, dtype=torch.float64,
+                   requires_grad=False)
+    return [t.to("cuda", dtype).requires_grad_() for t in cpu]
+
+
+def check_cuda_against_reference(q, k, v, *, head_kinds, key_lengths=None, **options):
+    kinds = parse_head_spec(head_kinds, q.shape[1])
+    lengths = None if key_lengths is None else key_lengths.to("cuda")
+    options = dict(head_kinds=kinds, key_lengths=lengths, **options)
+    result = fused_attention(q, k, v, return_probs=True, **options)
+    grad_out = torch.randn_like(result.out)
+    grads = torch.autograd.grad(result.out, (q, k, v), grad_out)
+    ref_out, ref_probs = attention_reference(q, k, v, **options)  # plain PyTorch at the kernel's precision
+    ref_grads = torch.autograd.grad(ref_out, (q, k, v), grad_out)
+    if q.dtype == torch.float64:
+        torch.testing.assert_close(result.out, ref_out, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(result.probs, ref_probs, rtol=1e-10, atol=1e-10)
+        for name, got, want in zip("qkv", grads, ref_grads):
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, msg=lambda m: f"grad_{name}: {m}")
+        return
+    double_out, double_inputs = reference_in_double(q, k, v, **options)
+    double_grads = torch.autograd.grad(double_out, double_inputs, grad_out.double())
+    assert_close_to_double(result.out, ref_out, double_out, "out")
+    for name, got, low, high in zip("qkv", grads, ref_grads, double_grads):
+        assert_close_to_double(got, low, high, f"grad_{name}")
+    assert_close_to_double(result.probs, ref_probs, attention_reference(*double_inputs, **options)[1], "probs")
+
+
+@pytest.mark.parametrize("spec", ["G", "L", "F", "B", "C", "GLFB", "GLLL"])
+@pytest.mark.parametrize("window", [0, 1, 2])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_cuda_every_head_kind_and_window_matches_reference(spec, window, dropout_p):
+    q, k, v = cuda_qkv(3, 4, 23, 23, 16, dtype=torch.float64)
+    check_cuda_against_reference(q, k, v, head_kinds=spec, key_lengths=padded_lengths(3, 23), window=window,
+                                 dropout_p=dropout_p, seed=1234)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("length", [1, 7, 97])
+@pytest.mark.parametrize("head_dim, value_dim", [(8, 8), (72, 40), (200, 256)])
+def test_cuda_dtypes_and_shapes_match_reference(dtype, length, head_dim, value_dim):
+    q, k, v = cuda_qkv(2, 4, length, length, head_dim, value_dim=value_dim, dtype=dtype)
+    check_cuda_against_reference(q, k, v, head_kinds="GLFB", key_lengths=padded_lengths(2, length), window=2)
+
+
+def test_cuda_incremental_query_offset_and_cross_lengths_match_reference():
+    q, k, v = cuda_qkv(2, 4, 1, 17, 8, value_dim=24, dtype=torch.float64)
+    check_cuda_against_reference(q, k, v, head_kinds="CCLG", query_offset=16, window=2)
+
+
+def test_cuda_fully_masked_rows_give_zero_output_and_gradient():
+    q, k, v = cuda_qkv(1, 2, 4, 6, 8)
+    result = fused_attention(q, k, v, head_kinds="GL", key_lengths=torch.tensor([0], device="cuda"))
+    assert torch.equal(result.out, torch.zeros_like(result.out))
+    assert torch.isneginf(result.lse).all()
+    grads = torch.autograd.grad(result.out.sum(), (q, k, v))
+    assert all(torch.equal(g, torch.zeros_like(g)) for g in grads)
+
+
+def test_cuda_clamps_out_of_range_key_lengths():
+    q, k, v = cuda_qkv(2, 1, 3, 5, 4, dtype=torch.float64)
+    clamped = fused_attention(q, k, v, key_lengths=torch.tensor([5, 0], device="cuda")).out
+    out_of_range = fused_attention(q, k, v, key_lengths=torch.tensor([9, -1], device="cuda")).out
+    torch.testing.assert_close(out_of_range, clamped)
+
+
+def test_cuda_rejects_head_size_above_256():
+    q, k, v = cuda_qkv(1, 1, 2, 2, 257, value_dim=4)
+    with pytest.raises(ValueError, match="head sizes up to 256"):
+        fused_attention(q, k, v)
