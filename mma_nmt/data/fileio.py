@@ -34,13 +34,14 @@ def _temp_beside(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Writes ``data`` to ``path`` through a temporary file and ``os.replace``: readers see the old file or the new one."""
+def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
+    """Calls ``write(handle)`` on a temporary file beside ``path``, fsyncs it and renames it over ``path``: readers see
+    the old file or the new one, never a partial file (streams, so large payloads are not held in memory twice)."""
     path = Path(path)
     fd, tmp = _temp_beside(path)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -48,6 +49,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Writes ``data`` to ``path`` through a temporary file and ``os.replace``: readers see the old file or the new one."""
+    return atomic_write_with(path, lambda handle: handle.write(data))
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

@@ -4,10 +4,11 @@ config; best/last/periodic retention; averaging."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import torch
+
+from mma_nmt.data.fileio import atomic_write_with
 
 FORMAT_VERSION = 1
 
@@ -17,27 +18,13 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(payload: dict, path: str | Path) -> Path:
-    """Writes ``payload`` (plus ``format_version``) to a temporary file in the same folder, fsyncs it and renames it
-    over ``path``, so a kill at any moment leaves either the old or the new complete file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Writes ``payload`` (plus ``format_version``) atomically (temporary file, fsync, ``os.replace``, then fsync of the
+    folder), so a kill at any moment leaves either the old or the new complete file."""
     payload = {"format_version": FORMAT_VERSION, **payload}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    path = atomic_write_with(path, lambda handle: torch.save(payload, handle))
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
+        os.fsync(dir_fd)  # makes the rename itself durable
     finally:
         os.close(dir_fd)
     return path
