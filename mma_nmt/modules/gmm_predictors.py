@@ -69,11 +69,11 @@ class MixturePredictor(nn.Module):
         sigma_hat = self.std(q).expand(*q.shape[:-1], K)
         norm = self.config.normalization
         if norm == "approximate":
-            return gmm_conversion.approximate_mixture(w_hat, mu_hat, sigma_hat, lengths)
+            return gmm_conversion.approximate_mixture(w_hat, mu_hat, sigma_hat, source_lengths=lengths)
         if norm == "strict":
-            return gmm_conversion.strict_mixture(w_hat, mu_hat, sigma_hat, lengths)
+            return gmm_conversion.strict_mixture(w_hat, mu_hat, sigma_hat, source_lengths=lengths)
         previous = state.get("previous_mu") if state is not None else None
-        omega, mu, sigma = gmm_conversion.synthesis_mixture(w_hat, mu_hat, sigma_hat, previous)
+        omega, mu, sigma = gmm_conversion.synthesis_mixture(w_hat, mu_hat, sigma_hat, previous_mu=previous)
         if state is not None:
             state["previous_mu"] = mu[:, :, -1:].detach()  # (B, H, 1, K)
         return omega, mu, sigma

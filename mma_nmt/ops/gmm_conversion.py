@@ -21,7 +21,7 @@ def _lengths(source_lengths: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return source_lengths.to(device=like.device, dtype=like.dtype).view(-1, 1, 1, 1)  # (B, 1, 1, 1)
 
 
-def approximate_mixture(w_hat: torch.Tensor, mu_hat: torch.Tensor, sigma_hat: torch.Tensor,
+def approximate_mixture(w_hat: torch.Tensor, mu_hat: torch.Tensor, sigma_hat: torch.Tensor, *,
                         source_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The paper's default: ``omega = softmax_K(w^)``, ``mu = J sigmoid(mu^)``,
     ``sigma = min(J/6 sigmoid(sigma^), mu/3, (J - mu)/3)`` so that [mu - 3 sigma, mu + 3 sigma] lies in [0, J]."""
@@ -32,7 +32,7 @@ def approximate_mixture(w_hat: torch.Tensor, mu_hat: torch.Tensor, sigma_hat: to
     return omega, mu, sigma
 
 
-def strict_mixture(w_hat: torch.Tensor, mu_hat: torch.Tensor, sigma_hat: torch.Tensor,
+def strict_mixture(w_hat: torch.Tensor, mu_hat: torch.Tensor, sigma_hat: torch.Tensor, *,
                    source_lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """'Our Method+Norm.': as :func:`approximate_mixture` but ``sigma = J sigmoid(sigma^)``; the operator then divides
     beta by its sum over the sentence (``normalization="strict"``)."""
@@ -40,7 +40,7 @@ def strict_mixture(w_hat: torch.Tensor, mu_hat: torch.Tensor, sigma_hat: torch.T
     return torch.softmax(w_hat, dim=-1), length * torch.sigmoid(mu_hat), length * torch.sigmoid(sigma_hat)
 
 
-def synthesis_mixture(w_hat: torch.Tensor, mu_hat: torch.Tensor, sigma_hat: torch.Tensor,
+def synthesis_mixture(w_hat: torch.Tensor, mu_hat: torch.Tensor, sigma_hat: torch.Tensor, *,
                       previous_mu: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Graves' synthesis network: ``omega = exp(w^)``, ``mu_i = mu_{i-1} + exp(mu^_i)`` along the target steps (dim 2),
     ``sigma = sqrt(exp(-sigma^) / 2)``; used with ``normalization="unnormalised"`` (Z = 1).
@@ -78,7 +78,7 @@ def localness_bias(center_hat: torch.Tensor, width_hat: torch.Tensor,
     return length * torch.sigmoid(center_hat), length * torch.sigmoid(width_hat) / 2
 
 
-def mixture_mass_inside(omega: torch.Tensor, mu: torch.Tensor, sigma: torch.Tensor, source_lengths: torch.Tensor,
+def mixture_mass_inside(omega: torch.Tensor, mu: torch.Tensor, sigma: torch.Tensor, *, source_lengths: torch.Tensor,
                         sigma_floor: float = 1e-2) -> torch.Tensor:
     """Fraction of the (continuous) mixture's mass inside the sentence ``[0, J]``, per query: (B, H, T).
     The paper's claim for approximate normalisation is that this stays above 0.9."""

@@ -36,9 +36,9 @@ def make_inputs(shape: Shape, *, normalization: str = "approximate", local: bool
     source = lengths if lengths is not None else torch.full((B,), S, dtype=torch.int64)
     hats = [randn(B, H, T, shape.components) for _ in range(3)]
     if normalization == "approximate":
-        omega, mu, sigma = gmm_conversion.approximate_mixture(*hats, source)
+        omega, mu, sigma = gmm_conversion.approximate_mixture(*hats, source_lengths=source)
     elif normalization == "strict":
-        omega, mu, sigma = gmm_conversion.strict_mixture(*hats, source)
+        omega, mu, sigma = gmm_conversion.strict_mixture(*hats, source_lengths=source)
     else:
         omega, mu, sigma = gmm_conversion.synthesis_mixture(hats[0], hats[1] - 0.5, hats[2] - 1.0)
     inputs = dict(q=randn(B, H, T, shape.head_dim), k=randn(B, H, S, shape.head_dim), v=randn(B, H, S, shape.value_dim),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gmm_cases import Shape, grads_of, make_inputs
 from mma_nmt.ops import gmm_attention, gmm_conversion
@@ -46,6 +48,20 @@ def test_gmm_attention_matches_reference(shape_name, components, normalization):
     torch.testing.assert_close(fused.alpha, alpha.detach())
     torch.testing.assert_close(fused.beta, beta.detach())
     torch.testing.assert_close(fused.gamma, gamma.detach())
+    assert_close_grads(inputs, fused.out, ref_out, rtol=1e-8, atol=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), normalization=st.sampled_from(NORMALIZATIONS), local=st.booleans())
+def test_random_shapes_match_reference(data, normalization, local):
+    sizes = {name: data.draw(st.integers(1, high), label=name) for name, high in
+             [("batch", 3), ("heads", 3), ("query_len", 9), ("key_len", 140), ("head_dim", 17), ("value_dim", 9),
+              ("components", 5)]}
+    lengths = tuple(data.draw(st.integers(0, sizes["key_len"]), label="length") for _ in range(sizes["batch"]))
+    inputs = make_inputs(Shape(**sizes, lengths=lengths), normalization=normalization, local=local,
+                         seed=data.draw(st.integers(0, 2**16), label="seed"))
+    fused, (ref_out, *_) = run_both(inputs)
+    torch.testing.assert_close(fused.out, ref_out, rtol=1e-9, atol=1e-10)
     assert_close_grads(inputs, fused.out, ref_out, rtol=1e-8, atol=1e-9)
 
 
@@ -135,8 +151,8 @@ def test_approximate_normalisation_keeps_most_mass_inside_the_sentence():
     gen = torch.Generator().manual_seed(7)
     lengths = torch.randint(10, 120, (64,), generator=gen)
     hats = [torch.randn(64, 8, 16, 4, generator=gen, dtype=torch.float64) for _ in range(3)]
-    omega, mu, sigma = gmm_conversion.approximate_mixture(*hats, lengths)
-    continuous = gmm_conversion.mixture_mass_inside(omega, mu, sigma, lengths)  # (B, H, T)
+    omega, mu, sigma = gmm_conversion.approximate_mixture(*hats, source_lengths=lengths)
+    continuous = gmm_conversion.mixture_mass_inside(omega, mu, sigma, source_lengths=lengths)  # (B, H, T)
     assert continuous.min() > 0.9, f"continuous mass inside [0, J] as low as {continuous.min():.3f}"
     # The discrete weights the operator applies to the J real keys, summed over the sentence.
     S = int(lengths.max())
