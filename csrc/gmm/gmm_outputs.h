@@ -57,21 +57,23 @@ struct BackwardGrads {
   GmmBackwardResult as_tuple() const { return {q, k, v, omega, mu, sigma, gate, local_center, local_width}; }
 };
 
-// Zero-initialised, contiguous; the local-bias gradients are (B, H, T) with the bias, else (0,).
-inline BackwardGrads allocate_backward_grads(const GmmParams& p, const at::Tensor& q, const at::Tensor& omega) {
-  const auto fmt = at::MemoryFormat::Contiguous;
+// Contiguous. grad_k and grad_v are zero (kernels add into them); the per-row gradients, which a kernel writes in full,
+// are zero only when `rows_written` is false (an empty call). Local-bias gradients are (B, H, T) with the bias, else (0,).
+inline BackwardGrads allocate_backward_grads(const GmmParams& p, const at::Tensor& q, bool rows_written) {
+  const auto alloc = [&](std::vector<int64_t> shape) {
+    return rows_written ? at::empty(shape, q.options()) : at::zeros(shape, q.options());
+  };
+  const int64_t B = p.batch, H = p.heads, T = p.query_len;
   BackwardGrads g;
-  g.q = at::zeros_like(q, fmt);
-  g.k = at::zeros({p.batch, p.heads, p.key_len, p.head_dim}, q.options());
-  g.v = at::zeros({p.batch, p.heads, p.key_len, p.value_dim}, q.options());
-  g.omega = at::zeros_like(omega, fmt);
-  g.mu = at::zeros_like(omega, fmt);
-  g.sigma = at::zeros_like(omega, fmt);
-  g.gate = at::zeros({p.batch, p.heads, p.query_len}, q.options());
-  const std::vector<int64_t> local_shape =
-      p.has_local_bias ? std::vector<int64_t>{p.batch, p.heads, p.query_len} : std::vector<int64_t>{0};
-  g.local_center = at::zeros(local_shape, q.options());
-  g.local_width = at::zeros(local_shape, q.options());
+  g.q = alloc({B, H, T, p.head_dim});
+  g.k = at::zeros({B, H, p.key_len, p.head_dim}, q.options());
+  g.v = at::zeros({B, H, p.key_len, p.value_dim}, q.options());
+  g.omega = alloc({B, H, T, p.components});
+  g.mu = alloc({B, H, T, p.components});
+  g.sigma = alloc({B, H, T, p.components});
+  g.gate = alloc({B, H, T});
+  g.local_center = p.has_local_bias ? alloc({B, H, T}) : at::empty({0}, q.options());
+  g.local_width = p.has_local_bias ? alloc({B, H, T}) : at::empty({0}, q.options());
   return g;
 }
 

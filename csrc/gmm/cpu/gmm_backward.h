@@ -40,8 +40,8 @@ BackwardHead<T> backward_head_slice(const GmmParams& p, const BackwardTensors& t
   h.dmu = t.grad_mu.data_ptr<T>() + bh * T_len * K;
   h.dsigma = t.grad_sigma.data_ptr<T>() + bh * T_len * K;
   h.dgate = t.grad_gate.data_ptr<T>() + bh * T_len;
-  h.dcenter = mutable_slice_or_null<T>(t.grad_local_center, bh * T_len);
-  h.dwidth = mutable_slice_or_null<T>(t.grad_local_width, bh * T_len);
+  h.dcenter = slice_or_null<T>(t.grad_local_center, bh * T_len);
+  h.dwidth = slice_or_null<T>(t.grad_local_width, bh * T_len);
   return h;
 }
 

@@ -62,14 +62,15 @@ GmmBackwardResult gmm_attention_backward_cpu(
                                      scale, normalization, sigma_floor);
   check_cpu_dtype(op, q);
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
-  BackwardGrads g = allocate_backward_grads(p, q, omega);
+  const bool run = q.numel() > 0 && p.key_len > 0;
+  BackwardGrads g = allocate_backward_grads(p, q, run);
   BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(),
                     contiguous_or_undefined(key_lengths), omega.contiguous(), mu.contiguous(), sigma.contiguous(),
                     gate.contiguous(), contiguous_or_undefined(local_center), contiguous_or_undefined(local_width),
                     lse.contiguous(), log_mass.contiguous(), alpha_context.contiguous(), beta_context.contiguous(),
                     g.q, g.k, g.v, g.omega, g.mu, g.sigma, g.gate,
                     p.has_local_bias ? g.local_center : at::Tensor(), p.has_local_bias ? g.local_width : at::Tensor()};
-  if (q.numel() > 0 && p.key_len > 0) {
+  if (run) {
     switch (best_isa()) {
       case Isa::kAvx512: isa_avx512::gmm_backward(p, t); break;
       case Isa::kAvx2: isa_avx2::gmm_backward(p, t); break;

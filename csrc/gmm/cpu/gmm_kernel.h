@@ -36,13 +36,9 @@ struct ForwardHead {
   T *out, *lse, *log_mass, *ctx_a, *ctx_b, *alpha, *beta;
 };
 
+// Start of an optional tensor's slice, or null when the tensor is absent.
 template <typename T>
-const T* slice_or_null(const at::Tensor& t, int64_t offset) {
-  return t.defined() ? t.data_ptr<T>() + offset : nullptr;
-}
-
-template <typename T>
-T* mutable_slice_or_null(const at::Tensor& t, int64_t offset) {
+T* slice_or_null(const at::Tensor& t, int64_t offset) {
   return t.defined() ? t.data_ptr<T>() + offset : nullptr;
 }
 
@@ -64,8 +60,8 @@ ForwardHead<T> forward_head(const GmmParams& p, const ForwardTensors& t, const a
   h.log_mass = t.log_mass.data_ptr<T>() + bh * T_len;
   h.ctx_a = t.alpha_context.data_ptr<T>() + bh * T_len * p.value_dim;
   h.ctx_b = t.beta_context.data_ptr<T>() + bh * T_len * p.value_dim;
-  h.alpha = mutable_slice_or_null<T>(t.alpha, bh * T_len * S);
-  h.beta = mutable_slice_or_null<T>(t.beta, bh * T_len * S);
+  h.alpha = slice_or_null<T>(t.alpha, bh * T_len * S);
+  h.beta = slice_or_null<T>(t.beta, bh * T_len * S);
   return h;
 }
 

@@ -14,13 +14,9 @@
 namespace mma_nmt::gmm::cuda {
 namespace {
 
+// Data of an optional tensor, or null when it is absent (undefined or the (0,) placeholder).
 template <typename T>
-const T* ptr_or_null(const at::Tensor& t) {
-  return t.defined() && t.numel() > 0 ? t.data_ptr<T>() : nullptr;
-}
-
-template <typename T>
-T* mutable_ptr_or_null(const at::Tensor& t) {
+T* ptr_or_null(const at::Tensor& t) {
   return t.defined() && t.numel() > 0 ? t.data_ptr<T>() : nullptr;
 }
 
@@ -97,8 +93,8 @@ void launch_backward(const GmmParams& p, const Inputs& in, const at::Tensor& lse
                                ctx_b.data_ptr<acc_t>(), row_stats.data_ptr<acc_t>(), g.q.data_ptr<scalar_t>(),
                                g.k.data_ptr<scalar_t>(), g.v.data_ptr<scalar_t>(), g.omega.data_ptr<scalar_t>(),
                                g.mu.data_ptr<scalar_t>(), g.sigma.data_ptr<scalar_t>(), g.gate.data_ptr<scalar_t>(),
-                               mutable_ptr_or_null<scalar_t>(g.local_center),
-                               mutable_ptr_or_null<scalar_t>(g.local_width)};
+                               ptr_or_null<scalar_t>(g.local_center),
+                               ptr_or_null<scalar_t>(g.local_width)};
   const GmmArgs<scalar_t, acc_t> args = make_args<scalar_t, acc_t>(p, in);
   const auto stream = at::cuda::getCurrentCUDAStream();
   const int threads = kWarpsPerBlock * kWarp;
@@ -123,8 +119,9 @@ GmmBackwardResult gmm_attention_backward_cuda(
   check_cuda_limits(op, p, q);
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
   const c10::cuda::CUDAGuard guard(q.device());
-  BackwardGrads g = allocate_backward_grads(p, q, omega);
-  if (q.numel() == 0 || p.key_len == 0) return g.as_tuple();
+  const bool run = q.numel() > 0 && p.key_len > 0;
+  BackwardGrads g = allocate_backward_grads(p, q, run);
+  if (!run) return g.as_tuple();
   Inputs in = contiguous_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local_center, local_width);
   in.dout = grad_out.contiguous();
   const at::Tensor lse_c = lse.contiguous(), mass_c = log_mass.contiguous();
