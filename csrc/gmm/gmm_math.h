@@ -40,7 +40,8 @@ struct Component {
 };
 
 template <typename acc_t>
-MMA_HOST_DEVICE Component<acc_t> make_component(acc_t omega, acc_t mu, acc_t sigma, acc_t floor, int64_t normalization) {
+MMA_HOST_DEVICE Component<acc_t> make_component(acc_t omega, acc_t mu, acc_t sigma, acc_t floor,
+                                                int64_t normalization) {
   Component<acc_t> c;
   c.omega = omega;
   c.mu = mu;

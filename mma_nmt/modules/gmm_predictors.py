@@ -50,7 +50,8 @@ class MixturePredictor(nn.Module):
         self.gate = FeedForwardHead(head_dim, 1) if learned_gate else None
         self.local = FeedForwardHead(head_dim, 2) if config.attention == "localness" else None
 
-    def forward(self, q: torch.Tensor, lengths: torch.Tensor, *, step: int = 0, state: dict | None = None) -> MixtureParams:
+    def forward(self, q: torch.Tensor, lengths: torch.Tensor, *, step: int = 0,
+                state: dict | None = None) -> MixtureParams:
         """``lengths`` (B,) true source lengths; ``step`` the target position of q's first row; ``state`` the
         incremental-decoding dict (the synthesis network keeps its last means there)."""
         kind = self.config.attention

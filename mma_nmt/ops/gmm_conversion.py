@@ -56,7 +56,8 @@ def synthesis_mixture(w_hat: torch.Tensor, mu_hat: torch.Tensor, sigma_hat: torc
 
 
 def hard_coded_mixture(query_positions: torch.Tensor, source_lengths: torch.Tensor, heads: int, *,
-                       length_ratio: float = 1.0, sigma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       length_ratio: float = 1.0,
+                       sigma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Hard-coded Gaussian (You et al. 2020): one fixed component per query, mean at source position
     ``min(i * length_ratio, J - 1)`` for target position ``i``, fixed ``sigma``; used with strict normalisation and gate 1.
 

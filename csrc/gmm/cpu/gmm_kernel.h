@@ -169,7 +169,8 @@ void forward_typed(const GmmParams& p, ForwardTensors& t) {
 }  // namespace
 
 void gmm_forward(const GmmParams& p, ForwardTensors& t) {
-  AT_DISPATCH_FLOATING_TYPES(t.q.scalar_type(), "mma_nmt::gmm_attention cpu forward", [&] { forward_typed<scalar_t>(p, t); });
+  AT_DISPATCH_FLOATING_TYPES(t.q.scalar_type(), "mma_nmt::gmm_attention cpu forward",
+                             [&] { forward_typed<scalar_t>(p, t); });
 }
 
 void gmm_backward(const GmmParams& p, BackwardTensors& t) {
