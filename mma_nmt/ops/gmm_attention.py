@@ -9,8 +9,12 @@ Per head and query row ``i`` the operator computes, in one pass over the sentenc
 with ``sigma`` floored at ``sigma_floor`` and, by ``normalization``: ``"approximate"`` (``Z = sqrt(2 pi) sigma``; the
 paper's sigma limits are applied when converting network outputs, see :mod:`mma_nmt.ops.gmm_conversion`), ``"strict"``
 (the same ``Z``, then ``beta`` divided by its sum over the sentence) or ``"unnormalised"`` (``Z = 1``, synthesis network).
-No (T, S) tensor is built unless the weights are asked for. The kernels live in ``csrc/gmm/``; this file adds the
-functional API, the fake kernels and autograd, whose backward is ``mma_nmt::gmm_attention_backward``.
+No (T, S) tensor is built unless the weights are asked for. The mixture is evaluated exactly at every real key (no
+truncation to a few sigma around each mean). In strict mode the kernels divide out the row's largest term before
+summing (csrc/gmm/gmm_math.h), so the normalised weights stay finite and sum to 1 even when every term underflows.
+The kernels live in ``csrc/gmm/``; this file adds the functional API, the fake kernels and autograd, whose backward is
+``mma_nmt::gmm_attention_backward``. The saved statistics and contexts (lse, log_mass, alpha v, beta v) are outputs
+for the backward op and for analysis; they are not differentiable.
 
 The localness-Gaussian variant (Yang et al. 2018) adds ``b_ij = -(j - local_center_i)^2 / (2 local_width_i^2)`` to the
 logits; it is a pair of optional inputs of this same operator rather than a mixture, because a bias inside the softmax is

@@ -189,3 +189,21 @@ def test_bad_input_raises_error_naming_the_argument(name, changes):
     inputs.update(changes)
     with pytest.raises((ValueError, TypeError, RuntimeError), match=name):
         gmm_attention(**inputs)
+
+
+def test_conversions_follow_the_papers_table_1_and_stay_finite():
+    gen = torch.Generator().manual_seed(11)
+    lengths = torch.tensor([1, 9, 40])
+    hats = [torch.randn(3, 2, 6, 4, generator=gen, dtype=torch.float64) * 3 for _ in range(3)]
+    J = lengths.view(-1, 1, 1, 1).double()
+    omega, mu, sigma = gmm_conversion.approximate_mixture(*hats, source_lengths=lengths)
+    torch.testing.assert_close(omega.sum(-1), torch.ones(3, 2, 6, dtype=torch.float64))
+    assert torch.all((mu >= 0) & (mu <= J))
+    assert torch.all(sigma <= torch.minimum(J / 6, torch.minimum(mu / 3, (J - mu) / 3)) + 1e-12)
+    _, _, sigma_strict = gmm_conversion.strict_mixture(*hats, source_lengths=lengths)
+    torch.testing.assert_close(sigma_strict, J / (1 + torch.exp(-hats[2])))
+    omega, mu, sigma = gmm_conversion.synthesis_mixture(*hats)
+    assert torch.all(mu[:, :, 1:] >= mu[:, :, :-1]), "synthesis means move forward along the target"
+    torch.testing.assert_close(sigma, torch.sqrt(torch.exp(-hats[2]) / 2))
+    huge = [torch.full((1, 1, 3, 2), value, dtype=torch.float32) for value in (1e4, 1e4, -1e4)]
+    assert all(torch.isfinite(t).all() for t in gmm_conversion.synthesis_mixture(*huge))
