@@ -12,4 +12,21 @@ TORCH_LIBRARY(mma_nmt, m) {
       "attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? key_lengths, "
       "int[] head_kinds, int window, float scale, int query_offset, float dropout_p, int seed) "
       "-> (Tensor, Tensor, Tensor)");
+
+  // Gaussian-mixture concentrated cross-attention (SPEC section 5, csrc/gmm/): per query, out = (1 - gate) * (alpha v)
+  // + gate * (beta v) with alpha the dot-product softmax (plus the localness-Gaussian logit bias when local_center and
+  // local_width are given) and beta the K-component mixture of (omega, mu, sigma), all (B,H,T,K). normalization: 0
+  // approximate, 1 strict, 2 unnormalised (gmm_math.h). Returns (out (B,H,T,Dv), lse (B,H,T), log_mass (B,H,T) = log of
+  // the unnormalised mixture's sum over the sentence, alpha_context (B,H,T,Dv) = alpha v, beta_context (B,H,T,Dv) =
+  // beta v, alpha (B,H,T,S) and beta (B,H,T,S) if return_weights else (0,)).
+  m.def(
+      "gmm_attention(Tensor q, Tensor k, Tensor v, Tensor? key_lengths, Tensor omega, Tensor mu, Tensor sigma, "
+      "Tensor gate, Tensor? local_center, Tensor? local_width, float scale, int normalization, float sigma_floor, "
+      "bool return_weights=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // Gradients for (q, k, v, omega, mu, sigma, gate, local_center, local_width); the last two are (0,) without the bias.
+  m.def(
+      "gmm_attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor? key_lengths, Tensor omega, "
+      "Tensor mu, Tensor sigma, Tensor gate, Tensor? local_center, Tensor? local_width, Tensor lse, Tensor log_mass, "
+      "Tensor alpha_context, Tensor beta_context, float scale, int normalization, float sigma_floor) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
 }

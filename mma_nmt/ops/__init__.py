@@ -1,6 +1,7 @@
 """Functional API of the fused operators (``torch.ops.mma_nmt.*`` with fake kernels and autograd registered)."""
 
 from mma_nmt.ops.fused_attention import AttentionResult, fused_attention
+from mma_nmt.ops.gmm_attention import GmmAttentionResult, gmm_attention
 from mma_nmt.ops.head_spec import HeadKind, format_head_spec, parse_head_spec
 from mma_nmt.ops.padding import lengths_from_padding_mask, padding_mask_from_lengths
 
@@ -9,6 +10,8 @@ __all__ = [
     "HeadKind",
     "format_head_spec",
     "fused_attention",
+    "GmmAttentionResult",
+    "gmm_attention",
     "lengths_from_padding_mask",
     "padding_mask_from_lengths",
     "parse_head_spec",
