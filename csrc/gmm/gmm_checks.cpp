@@ -10,25 +10,12 @@
 namespace mma_nmt::gmm {
 namespace {
 
+using attention::check_key_lengths;
 using attention::check_same_layout;
 
 void check_rank(const char* op, const char* name, const at::Tensor& t, int64_t rank, const char* layout) {
   TORCH_CHECK_VALUE(t.dim() == rank, op, ": ", name, " must have shape ", layout, ", got a ", t.dim(),
                     "-d tensor of shape ", t.sizes());
-}
-
-void check_key_lengths(const char* op, const at::Tensor& lengths, const at::Tensor& q, int64_t key_len) {
-  TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == q.size(0), op,
-                    ": key_lengths must have shape (batch,) = (", q.size(0), ",), got ", lengths.sizes());
-  TORCH_CHECK_TYPE(lengths.scalar_type() == at::kLong, op, ": key_lengths must be int64, got ", lengths.scalar_type());
-  TORCH_CHECK_VALUE(lengths.device() == q.device(), op, ": key_lengths is on ", lengths.device(), " but q is on ",
-                    q.device());
-  if (lengths.is_cpu() && lengths.numel() > 0) {
-    const int64_t lo = lengths.min().item<int64_t>();
-    const int64_t hi = lengths.max().item<int64_t>();
-    TORCH_CHECK_VALUE(lo >= 0 && hi <= key_len, op, ": key_lengths must lie in [0, key_len=", key_len,
-                      "], got values in [", lo, ", ", hi, "]");
-  }
 }
 
 void check_mixture(const char* op, const GmmParams& p, const at::Tensor& omega, const at::Tensor& mu,
