@@ -4,3 +4,11 @@ from mma_nmt.reference.attention import attention_reference, visibility_mask
 from mma_nmt.reference.dropout_hash import dropout_keep_mask
 
 __all__ = ["attention_reference", "dropout_keep_mask", "visibility_mask"]
+
+# ---- multi-layer, multi-hop and multi-head Luong attention (SPEC sections 2-4) ----
+from mma_nmt.reference.luong_attention import luong_attention_reference, shared_value_attention_reference  # noqa: E402
+from mma_nmt.reference.multihop import head_gate_reference, second_hop_reference  # noqa: E402
+from mma_nmt.reference.multilayer_attention import multilayer_attention_reference  # noqa: E402
+
+__all__ += ["head_gate_reference", "luong_attention_reference", "multilayer_attention_reference",
+            "second_hop_reference", "shared_value_attention_reference"]
