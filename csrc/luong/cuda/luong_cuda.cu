@@ -19,11 +19,17 @@
 namespace mma_nmt::luong::cuda {
 namespace {
 
-using attention::keys_of_sentence;
 using attention::OnlineSoftmax;
 using attention::probability_from_lse;
 
 constexpr int kThreads = 128;
+
+// Sentence b's number of real keys (the device twin of attention::keys_of_sentence).
+__device__ int64_t keys_of_sentence(const int64_t* lengths, int64_t b, int64_t key_len) {
+  if (lengths == nullptr) return key_len;
+  const int64_t n = lengths[b];
+  return n < 0 ? 0 : (n > key_len ? key_len : n);
+}
 
 template <typename scalar_t, typename acc_t>
 __device__ acc_t dot_of(const scalar_t* a, const scalar_t* b, int64_t n) {

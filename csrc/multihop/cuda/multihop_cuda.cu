@@ -24,7 +24,7 @@ __global__ void head_gate_forward_kernel(HeadGateParams p, const scalar_t* __res
                                          const scalar_t* __restrict__ v_b, scalar_t* __restrict__ out,
                                          scalar_t* __restrict__ gate) {
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n >= p.positions()) return;
+  if (n >= p.batch * p.query_len) return;
   acc_t beta[kMaxHeads];
   for (int64_t h = 0; h < p.heads; ++h) {
     const int64_t row = head_row(n, h, p.heads, p.query_len);
@@ -48,7 +48,7 @@ __global__ void head_gate_backward_kernel(HeadGateParams p, const scalar_t* __re
                                           scalar_t* __restrict__ dpre, scalar_t* __restrict__ duc,
                                           acc_t* __restrict__ dv_b) {
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n >= p.positions()) return;
+  if (n >= p.batch * p.query_len) return;
   acc_t beta[kMaxHeads], de[kMaxHeads];
   for (int64_t h = 0; h < p.heads; ++h) {
     const int64_t row = head_row(n, h, p.heads, p.query_len);
