@@ -82,7 +82,8 @@ class MultiLayerMultiheadAttention(nn.Module):
     (B, H, T, S) for joint weights, (B, n, H, T, S) for layer-specific ones.
 
     Incremental decoding: pass the same dict as ``incremental_state`` at every step; the projected per-layer keys and
-    values are computed at the first step and reused (``reorder_incremental_state`` follows beam reordering).
+    values are computed at the first step and reused, ``features`` is then not read again (``reorder_incremental_state``
+    follows beam reordering).
     """
 
     def __init__(self, config: MultiLayerAttentionConfig):
@@ -151,7 +152,8 @@ class MultiLayerMultiheadAttention(nn.Module):
                 need_weights: bool = False, incremental_state: dict | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         c = self.config
-        self._check_inputs(query, features)
+        cached = incremental_state is not None and self._cache_key in incremental_state
+        self._check_inputs(query, None if cached else features)
         lengths = resolve_key_lengths(key_lengths, key_padding_mask, query.device)
         if c.implementation == "reference":
             q = [self._heads(p(query)) for p in self.q_projs]
@@ -160,7 +162,7 @@ class MultiLayerMultiheadAttention(nn.Module):
             context, weights = multilayer_attention_reference(q, k, v, layer_specific=c.layer_specific,
                                                               sum_contexts=c.sum_contexts, key_lengths=lengths)
             return self.out_proj(context), (weights if need_weights else None)
-        if incremental_state is not None and self._cache_key in incremental_state:
+        if cached:
             k, v = incremental_state[self._cache_key]
         else:
             k, v = self.project_memory(features)
@@ -189,10 +191,12 @@ class MultiLayerMultiheadAttention(nn.Module):
             return out.sum(dim=1).transpose(1, 2).reshape(batch, length, heads * dim)  # (B, T, E)
         return out.permute(0, 3, 1, 2, 4).reshape(batch, length, n * heads * dim)  # (B, T, n, H, D) -> (B, T, n*E)
 
-    def _check_inputs(self, query: torch.Tensor, features: Sequence[torch.Tensor]) -> None:
+    def _check_inputs(self, query: torch.Tensor, features: Sequence[torch.Tensor] | None) -> None:
         e, n = self.config.embed_dim, self.config.num_layers
         if query.dim() != 3 or query.shape[-1] != e:
             raise ValueError(f"query must have shape (batch, len, embed_dim={e}), got {tuple(query.shape)}")
+        if features is None:  # keys and values come from the incremental-decoding cache
+            return
         if len(features) != n:
             raise ValueError(f"features must hold num_layers={n} encoder outputs, got {len(features)}")
         for index, f in enumerate(features):
