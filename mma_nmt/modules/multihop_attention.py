@@ -147,12 +147,23 @@ class MultiHopSelfAttention(nn.Module):
 
         Returns ``(a' (B, H, T, D), beta (B, H, T))``. The projections are GEMMs; the rest is one fused operator.
         """
-        query_proj = torch.matmul(q, self.w_b.t())  # (B, H, T, Db), W_b shared by the heads
-        head_proj = torch.einsum("bhtd,hed->bhte", a, self.u_b)  # (B, H, T, Db)
-        value_proj = torch.einsum("bhtd,hcd->bhtc", a, self.u_c)  # (B, H, T, D)
         if self.config.implementation == "reference":
+            query_proj = torch.einsum("bhtd,ed->bhte", q, self.w_b)  # (B, H, T, Db), W_b shared by the heads
+            head_proj = torch.einsum("bhtd,hed->bhte", a, self.u_b)  # (B, H, T, Db)
+            value_proj = torch.einsum("bhtd,hcd->bhtc", a, self.u_c)  # (B, H, T, D)
             return head_gate_reference(query_proj, head_proj, value_proj, self.v_b)
-        return multihop_gate(query_proj, head_proj, value_proj, self.v_b)
+        batch, heads, length, dim = a.shape
+        # q is a (B, H, T, D) view of the (B, T, H, D) projection: one GEMM on that layout, handed over as a view
+        query_proj = torch.matmul(q.transpose(1, 2), self.w_b.t()).transpose(1, 2)  # (B, H, T, Db)
+        # U_b_h a_h and U_c_h a_h as batched GEMMs over heads on one (H, B*T, D) copy of a; the operator reads the
+        # (B, H, T, ·) views in place (it needs only the last dimension contiguous). Two GEMMs rather than one on
+        # [U_b; U_c]: slicing one output would cost two zero-filled gradient buffers in backward.
+        per_head = a.transpose(0, 1).reshape(heads, batch * length, dim)  # (H, B*T, D)
+
+        def per_head_projection(weight: torch.Tensor) -> torch.Tensor:  # (H, out, D) -> (B, H, T, out) view
+            return torch.bmm(per_head, weight.transpose(1, 2)).view(heads, batch, length, -1).transpose(0, 1)
+
+        return multihop_gate(query_proj, per_head_projection(self.u_b), per_head_projection(self.u_c), self.v_b)
 
 
 def encoder_self_attention(config: MultiHopAttentionConfig, placement: MultiHopPlacement, layer: int) -> nn.Module:

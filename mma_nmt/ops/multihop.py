@@ -35,6 +35,9 @@ def multihop_gate(query_proj: torch.Tensor, head_proj: torch.Tensor, value_proj:
         head_proj: (B, H, T, Db) ``U_b_h a_h`` for each head's first-hop output ``a_h``.
         value_proj: (B, H, T, Dc) ``U_c_h a_h``.
         v_b: (Db,) the MLP attention's output vector.
+
+    The CPU kernels read ``query_proj``, ``head_proj`` and ``value_proj`` through their strides (only the last dimension
+    must be contiguous), so slices and transposed views of larger projections are not copied.
     """
     require_device_support(query_proj, "mma_nmt.multihop_gate")
     out, gate = _OP(query_proj, head_proj, value_proj, v_b)

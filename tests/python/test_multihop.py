@@ -56,6 +56,24 @@ def test_head_gate_every_cpu_build_matches_reference(isa, monkeypatch):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
+def test_head_gate_reads_strided_slices_in_place():
+    """Slices of one (B, H, T, Db + Dc) projection and a transposed (B, T, H, Db) one, as the module passes them."""
+    gen = torch.Generator().manual_seed(5)
+    both = torch.randn(3, 4, 6, 7 + 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    natural = torch.randn(3, 6, 4, 7, generator=gen, dtype=torch.float64, requires_grad=True)
+    v_b = torch.randn(7, generator=gen, dtype=torch.float64, requires_grad=True)
+    args = (natural.transpose(1, 2), both[..., :7], both[..., 7:], v_b)
+    assert not any(a.is_contiguous() for a in args[:3])
+    out, gate = multihop_gate(*args)
+    ref_out, ref_gate = head_gate_reference(*args)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(gate, ref_gate)
+    got = torch.autograd.grad(out.square().sum() + gate.sum(), (both, natural, v_b))
+    want = torch.autograd.grad(ref_out.square().sum() + ref_gate.sum(), (both, natural, v_b))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
 def test_head_gate_weights_sum_to_one_over_heads():
     _, gate = multihop_gate(*_inputs((3, 8, 6, 16, 16), torch.float64))
     assert (gate > 0).all()

@@ -8,7 +8,8 @@
 
 namespace mma_nmt::multihop::cpu {
 
-// Every tensor is contiguous; shapes as in multihop_params.h.
+// Shapes as in multihop_params.h. query_proj, head_proj and value_proj need only a contiguous last dimension;
+// every other tensor is contiguous.
 struct HeadGateForward {
   at::Tensor query_proj, head_proj, value_proj, v_b;
   at::Tensor out, gate;  // (B, H, T, Dc), (B, H, T)

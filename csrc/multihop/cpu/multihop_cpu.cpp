@@ -14,6 +14,9 @@ namespace {
 using attention::cpu::best_isa;
 using attention::cpu::Isa;
 
+// The kernels read rows through strides; only the last dimension has to be contiguous.
+at::Tensor rows_contiguous(const at::Tensor& t) { return t.stride(-1) == 1 || t.size(-1) <= 1 ? t : t.contiguous(); }
+
 void check_cpu_dtype(const char* op, const at::Tensor& query_proj) {
   TORCH_CHECK_TYPE(query_proj.scalar_type() == at::kFloat || query_proj.scalar_type() == at::kDouble, op,
                    ": on the CPU query_proj must be float32 or float64, got ", query_proj.scalar_type());
@@ -24,7 +27,7 @@ std::tuple<at::Tensor, at::Tensor> multihop_gate_cpu(const at::Tensor& query_pro
   const char* op = "mma_nmt.multihop_gate";
   const HeadGateParams p = check_head_gate_args(op, query_proj, head_proj, value_proj, v_b);
   check_cpu_dtype(op, query_proj);
-  HeadGateForward t{query_proj.contiguous(), head_proj.contiguous(), value_proj.contiguous(), v_b.contiguous(),
+  HeadGateForward t{rows_contiguous(query_proj), rows_contiguous(head_proj), rows_contiguous(value_proj), v_b.contiguous(),
                     at::empty({p.batch, p.heads, p.query_len, p.value_dim}, query_proj.options()),
                     at::empty({p.batch, p.heads, p.query_len}, query_proj.options())};
   if (p.positions() == 0) return {t.out, t.gate};
@@ -45,9 +48,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_gate_backward_cpu(
   check_cpu_dtype(op, query_proj);
   HeadGateBackward t{grad_out.contiguous(),
                      grad_gate.has_value() ? grad_gate->contiguous() : at::Tensor(),
-                     query_proj.contiguous(),
-                     head_proj.contiguous(),
-                     value_proj.contiguous(),
+                     rows_contiguous(query_proj),
+                     rows_contiguous(head_proj),
+                     rows_contiguous(value_proj),
                      v_b.contiguous(),
                      gate.contiguous(),
                      at::empty({p.batch, p.heads, p.query_len, p.hop_dim}, query_proj.options()),
