@@ -20,7 +20,10 @@ from mma_nmt.modules import MultiHopAttentionConfig, MultiHopSelfAttention
 from mma_nmt.ops import multihop_gate
 from mma_nmt.reference import head_gate_reference
 
-SHAPES = {"IWSLT (E=256, H=4), 64x64 tokens": (64, 64, 256, 4), "WMT base (E=512, H=8), 128x32 tokens": (128, 32, 512, 8)}
+SHAPES = {  # name: (sentences, tokens each, E, H)
+    "IWSLT (E=256, H=4), 64x64 tokens": (64, 64, 256, 4),
+    "WMT base (E=512, H=8), 128x32 tokens": (128, 32, 512, 8),
+}
 
 
 def _run(fn, backward: bool):
@@ -42,7 +45,8 @@ def _rows_for(name, batch, length, embed, heads, repeat):
     v_b = fused.v_b
     x = torch.randn(batch, length, embed, requires_grad=True)
     pairs = {
-        "head gate op": (lambda: multihop_gate(*projections, v_b).out, lambda: head_gate_reference(*projections, v_b)[0]),
+        "head gate op": (lambda: multihop_gate(*projections, v_b).out,
+                         lambda: head_gate_reference(*projections, v_b)[0]),
         "second hop (projections + gate)": (lambda: fused.second_hop(q, a)[0], lambda: reference.second_hop(q, a)[0]),
         "multi-hop self-attention module": (lambda: fused(x)[0], lambda: reference(x)[0]),
     }

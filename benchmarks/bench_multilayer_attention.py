@@ -5,9 +5,10 @@ dimensions for joint weights, layers as extra heads for layer-specific ones) aga
 Rows: the attention core (given each layer's projected q/k/v), the whole MLMHA sublayer, and — to answer whether the
 layout change costs anything — the share of the fused core spent arranging the per-layer projections into the
 operator's layout. Forward and forward+backward, paper shapes: IWSLT (E = 256, H = 4) and WMT base (E = 512, H = 8),
-32 sentences of 32 target and 32 source tokens. Goal (issue 4): joint weights with n = 4 at least 2x faster.
+32 sentences of 32 (typical) and 96 (long) target and source tokens. Goal (issue 4): joint weights with n = 4 at
+least 2x faster.
 
-    python -m benchmarks.bench_multilayer_attention [--quick] [--threads N]
+    python -m benchmarks.bench_multilayer_attention [--quick] [--threads N] [--lengths 32 96]
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from mma_nmt.ops import fused_attention
 from mma_nmt.reference import multilayer_attention_reference
 
 SHAPES = {"IWSLT (E=256, H=4)": (256, 4), "WMT base (E=512, H=8)": (512, 8)}
-BATCH, TGT_LEN, SRC_LEN = 32, 32, 32
+BATCH = 32
 
 
 def _run(fn, backward: bool):
@@ -52,7 +53,7 @@ def _core_pair(module: MultiLayerMultiheadAttention, query, features, lengths):
     def fused():
         qa, ka, va = arranged()
         out = fused_attention(qa, ka, va, key_lengths=lengths, scale=1 / math.sqrt(module.head_dim)).out
-        return module._combine(out, BATCH, TGT_LEN)
+        return module._combine(out, query.shape[0], query.shape[1])
 
     def reference():
         return multilayer_attention_reference([heads(x) for x in q], [heads(x) for x in k], [heads(x) for x in v],
@@ -62,17 +63,17 @@ def _core_pair(module: MultiLayerMultiheadAttention, query, features, lengths):
     return fused, reference, lambda: arranged()[0]
 
 
-def _rows_for(name, embed, heads, variant, layers, repeat):
+def _rows_for(name, embed, heads, variant, layers, length, repeat):
     torch.manual_seed(0)
     config = MultiLayerAttentionConfig.from_variant(variant, embed_dim=embed, num_heads=heads, num_layers=layers)
     fused_module = MultiLayerMultiheadAttention(config)
     reference_module = copy.deepcopy(fused_module)
     reference_module.config.implementation = "reference"
-    query = torch.randn(BATCH, TGT_LEN, embed, requires_grad=True)
-    features = [torch.randn(BATCH, SRC_LEN, embed, requires_grad=True) for _ in range(layers)]
-    lengths = torch.randint(SRC_LEN // 2, SRC_LEN + 1, (BATCH,))
+    query = torch.randn(BATCH, length, embed, requires_grad=True)
+    features = [torch.randn(BATCH, length, embed, requires_grad=True) for _ in range(layers)]
+    lengths = torch.randint(length // 2, length + 1, (BATCH,))
     fused_core, reference_core, arrange = _core_pair(fused_module, query, features, lengths)
-    label = f"{name} {variant} n={layers}"
+    label = f"{name} {variant} n={layers} T=S={length}"
     rows = []
     pairs = {"attention core": (fused_core, reference_core),
              "MLMHA sublayer": (lambda: fused_module(query, features, key_lengths=lengths)[0],
@@ -91,6 +92,8 @@ def _rows_for(name, embed, heads, variant, layers, repeat):
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one shape and variant, fewer repeats (a smoke test)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[32, 96],
+                        help="target = source lengths to measure (default: 32 96)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     args = parser.parse_args(argv)
     if args.threads:
@@ -99,9 +102,10 @@ def main(argv=None) -> None:
         (name, variant, layers) for name in SHAPES for variant, layers in
         [("M-00", 4), ("M-01", 4), ("M-10", 4), ("M-11", 4), ("M-00", 6)]]
     rows = []
-    for name, variant, layers in cases:
-        rows += _rows_for(name, *SHAPES[name], variant, layers, repeat=3 if args.quick else 5)
-    print(f"torch threads: {torch.get_num_threads()}; batch {BATCH}, target {TGT_LEN}, source {SRC_LEN} tokens\n")
+    for length in args.lengths:
+        for name, variant, layers in cases:
+            rows += _rows_for(name, *SHAPES[name], variant, layers, length, repeat=3 if args.quick else 5)
+    print(f"torch threads: {torch.get_num_threads()}; batch {BATCH} sentences\n")
     print(markdown_table(["case", "what", "pass", "reference ms", "fused ms", "speed-up"], rows))
 
 

@@ -30,7 +30,8 @@ TORCH_LIBRARY_FRAGMENT(mma_nmt, m) {
 // ---- Multi-head Luong attention (SPEC section 2), csrc/luong/ ------------------------------------------------------
 TORCH_LIBRARY_FRAGMENT(mma_nmt, m) {
   // Attention of q (B, H, T, D) over per-head keys k (B, H, S, D) and one value set v (B, S, Dv) shared by every head,
-  // with key padding as lengths. Returns (out (B, H, T, Dv), lse (B, H, T), probs (B, H, T, S) if return_probs else (0,)).
+  // with key padding as lengths. Returns (out (B, H, T, Dv), lse (B, H, T), probs (B, H, T, S) if return_probs
+  // else (0,)).
   m.def(
       "shared_value_attention(Tensor q, Tensor k, Tensor v, Tensor? key_lengths, float scale, "
       "bool return_probs=False) -> (Tensor, Tensor, Tensor)");

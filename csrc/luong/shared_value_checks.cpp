@@ -31,7 +31,8 @@ SharedValueParams check_shared_value_args(const char* op, const at::Tensor& q, c
   check_rank(op, "q", q, 4, "(batch, heads, query_len, head_dim)");
   check_rank(op, "k", k, 4, "(batch, heads, key_len, head_dim)");
   check_rank(op, "v", v, 3, "(batch, key_len, value_dim) (one value set shared by every head)");
-  TORCH_CHECK_TYPE(at::isFloatingType(q.scalar_type()), op, ": q must be a floating-point tensor, got ", q.scalar_type());
+  TORCH_CHECK_TYPE(at::isFloatingType(q.scalar_type()), op, ": q must be a floating-point tensor, got ",
+                   q.scalar_type());
   SharedValueParams p;
   p.batch = q.size(0);
   p.heads = q.size(1);

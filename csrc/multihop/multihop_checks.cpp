@@ -6,7 +6,8 @@
 namespace mma_nmt::multihop {
 namespace {
 
-void check_like(const char* op, const char* name, const at::Tensor& t, at::IntArrayRef expected, const at::Tensor& like) {
+void check_like(const char* op, const char* name, const at::Tensor& t, at::IntArrayRef expected,
+                const at::Tensor& like) {
   TORCH_CHECK_VALUE(t.sizes() == expected, op, ": ", name, " must have shape ", expected, ", got ", t.sizes());
   TORCH_CHECK_TYPE(t.scalar_type() == like.scalar_type(), op, ": ", name, " must have dtype ", like.scalar_type(),
                    " like query_proj, got ", t.scalar_type());
@@ -18,12 +19,14 @@ void check_like(const char* op, const char* name, const at::Tensor& t, at::IntAr
 
 HeadGateParams check_head_gate_args(const char* op, const at::Tensor& query_proj, const at::Tensor& head_proj,
                                     const at::Tensor& value_proj, const at::Tensor& v_b) {
-  TORCH_CHECK_VALUE(query_proj.dim() == 4, op, ": query_proj must have shape (batch, heads, query_len, hop_dim), got a ",
-                    query_proj.dim(), "-d tensor of shape ", query_proj.sizes());
-  TORCH_CHECK_VALUE(value_proj.dim() == 4, op, ": value_proj must have shape (batch, heads, query_len, value_dim), got a ",
-                    value_proj.dim(), "-d tensor of shape ", value_proj.sizes());
-  TORCH_CHECK_TYPE(at::isFloatingType(query_proj.scalar_type()), op, ": query_proj must be a floating-point tensor, got ",
-                   query_proj.scalar_type());
+  TORCH_CHECK_VALUE(query_proj.dim() == 4, op,
+                    ": query_proj must have shape (batch, heads, query_len, hop_dim), got a ", query_proj.dim(),
+                    "-d tensor of shape ", query_proj.sizes());
+  TORCH_CHECK_VALUE(value_proj.dim() == 4, op,
+                    ": value_proj must have shape (batch, heads, query_len, value_dim), got a ", value_proj.dim(),
+                    "-d tensor of shape ", value_proj.sizes());
+  TORCH_CHECK_TYPE(at::isFloatingType(query_proj.scalar_type()), op,
+                   ": query_proj must be a floating-point tensor, got ", query_proj.scalar_type());
   HeadGateParams p;
   p.batch = query_proj.size(0);
   p.heads = query_proj.size(1);

@@ -17,8 +17,8 @@ struct HeadGateParams {
   int64_t positions() const { return batch * query_len; }
 };
 
-// Checks query_proj (B, H, T, Db), head_proj (B, H, T, Db), value_proj (B, H, T, Dc) and v_b (Db,) — the layout of the
-// first hop's output — and names the bad argument.
+// Checks query_proj (B, H, T, Db), head_proj (B, H, T, Db), value_proj (B, H, T, Dc) and v_b (Db,) — the layout of
+// the first hop's output — and names the bad argument.
 HeadGateParams check_head_gate_args(const char* op, const at::Tensor& query_proj, const at::Tensor& head_proj,
                                     const at::Tensor& value_proj, const at::Tensor& v_b);
 

@@ -40,7 +40,8 @@ class LinearFeatureCombination(nn.Module):
 
 
 class IterativeFeatureCombination(nn.Module):
-    """``forward([h_1 .. h_L])`` -> (B, S, E): ``x_1 = h_1``, ``x_s = LayerNorm(FFN([x_{s-1}; h_s]) + x_{s-1} + h_s)``."""
+    """``forward([h_1 .. h_L])`` -> (B, S, E):
+    ``x_1 = h_1``, ``x_s = LayerNorm(FFN([x_{s-1}; h_s]) + x_{s-1} + h_s)``."""
 
     def __init__(self, embed_dim: int, num_layers: int, ffn_dim: int | None = None):
         super().__init__()

@@ -167,8 +167,8 @@ class MultiHopSelfAttention(nn.Module):
 
 
 def encoder_self_attention(config: MultiHopAttentionConfig, placement: MultiHopPlacement, layer: int) -> nn.Module:
-    """The self-attention of encoder layer ``layer`` (1-based) for a model builder: multi-hop where ``placement`` puts the
-    second hop, ordinary multi-head attention (the ``"G"`` mixed module) elsewhere."""
+    """The self-attention of encoder layer ``layer`` (1-based) for a model builder: multi-hop where ``placement``
+    puts the second hop, ordinary multi-head attention (the ``"G"`` mixed module) elsewhere."""
     if not 1 <= layer <= placement.num_layers:
         raise ValueError(f"layer must lie in [1, {placement.num_layers}], got {layer}")
     if placement.has_second_hop(layer):

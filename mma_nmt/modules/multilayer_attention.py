@@ -57,7 +57,8 @@ class SourceFeatureCollector(nn.Module):
     def __init__(self, embed_dim: int, num_encoder_layers: int, num_collected: int):
         super().__init__()
         if not 1 <= num_collected <= num_encoder_layers:
-            raise ValueError(f"num_collected must lie in [1, num_encoder_layers={num_encoder_layers}], got {num_collected}")
+            raise ValueError(
+                f"num_collected must lie in [1, num_encoder_layers={num_encoder_layers}], got {num_collected}")
         self.num_encoder_layers = num_encoder_layers
         self.first_layer = num_encoder_layers - num_collected + 1  # 1-based encoder layer of f_1
         self.norms = nn.ModuleList(nn.LayerNorm(embed_dim) for _ in range(num_collected))
@@ -65,9 +66,11 @@ class SourceFeatureCollector(nn.Module):
 
     def forward(self, layer_outputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if len(layer_outputs) != self.num_encoder_layers:
-            raise ValueError(f"layer_outputs must hold all {self.num_encoder_layers} encoder layers, got {len(layer_outputs)}")
+            raise ValueError(
+                f"layer_outputs must hold all {self.num_encoder_layers} encoder layers, got {len(layer_outputs)}")
         if self.masked_layer is not None and not 1 <= self.masked_layer <= self.num_encoder_layers:
-            raise ValueError(f"masked_layer must lie in [1, {self.num_encoder_layers}] or be None, got {self.masked_layer}")
+            raise ValueError(
+                f"masked_layer must lie in [1, {self.num_encoder_layers}] or be None, got {self.masked_layer}")
         collected = []
         for index, norm in enumerate(self.norms):
             layer = self.first_layer + index

@@ -5,8 +5,8 @@ Per query position, with ``query_proj[h] = W_b q_h`` and ``head_proj[h] = U_b_h 
 
     e_h = v_b . tanh(query_proj[h] + head_proj[h]),   gate = softmax over heads of e,   out_h = gate_h * value_proj[h]
 
-The kernels (``csrc/multihop/``) do the non-GEMM work in one pass; backward recomputes the tanh instead of storing it and
-is the ``mma_nmt::multihop_gate_backward`` operator.
+The kernels (``csrc/multihop/``) do the non-GEMM work in one pass; backward recomputes the tanh instead of storing
+it and is the ``mma_nmt::multihop_gate_backward`` operator.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""mma_nmt::shared_value_attention (the step of multi-head Luong attention, SPEC section 2) and LuongMultiheadAttention."""
+"""mma_nmt::shared_value_attention (the step of multi-head Luong attention, SPEC section 2) and
+LuongMultiheadAttention."""
 
 import math
 

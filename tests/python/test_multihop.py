@@ -126,7 +126,8 @@ def test_second_hop_reference_follows_spec_per_head():
     gen = torch.Generator().manual_seed(3)
     batch, heads, length, dim, hop = 2, 3, 4, 5, 6
     q, a = torch.randn(2, batch, heads, length, dim, generator=gen, dtype=torch.float64)
-    w_b, v_b = torch.randn(hop, dim, generator=gen, dtype=torch.float64), torch.randn(hop, generator=gen, dtype=torch.float64)
+    w_b = torch.randn(hop, dim, generator=gen, dtype=torch.float64)
+    v_b = torch.randn(hop, generator=gen, dtype=torch.float64)
     u_b = torch.randn(heads, hop, dim, generator=gen, dtype=torch.float64)
     u_c = torch.randn(heads, dim, dim, generator=gen, dtype=torch.float64)
     out, beta = second_hop_reference(q, a, w_b, v_b, u_b, u_c)

@@ -57,7 +57,8 @@ def test_reference_sums_logits_for_joint_weights():
     """Joint weights are softmax(sum_i q_i k_i^T / sqrt(D)), the same for every layer: check against a direct loop."""
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(3, 2, 2, 4, 5, generator=gen, dtype=torch.float64) for _ in range(3))  # n, B, H, L, D
-    context, weights = multilayer_attention_reference(list(q), list(k), list(v), layer_specific=False, sum_contexts=True)
+    context, weights = multilayer_attention_reference(list(q), list(k), list(v), layer_specific=False,
+                                                      sum_contexts=True)
     logits = sum(q[i] @ k[i].transpose(-1, -2) for i in range(3)) / math.sqrt(5)
     torch.testing.assert_close(weights, torch.softmax(logits, dim=-1))
     expected = sum(weights @ v[i] for i in range(3)).transpose(1, 2).reshape(2, 4, 10)
@@ -103,7 +104,8 @@ def test_incremental_decoding_reuses_cached_keys(variant):
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
     assert len(state) == 1
     # with a warm cache the features are not read again, so zeros give the same answer
-    again, _ = fused(query[:, :1], [torch.zeros_like(f) for f in features], key_lengths=lengths, incremental_state=state)
+    zeros = [torch.zeros_like(f) for f in features]
+    again, _ = fused(query[:, :1], zeros, key_lengths=lengths, incremental_state=state)
     torch.testing.assert_close(again, full[:, :1])
     order = torch.tensor([2, 0])
     fused.reorder_incremental_state(state, order)

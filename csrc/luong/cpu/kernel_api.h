@@ -8,7 +8,8 @@
 
 namespace mma_nmt::luong::cpu {
 
-// Contiguous tensors: q (B, H, T, D), k (B, H, S, D), v (B, S, Dv); out (B, H, T, Dv), lse (B, H, T), probs (B, H, T, S).
+// Contiguous tensors: q (B, H, T, D), k (B, H, S, D), v (B, S, Dv); out (B, H, T, Dv), lse (B, H, T),
+// probs (B, H, T, S).
 struct SharedValueForward {
   at::Tensor q, k, v, key_lengths;  // key_lengths undefined without padding
   at::Tensor out, lse, probs;       // probs undefined unless asked for (then zero-initialised)
@@ -16,7 +17,8 @@ struct SharedValueForward {
 
 struct SharedValueBackward {
   at::Tensor grad_out, q, k, v, out, lse, key_lengths;
-  at::Tensor grad_q, grad_k, grad_v;  // zero-initialised by the caller
+  at::Tensor grad_q;          // zero-initialised by the caller
+  at::Tensor grad_k, grad_v;  // uninitialised; the kernel zeroes each slice before adding to it
 };
 
 #define MMA_NMT_DECLARE_CPU_SHARED_VALUE(isa)                                            \

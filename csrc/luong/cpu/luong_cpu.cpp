@@ -33,8 +33,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_cpu(const 
   check_cpu_dtype(op, q);
   SharedValueForward t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_lengths(key_lengths),
                        at::empty({p.batch, p.heads, p.query_len, p.value_dim}, q.options()),
-                       at::empty({p.batch, p.heads, p.query_len}, q.options()),
-                       return_probs ? at::zeros({p.batch, p.heads, p.query_len, p.key_len}, q.options()) : at::Tensor()};
+                       at::empty({p.batch, p.heads, p.query_len}, q.options()), at::Tensor()};
+  if (return_probs) t.probs = at::zeros({p.batch, p.heads, p.query_len, p.key_len}, q.options());
   const at::Tensor probs = return_probs ? t.probs : at::empty({0}, q.options());
   if (t.out.numel() == 0 || p.key_len == 0) {
     t.out.zero_();
@@ -58,9 +58,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_backward_c
   check_cpu_dtype(op, q);
   SharedValueBackward t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(),
                         lse.contiguous(), contiguous_lengths(key_lengths),
-                        at::zeros_like(q, at::MemoryFormat::Contiguous), at::zeros_like(k, at::MemoryFormat::Contiguous),
-                        at::zeros_like(v, at::MemoryFormat::Contiguous)};
-  if (q.numel() > 0 && k.numel() > 0 && v.numel() > 0) {
+                        at::zeros_like(q, at::MemoryFormat::Contiguous),
+                        at::empty_like(k, at::MemoryFormat::Contiguous),
+                        at::empty_like(v, at::MemoryFormat::Contiguous)};
+  if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) {
+    t.grad_k.zero_();
+    t.grad_v.zero_();
+  } else {
     switch (best_isa()) {
       case Isa::kAvx512: isa_avx512::shared_value_backward(p, t); break;
       case Isa::kAvx2: isa_avx2::shared_value_backward(p, t); break;

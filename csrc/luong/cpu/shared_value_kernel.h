@@ -123,12 +123,15 @@ void backward_typed(const SharedValueParams& p, SharedValueBackward& t) {
   const T *dout = t.grad_out.data_ptr<T>(), *q = t.q.data_ptr<T>(), *k = t.k.data_ptr<T>(), *v = t.v.data_ptr<T>();
   const T *out = t.out.data_ptr<T>(), *lse = t.lse.data_ptr<T>();
   T *dq = t.grad_q.data_ptr<T>(), *dk = t.grad_k.data_ptr<T>(), *dv = t.grad_v.data_ptr<T>();
-  // One task per sentence: it owns grad_v[b], which every head of the sentence adds to.
+  // One task per sentence: it owns grad_v[b], which every head of the sentence adds to, and zeroes its own slices of
+  // grad_k and grad_v (the caller allocates them uninitialised) while they are about to be used anyway.
   at::parallel_for(0, p.batch, 1, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
       const int64_t n_keys = keys_of_sentence(lengths, b, S);
+      std::fill(dv + b * S * Dv, dv + (b + 1) * S * Dv, T(0));
       for (int64_t h = 0; h < H; ++h) {
         const int64_t bh = b * H + h;
+        std::fill(dk + bh * S * D, dk + (bh + 1) * S * D, T(0));
         for (int64_t i = 0; i < T_len; ++i) {
           const int64_t row = bh * T_len + i;
           backward_row<T>(p, n_keys, dout + row * Dv, q + row * D, k + bh * S * D, v + b * S * Dv, out + row * Dv,

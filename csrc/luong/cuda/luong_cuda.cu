@@ -93,10 +93,12 @@ __global__ void backward_kernel(SharedValueParams p, const int64_t* lengths, con
   for (int64_t t = 0; t < p.query_len; ++t) {
     const int64_t row = bh * p.query_len + t;
     const acc_t row_lse = lse[row];
-    if (threadIdx.x == 0) delta = dot_of<scalar_t, acc_t>(dout + row * p.value_dim, out + row * p.value_dim, p.value_dim);
+    const scalar_t* dout_row = dout + row * p.value_dim;
+    if (threadIdx.x == 0) delta = dot_of<scalar_t, acc_t>(dout_row, out + row * p.value_dim, p.value_dim);
     __syncthreads();
     for (int64_t s = threadIdx.x; s < n_keys; s += blockDim.x) {
-      const acc_t logit = acc_t(p.scale) * dot_of<scalar_t, acc_t>(q + row * p.head_dim, keys + s * p.head_dim, p.head_dim);
+      const acc_t logit =
+          acc_t(p.scale) * dot_of<scalar_t, acc_t>(q + row * p.head_dim, keys + s * p.head_dim, p.head_dim);
       prob[s] = probability_from_lse(logit, row_lse);
       const acc_t dp = dot_of<scalar_t, acc_t>(dout + row * p.value_dim, values + s * p.value_dim, p.value_dim);
       grad_logit[s] = prob[s] * (dp - delta) * acc_t(p.scale);
@@ -119,7 +121,8 @@ __global__ void backward_kernel(SharedValueParams p, const int64_t* lengths, con
 }
 
 void check_shared_memory(const char* op, const SharedValueParams& p, size_t bytes) {
-  TORCH_CHECK_VALUE(bytes <= 48 * 1024, op, ": key_len=", p.key_len, " is too long for the CUDA kernel's shared memory");
+  TORCH_CHECK_VALUE(bytes <= 48 * 1024, op, ": key_len=", p.key_len,
+                    " is too long for the CUDA kernel's shared memory");
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_cuda(

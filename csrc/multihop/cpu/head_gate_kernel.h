@@ -1,6 +1,6 @@
-// Second hop of multi-hop attention on the CPU (SPEC section 4): one pass over the positions, vectorised over the hop
-// dimension with at::vec, the softmax over heads from the shared header. Included by head_gate_kernel_<isa>.cpp after it
-// has chosen the instruction set, so every build lives in its own namespace.
+// Second hop of multi-hop attention on the CPU (SPEC section 4): one pass over the positions, vectorised over the
+// hop dimension with at::vec, the softmax over heads from the shared header. Included by head_gate_kernel_<isa>.cpp
+// after it has chosen the instruction set, so every build lives in its own namespace.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -46,8 +46,8 @@ T tanh_dot(const T* a, const T* b, const T* v_b, int64_t n) {
   return at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc);
 }
 
-// Row (b, h, t) of a (B, H, T, dim) tensor whose last dimension is contiguous; other strides are free, so the module can
-// pass slices of one batched projection without copying them.
+// Row (b, h, t) of a (B, H, T, dim) tensor whose last dimension is contiguous; other strides are free, so the module
+// can pass transposed views of batched projections without copying them.
 template <typename T>
 struct Rows {
   const T* data;

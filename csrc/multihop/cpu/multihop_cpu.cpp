@@ -27,7 +27,8 @@ std::tuple<at::Tensor, at::Tensor> multihop_gate_cpu(const at::Tensor& query_pro
   const char* op = "mma_nmt.multihop_gate";
   const HeadGateParams p = check_head_gate_args(op, query_proj, head_proj, value_proj, v_b);
   check_cpu_dtype(op, query_proj);
-  HeadGateForward t{rows_contiguous(query_proj), rows_contiguous(head_proj), rows_contiguous(value_proj), v_b.contiguous(),
+  HeadGateForward t{rows_contiguous(query_proj), rows_contiguous(head_proj), rows_contiguous(value_proj),
+                    v_b.contiguous(),
                     at::empty({p.batch, p.heads, p.query_len, p.value_dim}, query_proj.options()),
                     at::empty({p.batch, p.heads, p.query_len}, query_proj.options())};
   if (p.positions() == 0) return {t.out, t.gate};

@@ -65,7 +65,8 @@ __global__ void head_gate_backward_kernel(HeadGateParams p, const scalar_t* __re
   for (int64_t h = 0; h < p.heads; ++h) {
     const int64_t row = head_row(n, h, p.heads, p.query_len);
     for (int64_t d = 0; d < p.hop_dim; ++d) {
-      const acc_t u = tanh_of(static_cast<acc_t>(wq[row * p.hop_dim + d]) + static_cast<acc_t>(ua[row * p.hop_dim + d]));
+      const int64_t i = row * p.hop_dim + d;
+      const acc_t u = tanh_of(static_cast<acc_t>(wq[i]) + static_cast<acc_t>(ua[i]));
       dpre[row * p.hop_dim + d] = static_cast<scalar_t>(de[h] * static_cast<acc_t>(v_b[d]) * (acc_t(1) - u * u));
       atomicAdd(dv_b + d, de[h] * u);
     }
