@@ -25,11 +25,16 @@ SHAPES = {"IWSLT En-Vi (B=32, d_sm=512)": (32, 512), "WMT En-De (B=128, d_sm=102
 HIDDEN, HEADS, FEED, SRC_LEN, TGT_LEN = 1024, 4, 1024, 30, 30
 
 
-def _run(fn, backward: bool):
+def _run(fn, backward: bool, leaves):
+    """One call of ``fn``; with ``backward``, also the gradients of ``leaves``, dropped again so that no call pays for
+    accumulating into the previous call's ``.grad``."""
     def call():
         out = fn()
         if backward:
-            sum(o.sum() for o in out).backward() if isinstance(out, tuple) else out.sum().backward()
+            loss = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
+            loss.backward()
+            for leaf in leaves:
+                leaf.grad = None
     return call
 
 
@@ -42,7 +47,7 @@ def _step_ops(batch, steps):
     reference = lambda: shared_value_attention_reference(q, k, v, key_lengths=lengths)[0]  # noqa: E731
     general = lambda: fused_attention(q, k, v.unsqueeze(1).expand(-1, HEADS, -1, -1), key_lengths=lengths,  # noqa: E731
                                       scale=1.0).out
-    return fused, reference, general
+    return fused, reference, general, [q, k, v]
 
 
 def _layer_step(batch, softmax_dim):
@@ -58,14 +63,16 @@ def _layer_step(batch, softmax_dim):
     lengths = torch.randint(SRC_LEN // 2, SRC_LEN + 1, (batch,))
     memory = modules[0].precompute(hs.detach(), key_lengths=lengths)
     memory = memory._replace(keys=memory.keys.detach().requires_grad_(), values=memory.values.requires_grad_())
-    return tuple((lambda m=m: m(h_t, memory)[:2]) for m in modules)
+    leaves = [hs, h_t, memory.keys, memory.values, *modules[0].parameters(), *modules[1].parameters()]
+    return (*((lambda m=m: m(h_t, memory)[:2]) for m in modules), leaves)
 
 
 def _rows_for(name, batch, softmax_dim, repeat):
     torch.manual_seed(0)
-    step_fused, step_reference, step_general = _step_ops(batch, 1)
-    all_fused, all_reference, _ = _step_ops(batch, TGT_LEN)
-    layer_fused, layer_reference = _layer_step(batch, softmax_dim)
+    step_fused, step_reference, step_general, step_leaves = _step_ops(batch, 1)
+    all_fused, all_reference, _, all_leaves = _step_ops(batch, TGT_LEN)
+    layer_fused, layer_reference, layer_leaves = _layer_step(batch, softmax_dim)
+    leaves = step_leaves + all_leaves + layer_leaves
     cases = {
         "step operator (T=1)": (step_fused, step_reference),
         "step via general attention op, v expanded": (step_fused, step_general),
@@ -75,7 +82,8 @@ def _rows_for(name, batch, softmax_dim, repeat):
     rows = []
     for what, (fast, slow) in cases.items():
         for backward in (False, True):
-            t_fast, t_slow = time_interleaved([_run(fast, backward), _run(slow, backward)], repeat=repeat)
+            t_fast, t_slow = time_interleaved([_run(fast, backward, leaves), _run(slow, backward, leaves)],
+                                            repeat=repeat)
             rows.append([name, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
     return rows
 

@@ -26,11 +26,16 @@ SHAPES = {  # name: (sentences, tokens each, E, H)
 }
 
 
-def _run(fn, backward: bool):
+def _run(fn, backward: bool, leaves):
+    """One call of ``fn``; with ``backward``, also the gradients of ``leaves``, dropped again so that no call pays for
+    accumulating into the previous call's ``.grad``."""
     def call():
         out = fn()
         if backward:
-            out.sum().backward()
+            loss = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
+            loss.backward()
+            for leaf in leaves:
+                leaf.grad = None
     return call
 
 
@@ -44,6 +49,7 @@ def _rows_for(name, batch, length, embed, heads, repeat):
     projections = [torch.randn(batch, heads, length, dim, requires_grad=True) for _ in range(3)]
     v_b = fused.v_b
     x = torch.randn(batch, length, embed, requires_grad=True)
+    leaves = [q, a, x, *projections, *fused.parameters(), *reference.parameters()]
     pairs = {
         "head gate op": (lambda: multihop_gate(*projections, v_b).out,
                          lambda: head_gate_reference(*projections, v_b)[0]),
@@ -53,7 +59,8 @@ def _rows_for(name, batch, length, embed, heads, repeat):
     rows = []
     for what, (fast, slow) in pairs.items():
         for backward in (False, True):
-            t_fast, t_slow = time_interleaved([_run(fast, backward), _run(slow, backward)], repeat=repeat)
+            t_fast, t_slow = time_interleaved([_run(fast, backward, leaves), _run(slow, backward, leaves)],
+                                            repeat=repeat)
             rows.append([name, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
     return rows
 

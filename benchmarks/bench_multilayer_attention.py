@@ -28,16 +28,21 @@ SHAPES = {"IWSLT (E=256, H=4)": (256, 4), "WMT base (E=512, H=8)": (512, 8)}
 BATCH = 32
 
 
-def _run(fn, backward: bool):
+def _run(fn, backward: bool, leaves):
+    """One call of ``fn``; with ``backward``, also the gradients of ``leaves``, dropped again so that no call pays for
+    accumulating into the previous call's ``.grad``."""
     def call():
         out = fn()
         if backward:
-            out.sum().backward()
+            loss = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
+            loss.backward()
+            for leaf in leaves:
+                leaf.grad = None
     return call
 
 
 def _core_pair(module: MultiLayerMultiheadAttention, query, features, lengths):
-    """(fused core, reference core, arrangement only) on the module's projections of fixed inputs."""
+    """(fused core, reference core, arrangement only, the projections) on the module's projections of fixed inputs."""
     c = module.config
     q = [p(query).detach().requires_grad_() for p in module.q_projs]
     k = [p(f).detach().requires_grad_() for p, f in zip(module.k_projs, features)]
@@ -60,7 +65,7 @@ def _core_pair(module: MultiLayerMultiheadAttention, query, features, lengths):
                                               layer_specific=c.layer_specific, sum_contexts=c.sum_contexts,
                                               key_lengths=lengths)[0]
 
-    return fused, reference, lambda: arranged()[0]
+    return fused, reference, lambda: arranged()[0], q + k + v
 
 
 def _rows_for(name, embed, heads, variant, layers, length, repeat):
@@ -72,7 +77,8 @@ def _rows_for(name, embed, heads, variant, layers, length, repeat):
     query = torch.randn(BATCH, length, embed, requires_grad=True)
     features = [torch.randn(BATCH, length, embed, requires_grad=True) for _ in range(layers)]
     lengths = torch.randint(length // 2, length + 1, (BATCH,))
-    fused_core, reference_core, arrange = _core_pair(fused_module, query, features, lengths)
+    fused_core, reference_core, arrange, core_inputs = _core_pair(fused_module, query, features, lengths)
+    leaves = [query, *features, *core_inputs, *fused_module.parameters(), *reference_module.parameters()]
     label = f"{name} {variant} n={layers} T=S={length}"
     rows = []
     pairs = {"attention core": (fused_core, reference_core),
@@ -80,7 +86,8 @@ def _rows_for(name, embed, heads, variant, layers, length, repeat):
                                 lambda: reference_module(query, features, key_lengths=lengths)[0])}
     for what, (fast, slow) in pairs.items():
         for backward in (False, True):
-            t_fast, t_slow = time_interleaved([_run(fast, backward), _run(slow, backward)], repeat=repeat)
+            t_fast, t_slow = time_interleaved([_run(fast, backward, leaves), _run(slow, backward, leaves)],
+                                            repeat=repeat)
             rows.append([label, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
     with torch.no_grad():
         t_arrange, t_core = time_interleaved([arrange, fused_core], repeat=repeat)
