@@ -108,8 +108,12 @@ class MultiLayerMultiheadAttention(nn.Module):
 
         self.q_projs, self.k_projs, self.v_projs = linears(), linears(), linears()
         self.out_proj = nn.Linear(e if config.sum_contexts else n * e, e, bias=config.bias)
-        self._cache_key = f"mlmha_{id(self)}"
         self.reset_parameters()
+
+    @property
+    def _cache_key(self) -> str:
+        """This module's entry in an ``incremental_state`` dict (per instance, also after ``copy.deepcopy``)."""
+        return f"mlmha_{id(self)}"
 
     def reset_parameters(self) -> None:
         for proj in (*self.q_projs, *self.k_projs, *self.v_projs):
