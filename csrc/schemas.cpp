@@ -12,4 +12,47 @@ TORCH_LIBRARY(mma_nmt, m) {
       "attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? key_lengths, "
       "int[] head_kinds, int window, float scale, int query_offset, float dropout_p, int seed) "
       "-> (Tensor, Tensor, Tensor)");
+
+  // Gaussian-mixture concentrated cross-attention (SPEC section 5, csrc/gmm/): per query, out = (1 - gate) * (alpha v)
+  // + gate * (beta v) with alpha the dot-product softmax (plus the localness-Gaussian logit bias when local_center and
+  // local_width are given) and beta the K-component mixture of (omega, mu, sigma), all (B,H,T,K). normalization: 0
+  // approximate, 1 strict, 2 unnormalised (gmm_math.h). Returns (out (B,H,T,Dv), lse (B,H,T), log_mass (B,H,T) = log of
+  // the unnormalised mixture's sum over the sentence, alpha_context (B,H,T,Dv) = alpha v, beta_context (B,H,T,Dv) =
+  // beta v, alpha (B,H,T,S) and beta (B,H,T,S) if return_weights else (0,)).
+  m.def(
+      "gmm_attention(Tensor q, Tensor k, Tensor v, Tensor? key_lengths, Tensor omega, Tensor mu, Tensor sigma, "
+      "Tensor gate, Tensor? local_center, Tensor? local_width, float scale, int normalization, float sigma_floor, "
+      "bool return_weights=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  // Gradients for (q, k, v, omega, mu, sigma, gate, local_center, local_width); the last two are (0,) without the bias.
+  m.def(
+      "gmm_attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor? key_lengths, Tensor omega, "
+      "Tensor mu, Tensor sigma, Tensor gate, Tensor? local_center, Tensor? local_width, Tensor lse, Tensor log_mass, "
+      "Tensor alpha_context, Tensor beta_context, float scale, int normalization, float sigma_floor) "
+      "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+}
+
+// ---- Multi-hop attention (SPEC section 4), csrc/multihop/ ----------------------------------------------------------
+TORCH_LIBRARY_FRAGMENT(mma_nmt, m) {
+  // Second hop of multi-hop attention at every (sentence b, position t) over the H heads:
+  // e_h = v_b . tanh(query_proj_h + head_proj_h), gate = softmax over heads of e, out_h = gate_h * value_proj_h.
+  // query_proj = W_b q_h and head_proj = U_b_h a_h are (B, H, T, Db), value_proj = U_c_h a_h is (B, H, T, Dc) (the
+  // layout of the first hop's output), v_b is (Db,). Returns (out (B, H, T, Dc), gate (B, H, T)).
+  m.def("multihop_gate(Tensor query_proj, Tensor head_proj, Tensor value_proj, Tensor v_b) -> (Tensor, Tensor)");
+  // Returns (grad_pre (B, H, T, Db): the gradient of both query_proj and head_proj, grad_value_proj, grad_v_b).
+  m.def(
+      "multihop_gate_backward(Tensor grad_out, Tensor? grad_gate, Tensor query_proj, Tensor head_proj, "
+      "Tensor value_proj, Tensor v_b, Tensor gate) -> (Tensor, Tensor, Tensor)");
+}
+
+// ---- Multi-head Luong attention (SPEC section 2), csrc/luong/ ------------------------------------------------------
+TORCH_LIBRARY_FRAGMENT(mma_nmt, m) {
+  // Attention of q (B, H, T, D) over per-head keys k (B, H, S, D) and one value set v (B, S, Dv) shared by every head,
+  // with key padding as lengths. Returns (out (B, H, T, Dv), lse (B, H, T), probs (B, H, T, S) if return_probs
+  // else (0,)).
+  m.def(
+      "shared_value_attention(Tensor q, Tensor k, Tensor v, Tensor? key_lengths, float scale, "
+      "bool return_probs=False) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "shared_value_attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
+      "Tensor? key_lengths, float scale) -> (Tensor, Tensor, Tensor)");
 }

@@ -17,6 +17,9 @@ void check_rank4(const char* op, const char* name, const at::Tensor& t, const ch
                     t.sizes());
 }
 
+
+}  // namespace
+
 void check_key_lengths(const char* op, const at::Tensor& lengths, const at::Tensor& q, int64_t key_len) {
   TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == q.size(0), op,
                     ": key_lengths must have shape (batch,) = (", q.size(0), ",), got ", lengths.sizes());
@@ -30,8 +33,6 @@ void check_key_lengths(const char* op, const at::Tensor& lengths, const at::Tens
                       lo, ", ", hi, "]");
   }
 }
-
-}  // namespace
 
 void check_same_layout(const char* op, const char* name, const at::Tensor& t, at::IntArrayRef expected,
                        const at::Tensor& like) {

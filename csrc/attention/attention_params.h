@@ -31,6 +31,9 @@ AttentionParams check_attention_args(const char* op_name, const at::Tensor& q, c
                                      const std::optional<at::Tensor>& key_lengths, at::IntArrayRef head_kinds,
                                      int64_t window, double scale, int64_t query_offset, double dropout_p, int64_t seed);
 
+// Checks key_lengths: shape (batch,) like q, int64, q's device, values in [0, key_len] (read only for CPU tensors).
+void check_key_lengths(const char* op_name, const at::Tensor& lengths, const at::Tensor& q, int64_t key_len);
+
 // Checks that `t` has exactly `expected` sizes and the dtype and device of `like`.
 void check_same_layout(const char* op_name, const char* arg_name, const at::Tensor& t, at::IntArrayRef expected,
                        const at::Tensor& like);

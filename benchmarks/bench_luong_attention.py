@@ -1,0 +1,107 @@
+"""Multi-head Luong attention (SPEC section 2): one decoder step of h heads against precomputed per-head keys and the
+shared encoder states, fused (``mma_nmt::shared_value_attention``) against plain PyTorch on the same precomputed keys.
+
+Rows: the step operator alone; the same step through the general ``mma_nmt::attention`` with the shared values expanded
+per head (which it copies — why a shared-value operator exists); the paper's whole attention layer for one step (the
+module's fused and reference implementations, same output projections); and the operator over all target steps at
+once. Forward and forward+backward. Paper shapes (Fung & Mak): IWSLT En-Vi dh = 1024, h = 4, d_sm = 512, d_fd = 1024,
+32 sentences; WMT En-De d_sm = 1024, 128 sentences; sources of 30 tokens. Goal (issue 4): the step at least 2x faster.
+
+    python -m benchmarks.bench_luong_attention [--quick] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from benchmarks.timing import markdown_table, time_interleaved
+from mma_nmt.modules import LuongAttentionConfig, LuongMultiheadAttention
+from mma_nmt.ops import fused_attention, shared_value_attention
+from mma_nmt.reference import shared_value_attention_reference
+
+SHAPES = {"IWSLT En-Vi (B=32, d_sm=512)": (32, 512), "WMT En-De (B=128, d_sm=1024)": (128, 1024)}
+HIDDEN, HEADS, FEED, SRC_LEN, TGT_LEN = 1024, 4, 1024, 30, 30
+
+
+def _run(fn, backward: bool, leaves):
+    """One call of ``fn``; with ``backward``, also the gradients of ``leaves``, dropped again so that no call pays for
+    accumulating into the previous call's ``.grad``."""
+    def call():
+        out = fn()
+        if backward:
+            loss = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
+            loss.backward()
+            for leaf in leaves:
+                leaf.grad = None
+    return call
+
+
+def _step_ops(batch, steps):
+    q = torch.randn(batch, HEADS, steps, HIDDEN, requires_grad=True)
+    k = torch.randn(batch, HEADS, SRC_LEN, HIDDEN, requires_grad=True)
+    v = torch.randn(batch, SRC_LEN, HIDDEN, requires_grad=True)
+    lengths = torch.randint(SRC_LEN // 2, SRC_LEN + 1, (batch,))
+    fused = lambda: shared_value_attention(q, k, v, key_lengths=lengths).out  # noqa: E731
+    reference = lambda: shared_value_attention_reference(q, k, v, key_lengths=lengths)[0]  # noqa: E731
+    general = lambda: fused_attention(q, k, v.unsqueeze(1).expand(-1, HEADS, -1, -1), key_lengths=lengths,  # noqa: E731
+                                      scale=1.0).out
+    return fused, reference, general, [q, k, v]
+
+
+def _layer_step(batch, softmax_dim):
+    torch.manual_seed(0)
+    modules = []
+    for implementation in ("fused", "reference"):
+        config = LuongAttentionConfig(hidden_dim=HIDDEN, num_heads=HEADS, softmax_dim=softmax_dim, feed_dim=FEED,
+                                      implementation=implementation)
+        modules.append(LuongMultiheadAttention(config))
+    modules[1].load_state_dict(modules[0].state_dict())
+    hs = torch.randn(batch, SRC_LEN, HIDDEN, requires_grad=True)
+    h_t = torch.randn(batch, HIDDEN, requires_grad=True)
+    lengths = torch.randint(SRC_LEN // 2, SRC_LEN + 1, (batch,))
+    memory = modules[0].precompute(hs.detach(), key_lengths=lengths)
+    memory = memory._replace(keys=memory.keys.detach().requires_grad_(), values=memory.values.requires_grad_())
+    leaves = [hs, h_t, memory.keys, memory.values, *modules[0].parameters(), *modules[1].parameters()]
+    return (*((lambda m=m: m(h_t, memory)[:2]) for m in modules), leaves)
+
+
+def _rows_for(name, batch, softmax_dim, repeat):
+    torch.manual_seed(0)
+    step_fused, step_reference, step_general, step_leaves = _step_ops(batch, 1)
+    all_fused, all_reference, _, all_leaves = _step_ops(batch, TGT_LEN)
+    layer_fused, layer_reference, layer_leaves = _layer_step(batch, softmax_dim)
+    leaves = step_leaves + all_leaves + layer_leaves
+    cases = {
+        "step operator (T=1)": (step_fused, step_reference),
+        "step via general attention op, v expanded": (step_fused, step_general),
+        "attention layer, one step": (layer_fused, layer_reference),
+        f"operator over all {TGT_LEN} steps": (all_fused, all_reference),
+    }
+    rows = []
+    for what, (fast, slow) in cases.items():
+        for backward in (False, True):
+            t_fast, t_slow = time_interleaved([_run(fast, backward, leaves), _run(slow, backward, leaves)],
+                                            repeat=repeat)
+            rows.append([name, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
+    return rows
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one shape, fewer repeats (a smoke test)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    shapes = list(SHAPES.items())[:1] if args.quick else list(SHAPES.items())
+    rows = []
+    for name, shape in shapes:
+        rows += _rows_for(name, *shape, repeat=3 if args.quick else 7)
+    print(f"torch threads: {torch.get_num_threads()}; dh={HIDDEN}, h={HEADS}, d_fd={FEED}, source {SRC_LEN} tokens\n")
+    print(markdown_table(["shape", "what", "pass", "other ms", "fused ms", "speed-up"], rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Second hop of multi-hop attention (SPEC section 4): the fused head-gate operator against the plain-PyTorch formula.
+
+Rows: the head-gate operator alone (given the projections), the whole second hop (projections + gate, what the module
+runs) and the whole multi-hop self-attention module, forward and forward+backward, on the paper's shapes (E = 512,
+H = 8, D = Db = 64, batches of about 4k tokens). Every figure is a ratio of two timings interleaved in the same run.
+Goal (issue 4): the second hop at least 1.5x faster than the reference.
+
+    python -m benchmarks.bench_multihop [--quick] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+import torch
+
+from benchmarks.timing import markdown_table, time_interleaved
+from mma_nmt.modules import MultiHopAttentionConfig, MultiHopSelfAttention
+from mma_nmt.ops import multihop_gate
+from mma_nmt.reference import head_gate_reference
+
+SHAPES = {  # name: (sentences, tokens each, E, H)
+    "IWSLT (E=256, H=4), 64x64 tokens": (64, 64, 256, 4),
+    "WMT base (E=512, H=8), 128x32 tokens": (128, 32, 512, 8),
+}
+
+
+def _run(fn, backward: bool, leaves):
+    """One call of ``fn``; with ``backward``, also the gradients of ``leaves``, dropped again so that no call pays for
+    accumulating into the previous call's ``.grad``."""
+    def call():
+        out = fn()
+        if backward:
+            loss = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
+            loss.backward()
+            for leaf in leaves:
+                leaf.grad = None
+    return call
+
+
+def _rows_for(name, batch, length, embed, heads, repeat):
+    torch.manual_seed(0)
+    fused = MultiHopSelfAttention(MultiHopAttentionConfig(embed_dim=embed, num_heads=heads))
+    reference = copy.deepcopy(fused)
+    reference.config.implementation = "reference"
+    dim = embed // heads
+    q, a = (torch.randn(batch, heads, length, dim, requires_grad=True) for _ in range(2))
+    projections = [torch.randn(batch, heads, length, dim, requires_grad=True) for _ in range(3)]
+    v_b = fused.v_b
+    x = torch.randn(batch, length, embed, requires_grad=True)
+    leaves = [q, a, x, *projections, *fused.parameters(), *reference.parameters()]
+    pairs = {
+        "head gate op": (lambda: multihop_gate(*projections, v_b).out,
+                         lambda: head_gate_reference(*projections, v_b)[0]),
+        "second hop (projections + gate)": (lambda: fused.second_hop(q, a)[0], lambda: reference.second_hop(q, a)[0]),
+        "multi-hop self-attention module": (lambda: fused(x)[0], lambda: reference(x)[0]),
+    }
+    rows = []
+    for what, (fast, slow) in pairs.items():
+        for backward in (False, True):
+            t_fast, t_slow = time_interleaved([_run(fast, backward, leaves), _run(slow, backward, leaves)],
+                                            repeat=repeat)
+            rows.append([name, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
+    return rows
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one shape, fewer repeats (a smoke test)")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    shapes = list(SHAPES.items())[1:] if args.quick else list(SHAPES.items())
+    rows = []
+    for name, shape in shapes:
+        rows += _rows_for(name, *shape, repeat=3 if args.quick else 7)
+    print(f"torch threads: {torch.get_num_threads()}\n")
+    print(markdown_table(["shape", "what", "pass", "reference ms", "fused ms", "speed-up"], rows))
+
+
+if __name__ == "__main__":
+    main()

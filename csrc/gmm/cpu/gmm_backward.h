@@ -1,0 +1,156 @@
+// Backward of the CPU GMM kernel. Included only from gmm_kernel.h, inside the per-instruction-set namespace.
+//
+// With out = (1 - g) A + g B, A = sum_j alpha_j v_j, B = sum_j beta_j v_j and dv_j . dO = x_j:
+//   dg = dO . (B - A),   dv_j += ((1 - g) alpha_j + g beta_j) dO,
+//   d logit_j = (1 - g) alpha_j (x_j - dO . A)                       (softmax backward),
+//   dL/du_j = g (x_j - [strict] dO . B) / U                          (U = 1 unless strict),
+// and the mixture parameters' gradients follow from dL/du_j through gmm_math.h's component_grads.
+
+// Pointers of one (sentence, head) slice of the backward tensors.
+template <typename T>
+struct BackwardHead {
+  const T *dout, *q, *k, *kt, *vt, *omega, *mu, *sigma, *gate, *center, *width, *lse, *log_mass, *ctx_a, *ctx_b;
+  T *dq, *dk, *dv, *domega, *dmu, *dsigma, *dgate, *dcenter, *dwidth;
+};
+
+template <typename T>
+BackwardHead<T> backward_head_slice(const GmmParams& p, const BackwardTensors& t, const at::Tensor& keys_t,
+                                    const at::Tensor& values_t, int64_t bh) {
+  const int64_t T_len = p.query_len, S = p.key_len, D = p.head_dim, Dv = p.value_dim, K = p.components;
+  BackwardHead<T> h;
+  h.dout = t.grad_out.data_ptr<T>() + bh * T_len * Dv;
+  h.q = t.q.data_ptr<T>() + bh * T_len * D;
+  h.k = t.k.data_ptr<T>() + bh * S * D;
+  h.kt = keys_t.data_ptr<T>() + bh * D * S;
+  h.vt = values_t.data_ptr<T>() + bh * Dv * S;
+  h.omega = t.omega.data_ptr<T>() + bh * T_len * K;
+  h.mu = t.mu.data_ptr<T>() + bh * T_len * K;
+  h.sigma = t.sigma.data_ptr<T>() + bh * T_len * K;
+  h.gate = t.gate.data_ptr<T>() + bh * T_len;
+  h.center = slice_or_null<T>(t.local_center, bh * T_len);
+  h.width = slice_or_null<T>(t.local_width, bh * T_len);
+  h.lse = t.lse.data_ptr<T>() + bh * T_len;
+  h.log_mass = t.log_mass.data_ptr<T>() + bh * T_len;
+  h.ctx_a = t.alpha_context.data_ptr<T>() + bh * T_len * Dv;
+  h.ctx_b = t.beta_context.data_ptr<T>() + bh * T_len * Dv;
+  h.dq = t.grad_q.data_ptr<T>() + bh * T_len * D;
+  h.dk = t.grad_k.data_ptr<T>() + bh * S * D;
+  h.dv = t.grad_v.data_ptr<T>() + bh * S * Dv;
+  h.domega = t.grad_omega.data_ptr<T>() + bh * T_len * K;
+  h.dmu = t.grad_mu.data_ptr<T>() + bh * T_len * K;
+  h.dsigma = t.grad_sigma.data_ptr<T>() + bh * T_len * K;
+  h.dgate = t.grad_gate.data_ptr<T>() + bh * T_len;
+  h.dcenter = slice_or_null<T>(t.grad_local_center, bh * T_len);
+  h.dwidth = slice_or_null<T>(t.grad_local_width, bh * T_len);
+  return h;
+}
+
+// Scratch space of one backward task.
+template <typename T>
+struct BackwardScratch {
+  std::vector<T> probs, grad_logits, gamma, grad_u, grad_q, delta_a, delta_b, moments, local_moments;
+  BlockSetup<T> setup;
+  BackwardScratch(const GmmParams& p)
+      : probs(kQueryBlock * kKeyTile), grad_logits(kQueryBlock * kKeyTile), gamma(kQueryBlock * kKeyTile),
+        grad_u(kKeyTile), grad_q(kQueryBlock * p.head_dim), delta_a(p.query_len), delta_b(p.query_len),
+        moments(kQueryBlock * 3 * p.components), local_moments(kQueryBlock * 2), setup(p.components) {}
+};
+
+// One row of one tile. In: w.probs = logits, w.grad_logits = dO . v_j. Out: probs = alpha, grad_logits = d(q.k),
+// gamma = the weights that multiply dO in dv; mixture and local moments accumulated.
+template <typename T>
+void backward_row(const GmmParams& p, const BackwardHead<T>& h, const T* pos, int64_t i, int64_t r, int64_t n,
+                  BackwardScratch<T>& w) {
+  const int64_t K = p.components;
+  T* prob = w.probs.data() + r * kKeyTile;
+  T* grad = w.grad_logits.data() + r * kKeyTile;
+  T* gamma = w.gamma.data() + r * kKeyTile;
+  const T g = h.gate[i], inv_u = w.setup.beta_scale[r];
+  if (p.has_local_bias) add_local_bias(w.setup.local[r], pos, n, prob);
+  exp_shifted_sum(prob, n, h.lse[i]);
+  const T beta_delta = p.normalization == kStrict ? w.delta_b[i] : T(0);
+  for (int64_t c = 0; c < n; ++c) {
+    w.grad_u[c] = g * (grad[c] - beta_delta) * inv_u;
+    gamma[c] = (T(1) - g) * prob[c];
+    grad[c] = (T(1) - g) * prob[c] * (grad[c] - w.delta_a[i]);
+  }
+  mixture_backward_row(w.setup.comps.data() + r * K, K, pos, n, w.grad_u.data(), g * inv_u,
+                       w.moments.data() + r * 3 * K, gamma);
+  if (p.has_local_bias) add_centered_moments(grad, pos, n, w.setup.local[r].center, w.local_moments.data() + 2 * r);
+  scale_row(grad, n, T(p.scale));
+}
+
+// Writes the gradients of the per-row inputs of a finished block.
+template <typename T>
+void write_row_grads(const GmmParams& p, const BackwardHead<T>& h, int64_t first_row, int64_t n_rows,
+                     const BackwardScratch<T>& w) {
+  const int64_t K = p.components;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int64_t i = first_row + r;
+    for (int64_t k = 0; k < K; ++k) {
+      const T* m = w.moments.data() + (r * K + k) * 3;
+      const ComponentGrads<T> g = component_grads(w.setup.comps[r * K + k], m[0], m[1], m[2]);
+      h.domega[i * K + k] = g.omega;
+      h.dmu[i * K + k] = g.mu;
+      h.dsigma[i * K + k] = g.sigma;
+    }
+    if (p.has_local_bias) {
+      h.dcenter[i] = local_center_grad(w.setup.local[r], w.local_moments[2 * r]);
+      h.dwidth[i] = local_width_grad(w.setup.local[r], w.local_moments[2 * r + 1]);
+    }
+  }
+}
+
+// Backward of one block of query rows over every real key; adds into dk and dv, which this task owns.
+template <typename T>
+void backward_block(const GmmParams& p, const BackwardHead<T>& h, const T* pos, int64_t first_row, int64_t n_rows,
+                    int64_t n_keys, BackwardScratch<T>& w) {
+  const int64_t S = p.key_len, D = p.head_dim, Dv = p.value_dim, K = p.components;
+  w.setup.load(p, h.omega, h.mu, h.sigma, h.center, h.width, first_row, n_rows, n_keys);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const T log_mass = h.log_mass[first_row + r];
+    const T mass = log_mass == negative_infinity<T>() ? T(0) : exp_of(log_mass - w.setup.shift[r]);
+    w.setup.beta_scale[r] = beta_scale(p, mass);
+  }
+  std::fill(w.grad_q.begin(), w.grad_q.begin() + n_rows * D, T(0));
+  std::fill(w.moments.begin(), w.moments.begin() + n_rows * 3 * K, T(0));
+  std::fill(w.local_moments.begin(), w.local_moments.begin() + n_rows * 2, T(0));
+  for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, n_keys - j0);
+    tile_product<T>(h.q + first_row * D, D, n_rows, h.kt + j0, S, n, D, T(p.scale), w.probs.data(), kKeyTile);
+    tile_product<T>(h.dout + first_row * Dv, Dv, n_rows, h.vt + j0, S, n, Dv, T(1), w.grad_logits.data(), kKeyTile);
+    for (int64_t r = 0; r < n_rows; ++r) backward_row(p, h, pos + j0, first_row + r, r, n, w);
+    // grad_v[j0:j0+n] (n, Dv) += gamma^T (n, n_rows) @ dO_block (n_rows, Dv)
+    accumulate_products<T>(w.gamma.data(), 1, kKeyTile, n, n_rows, h.dout + first_row * Dv, Dv, Dv, h.dv + j0 * Dv, Dv);
+    // grad_k[j0:j0+n] (n, D) += dS^T (n, n_rows) @ q_block (n_rows, D)
+    accumulate_products<T>(w.grad_logits.data(), 1, kKeyTile, n, n_rows, h.q + first_row * D, D, D, h.dk + j0 * D, D);
+    // grad_q_block (n_rows, D) += dS (n_rows, n) @ k[j0:j0+n] (n, D)
+    accumulate_products<T>(w.grad_logits.data(), kKeyTile, 1, n_rows, n, h.k + j0 * D, D, D, w.grad_q.data(), D);
+  }
+  std::copy(w.grad_q.begin(), w.grad_q.begin() + n_rows * D, h.dq + first_row * D);
+  write_row_grads(p, h, first_row, n_rows, w);
+}
+
+template <typename T>
+void backward_typed(const GmmParams& p, BackwardTensors& t) {
+  const at::Tensor keys_t = t.k.transpose(-1, -2).contiguous();    // (B, H, D, S)
+  const at::Tensor values_t = t.v.transpose(-1, -2).contiguous();  // (B, H, Dv, S)
+  const std::vector<T> pos = key_positions<T>(p.key_len);
+  const int64_t* lengths = t.key_lengths.defined() ? t.key_lengths.data_ptr<int64_t>() : nullptr;
+  const int64_t T_len = p.query_len, Dv = p.value_dim;
+  at::parallel_for(0, p.batch * p.heads, 1, [&](int64_t begin, int64_t end) {
+    BackwardScratch<T> w(p);
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const BackwardHead<T> h = backward_head_slice<T>(p, t, keys_t, values_t, bh);
+      for (int64_t i = 0; i < T_len; ++i) {
+        w.delta_a[i] = dot(h.dout + i * Dv, h.ctx_a + i * Dv, Dv);  // dO . A
+        w.delta_b[i] = dot(h.dout + i * Dv, h.ctx_b + i * Dv, Dv);  // dO . B
+        h.dgate[i] = w.delta_b[i] - w.delta_a[i];
+      }
+      const int64_t n_keys = keys_of_sentence(lengths, bh / p.heads, p.key_len);
+      for (int64_t first_row = 0; first_row < T_len; first_row += kQueryBlock) {
+        backward_block<T>(p, h, pos.data(), first_row, std::min(kQueryBlock, T_len - first_row), n_keys, w);
+      }
+    }
+  });
+}

@@ -1,0 +1,90 @@
+// CPU implementation of mma_nmt::gmm_attention and mma_nmt::gmm_attention_backward: argument checks, output allocation,
+// and the choice of the kernel build that matches the processor.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <limits>
+#include <tuple>
+
+#include "attention/cpu/isa.h"
+#include "gmm/cpu/kernel_api.h"
+#include "gmm/gmm_outputs.h"
+
+namespace mma_nmt::gmm::cpu {
+namespace {
+
+using attention::cpu::best_isa;
+using attention::cpu::Isa;
+
+at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& t) {
+  return t.has_value() ? t->contiguous() : at::Tensor();
+}
+
+void check_cpu_dtype(const char* op, const at::Tensor& q) {
+  TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble, op,
+                   ": on the CPU q must be float32 or float64, got ", q.scalar_type());
+}
+
+GmmForwardResult gmm_attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const std::optional<at::Tensor>& key_lengths, const at::Tensor& omega,
+                                   const at::Tensor& mu, const at::Tensor& sigma, const at::Tensor& gate,
+                                   const std::optional<at::Tensor>& local_center,
+                                   const std::optional<at::Tensor>& local_width, double scale, int64_t normalization,
+                                   double sigma_floor, bool return_weights) {
+  const char* op = "mma_nmt.gmm_attention";
+  const GmmParams p = check_gmm_args(op, q, k, v, key_lengths, omega, mu, sigma, gate, {local_center, local_width},
+                                     scale, normalization, sigma_floor);
+  check_cpu_dtype(op, q);
+  ForwardOutputs o = allocate_forward_outputs(p, q, return_weights);
+  if (o.out.numel() == 0 || p.key_len == 0) return empty_forward(o);
+  ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_or_undefined(key_lengths),
+                   omega.contiguous(), mu.contiguous(), sigma.contiguous(), gate.contiguous(),
+                   contiguous_or_undefined(local_center), contiguous_or_undefined(local_width),
+                   o.out, o.lse, o.log_mass, o.alpha_context, o.beta_context,
+                   return_weights ? o.alpha : at::Tensor(), return_weights ? o.beta : at::Tensor()};
+  switch (best_isa()) {
+    case Isa::kAvx512: isa_avx512::gmm_forward(p, t); break;
+    case Isa::kAvx2: isa_avx2::gmm_forward(p, t); break;
+    default: isa_default::gmm_forward(p, t); break;
+  }
+  return o.as_tuple();
+}
+
+GmmBackwardResult gmm_attention_backward_cpu(
+    const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const std::optional<at::Tensor>& key_lengths, const at::Tensor& omega, const at::Tensor& mu,
+    const at::Tensor& sigma, const at::Tensor& gate, const std::optional<at::Tensor>& local_center,
+    const std::optional<at::Tensor>& local_width, const at::Tensor& lse, const at::Tensor& log_mass,
+    const at::Tensor& alpha_context, const at::Tensor& beta_context, double scale, int64_t normalization,
+    double sigma_floor) {
+  const char* op = "mma_nmt.gmm_attention_backward";
+  const GmmParams p = check_gmm_args(op, q, k, v, key_lengths, omega, mu, sigma, gate, {local_center, local_width},
+                                     scale, normalization, sigma_floor);
+  check_cpu_dtype(op, q);
+  check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
+  const bool run = q.numel() > 0 && p.key_len > 0;
+  BackwardGrads g = allocate_backward_grads(p, q, run);
+  BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(),
+                    contiguous_or_undefined(key_lengths), omega.contiguous(), mu.contiguous(), sigma.contiguous(),
+                    gate.contiguous(), contiguous_or_undefined(local_center), contiguous_or_undefined(local_width),
+                    lse.contiguous(), log_mass.contiguous(), alpha_context.contiguous(), beta_context.contiguous(),
+                    g.q, g.k, g.v, g.omega, g.mu, g.sigma, g.gate,
+                    p.has_local_bias ? g.local_center : at::Tensor(), p.has_local_bias ? g.local_width : at::Tensor()};
+  if (run) {
+    switch (best_isa()) {
+      case Isa::kAvx512: isa_avx512::gmm_backward(p, t); break;
+      case Isa::kAvx2: isa_avx2::gmm_backward(p, t); break;
+      default: isa_default::gmm_backward(p, t); break;
+    }
+  }
+  return g.as_tuple();
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mma_nmt, CPU, m) {
+  m.impl("gmm_attention", &gmm_attention_cpu);
+  m.impl("gmm_attention_backward", &gmm_attention_backward_cpu);
+}
+
+}  // namespace mma_nmt::gmm::cpu

@@ -1,0 +1,181 @@
+// Fused GMM cross-attention on the CPU (SPEC section 5): one pass over a sentence's real keys, in tiles, accumulates both
+// the online-softmax dot-product context (alpha v) and the Gaussian-mixture context (beta v); no (T, S) tensor is built.
+// Included by gmm_kernel_<isa>.cpp after it has chosen the instruction set (CPU_CAPABILITY), so every build of these
+// templates lives in its own namespace.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "attention/attention_params.h"
+#include "attention/online_softmax.h"
+#include "gmm/cpu/kernel_api.h"
+#include "gmm/gmm_math.h"
+
+namespace mma_nmt::gmm::cpu::MMA_NMT_CPU_ISA {
+namespace {
+
+#include "attention/cpu/tile_math.h"
+
+using attention::keys_of_sentence;
+using attention::OnlineSoftmax;
+
+constexpr int64_t kQueryBlock = 16;  // query rows that share one pass over a key tile
+constexpr int64_t kKeyTile = 128;    // keys scored at once
+
+#include "gmm/cpu/gmm_rows.h"
+
+// Pointers of one (sentence, head) slice of the forward tensors.
+template <typename T>
+struct ForwardHead {
+  const T *q, *kt, *v, *omega, *mu, *sigma, *gate, *center, *width;
+  T *out, *lse, *log_mass, *ctx_a, *ctx_b, *alpha, *beta;
+};
+
+// Start of an optional tensor's slice, or null when the tensor is absent.
+template <typename T>
+T* slice_or_null(const at::Tensor& t, int64_t offset) {
+  return t.defined() ? t.data_ptr<T>() + offset : nullptr;
+}
+
+template <typename T>
+ForwardHead<T> forward_head(const GmmParams& p, const ForwardTensors& t, const at::Tensor& keys_t, int64_t bh) {
+  const int64_t T_len = p.query_len, S = p.key_len, K = p.components;
+  ForwardHead<T> h;
+  h.q = t.q.data_ptr<T>() + bh * T_len * p.head_dim;
+  h.kt = keys_t.data_ptr<T>() + bh * p.head_dim * S;
+  h.v = t.v.data_ptr<T>() + bh * S * p.value_dim;
+  h.omega = t.omega.data_ptr<T>() + bh * T_len * K;
+  h.mu = t.mu.data_ptr<T>() + bh * T_len * K;
+  h.sigma = t.sigma.data_ptr<T>() + bh * T_len * K;
+  h.gate = t.gate.data_ptr<T>() + bh * T_len;
+  h.center = slice_or_null<T>(t.local_center, bh * T_len);
+  h.width = slice_or_null<T>(t.local_width, bh * T_len);
+  h.out = t.out.data_ptr<T>() + bh * T_len * p.value_dim;
+  h.lse = t.lse.data_ptr<T>() + bh * T_len;
+  h.log_mass = t.log_mass.data_ptr<T>() + bh * T_len;
+  h.ctx_a = t.alpha_context.data_ptr<T>() + bh * T_len * p.value_dim;
+  h.ctx_b = t.beta_context.data_ptr<T>() + bh * T_len * p.value_dim;
+  h.alpha = slice_or_null<T>(t.alpha, bh * T_len * S);
+  h.beta = slice_or_null<T>(t.beta, bh * T_len * S);
+  return h;
+}
+
+template <typename T>
+struct ForwardScratch {
+  std::vector<T> scores, betas, acc_a, acc_b;
+  BlockSetup<T> setup;
+  ForwardScratch(const GmmParams& p)
+      : scores(kQueryBlock * kKeyTile), betas(kQueryBlock * kKeyTile), acc_a(kQueryBlock * p.value_dim),
+        acc_b(kQueryBlock * p.value_dim), setup(p.components) {}
+};
+
+// Contexts, output and row statistics of a finished block.
+template <typename T>
+void finish_block(const GmmParams& p, const ForwardHead<T>& h, int64_t first_row, int64_t n_rows,
+                  const OnlineSoftmax<T>* state, const T* mass, ForwardScratch<T>& w) {
+  const int64_t Dv = p.value_dim;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const int64_t i = first_row + r;
+    const T inv_a = state[r].inverse_sum();
+    const T inv_b = w.setup.beta_scale[r] = beta_scale(p, mass[r]);
+    const T g = h.gate[i];
+    for (int64_t c = 0; c < Dv; ++c) {
+      const T ca = w.acc_a[r * Dv + c] * inv_a, cb = w.acc_b[r * Dv + c] * inv_b;
+      h.ctx_a[i * Dv + c] = ca;
+      h.ctx_b[i * Dv + c] = cb;
+      h.out[i * Dv + c] = (T(1) - g) * ca + g * cb;
+    }
+    h.lse[i] = state[r].log_sum_exp();
+    h.log_mass[i] = mass[r] > T(0) ? w.setup.shift[r] + log_of(mass[r]) : negative_infinity<T>();
+  }
+}
+
+// Writes the (T, S) weights alpha and beta of a finished block (analysis only). Padding keys keep their zeros.
+template <typename T>
+void write_weights(const GmmParams& p, const ForwardHead<T>& h, const T* pos, int64_t first_row, int64_t n_rows,
+                   int64_t n_keys, ForwardScratch<T>& w) {
+  const int64_t S = p.key_len, D = p.head_dim, K = p.components;
+  for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, n_keys - j0);
+    tile_product<T>(h.q + first_row * D, D, n_rows, h.kt + j0, S, n, D, T(p.scale), w.scores.data(), kKeyTile);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const int64_t i = first_row + r;
+      T* s = w.scores.data() + r * kKeyTile;
+      if (p.has_local_bias) add_local_bias(w.setup.local[r], pos + j0, n, s);
+      exp_shifted_sum(s, n, h.lse[i]);
+      std::copy(s, s + n, h.alpha + i * S + j0);
+      T* beta = h.beta + i * S + j0;
+      mixture_row(w.setup.comps.data() + r * K, K, pos + j0, n, beta);
+      scale_row(beta, n, w.setup.beta_scale[r]);
+    }
+  }
+}
+
+// One block of query rows of one (sentence, head): the forward pass.
+template <typename T>
+void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* pos, int64_t first_row, int64_t n_rows,
+                   int64_t n_keys, ForwardScratch<T>& w) {
+  const int64_t D = p.head_dim, Dv = p.value_dim, S = p.key_len, K = p.components;
+  w.setup.load(p, h.omega, h.mu, h.sigma, h.center, h.width, first_row, n_rows, n_keys);
+  OnlineSoftmax<T> state[kQueryBlock];
+  T mass[kQueryBlock] = {};
+  std::fill(w.acc_a.begin(), w.acc_a.begin() + n_rows * Dv, T(0));
+  std::fill(w.acc_b.begin(), w.acc_b.begin() + n_rows * Dv, T(0));
+  for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, n_keys - j0);
+    // (n_rows, n) = q_block (n_rows, D) @ keys_t[:, j0:j0+n] (D, n)
+    tile_product<T>(h.q + first_row * D, D, n_rows, h.kt + j0, S, n, D, T(p.scale), w.scores.data(), kKeyTile);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      T* s = w.scores.data() + r * kKeyTile;
+      if (p.has_local_bias) add_local_bias(w.setup.local[r], pos + j0, n, s);
+      const T factor = state[r].raise_max(row_max(s, n));
+      if (factor != T(1)) scale_row(w.acc_a.data() + r * Dv, Dv, factor);
+      state[r].add(exp_shifted_sum(s, n, state[r].max));
+      mass[r] += mixture_row(w.setup.comps.data() + r * K, K, pos + j0, n, w.betas.data() + r * kKeyTile);
+    }
+    // acc (n_rows, Dv) += weights (n_rows, n) @ v[j0:j0+n] (n, Dv), for both attentions
+    accumulate_products<T>(w.scores.data(), kKeyTile, 1, n_rows, n, h.v + j0 * Dv, Dv, Dv, w.acc_a.data(), Dv);
+    accumulate_products<T>(w.betas.data(), kKeyTile, 1, n_rows, n, h.v + j0 * Dv, Dv, Dv, w.acc_b.data(), Dv);
+  }
+  finish_block(p, h, first_row, n_rows, state, mass, w);
+  if (h.alpha != nullptr) write_weights(p, h, pos, first_row, n_rows, n_keys, w);
+}
+
+template <typename T>
+void forward_typed(const GmmParams& p, ForwardTensors& t) {
+  const at::Tensor keys_t = t.k.transpose(-1, -2).contiguous();  // (B, H, D, S)
+  const std::vector<T> pos = key_positions<T>(p.key_len);
+  const int64_t* lengths = t.key_lengths.defined() ? t.key_lengths.data_ptr<int64_t>() : nullptr;
+  const int64_t blocks = (p.query_len + kQueryBlock - 1) / kQueryBlock;
+  at::parallel_for(0, p.batch * p.heads * blocks, 1, [&](int64_t begin, int64_t end) {
+    ForwardScratch<T> scratch(p);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / blocks, first_row = (task % blocks) * kQueryBlock;
+      const int64_t n_rows = std::min(kQueryBlock, p.query_len - first_row);
+      const ForwardHead<T> h = forward_head<T>(p, t, keys_t, bh);
+      forward_block<T>(p, h, pos.data(), first_row, n_rows, keys_of_sentence(lengths, bh / p.heads, p.key_len),
+                       scratch);
+    }
+  });
+}
+
+#include "gmm/cpu/gmm_backward.h"
+
+}  // namespace
+
+void gmm_forward(const GmmParams& p, ForwardTensors& t) {
+  AT_DISPATCH_FLOATING_TYPES(t.q.scalar_type(), "mma_nmt::gmm_attention cpu forward",
+                             [&] { forward_typed<scalar_t>(p, t); });
+}
+
+void gmm_backward(const GmmParams& p, BackwardTensors& t) {
+  AT_DISPATCH_FLOATING_TYPES(t.q.scalar_type(), "mma_nmt::gmm_attention cpu backward",
+                             [&] { backward_typed<scalar_t>(p, t); });
+}
+
+}  // namespace mma_nmt::gmm::cpu::MMA_NMT_CPU_ISA

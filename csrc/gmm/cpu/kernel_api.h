@@ -1,0 +1,37 @@
+// The CPU GMM kernels are compiled once per instruction set (gmm_kernel_<isa>.cpp); gmm_cpu.cpp picks the best one the
+// running processor supports (attention/cpu/isa.h).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "gmm/gmm_params.h"
+
+namespace mma_nmt::gmm::cpu {
+
+// Tensors are contiguous. Optional inputs (key_lengths, local_center, local_width) are undefined when absent; alpha and
+// beta are undefined unless weights were asked for.
+struct ForwardTensors {
+  at::Tensor q, k, v, key_lengths, omega, mu, sigma, gate, local_center, local_width;
+  at::Tensor out, lse, log_mass, alpha_context, beta_context, alpha, beta;
+};
+
+struct BackwardTensors {
+  at::Tensor grad_out, q, k, v, key_lengths, omega, mu, sigma, gate, local_center, local_width;
+  at::Tensor lse, log_mass, alpha_context, beta_context;
+  // Zero-initialised by the caller; grad_local_* are undefined without the localness bias.
+  at::Tensor grad_q, grad_k, grad_v, grad_omega, grad_mu, grad_sigma, grad_gate, grad_local_center, grad_local_width;
+};
+
+#define MMA_NMT_DECLARE_CPU_GMM(isa)                           \
+  namespace isa {                                              \
+  void gmm_forward(const GmmParams& p, ForwardTensors& t);     \
+  void gmm_backward(const GmmParams& p, BackwardTensors& t);   \
+  }
+
+MMA_NMT_DECLARE_CPU_GMM(isa_default)
+MMA_NMT_DECLARE_CPU_GMM(isa_avx2)
+MMA_NMT_DECLARE_CPU_GMM(isa_avx512)
+
+#undef MMA_NMT_DECLARE_CPU_GMM
+
+}  // namespace mma_nmt::gmm::cpu

@@ -1,0 +1,135 @@
+// Backward CUDA kernels of GMM cross-attention (see csrc/gmm/cpu/gmm_backward.h for the formulas). The row kernel (one
+// warp per query row) computes dq, the mixture, gate and local-bias gradients, and leaves four statistics per row for
+// the key kernel (one warp per key), which computes dk and dv without atomics. Included only from gmm_kernels.cuh.
+#pragma once
+
+namespace mma_nmt::gmm::cuda {
+
+constexpr int kMaxComponents = 16;
+constexpr int kRowStats = 4;  // delta_a = dO . A, delta_b = dO . B, strict shift, beta scale (1/U or 1)
+
+template <typename scalar_t, typename acc_t>
+struct GmmGrads {
+  const acc_t *lse, *log_mass, *ctx_a, *ctx_b;
+  acc_t* row_stats;  // (B, H, T, kRowStats)
+  scalar_t *dq, *dk, *dv, *domega, *dmu, *dsigma, *dgate, *dcenter, *dwidth;
+};
+
+// Writes row statistics and dgate; returns them through the references.
+template <typename scalar_t, typename acc_t>
+__device__ void row_statistics(const GmmArgs<scalar_t, acc_t>& a, const GmmGrads<scalar_t, acc_t>& gr, int64_t row,
+                               const acc_t* dout, acc_t shift, int lane, acc_t& delta_a, acc_t& delta_b,
+                               acc_t& beta_scale) {
+  delta_a = warp_dot(dout, gr.ctx_a + row * a.value_dim, a.value_dim, lane);
+  delta_b = warp_dot(dout, gr.ctx_b + row * a.value_dim, a.value_dim, lane);
+  const acc_t log_mass = gr.log_mass[row];
+  beta_scale = acc_t(1);
+  if (a.normalization == kStrict) {
+    beta_scale = log_mass == negative_infinity<acc_t>() ? acc_t(0) : exp_of(shift - log_mass);
+  }
+  if (lane == 0) {
+    acc_t* stats = gr.row_stats + row * kRowStats;
+    stats[0] = delta_a;
+    stats[1] = delta_b;
+    stats[2] = shift;
+    stats[3] = beta_scale;
+    gr.dgate[row] = static_cast<scalar_t>(delta_b - delta_a);
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+__global__ void gmm_backward_rows_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<scalar_t, acc_t> gr) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (row >= a.batch * a.heads * a.query_len) return;
+  const int64_t bh = row / a.query_len, n_keys = keys_of(a, row), D = a.head_dim, K = a.components;
+  acc_t q[kMaxPerLane], dout[kMaxPerLane], dq[kMaxPerLane] = {};
+  load_slice(a.q + row * D, D, lane, q);
+  load_slice(a.dout + row * a.value_dim, a.value_dim, lane, dout);
+  const RowMixture<scalar_t, acc_t> mix = row_mixture(a, row, n_keys);
+  acc_t delta_a, delta_b, beta_scale;
+  row_statistics(a, gr, row, dout, mix.shift, lane, delta_a, delta_b, beta_scale);
+  const acc_t g = static_cast<acc_t>(a.gate[row]), lse = gr.lse[row];
+  const acc_t beta_delta = a.normalization == kStrict ? delta_b : acc_t(0);
+  const acc_t center = a.center != nullptr ? static_cast<acc_t>(a.center[row]) : acc_t(0);
+  acc_t m0[kMaxComponents] = {}, m1[kMaxComponents] = {}, m2[kMaxComponents] = {}, n1 = 0, n2 = 0;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const scalar_t* key = a.k + (bh * a.key_len + j) * D;
+    const acc_t logit = warp_dot(q, key, D, lane) * a.scale + logit_bias(a, row, acc_t(j));
+    const acc_t p = exp_of(logit - lse);
+    const acc_t dov = warp_dot(dout, a.v + (bh * a.key_len + j) * a.value_dim, a.value_dim, lane);
+    const acc_t ds = (acc_t(1) - g) * p * (dov - delta_a);
+    n1 += ds * (acc_t(j) - center);
+    n2 += ds * (acc_t(j) - center) * (acc_t(j) - center);
+#pragma unroll
+    for (int s = 0; s < kMaxPerLane; ++s) {
+      const int64_t d = lane + s * kWarp;
+      if (d < D) dq[s] += ds * a.scale * static_cast<acc_t>(key[d]);
+    }
+    const acc_t w = g * (dov - beta_delta) * beta_scale;
+    for (int64_t k = 0; k < K; ++k) {
+      const Component<acc_t> c = mix.component(k);
+      const acc_t dist = acc_t(j) - c.mu, we = w * component_term(c, acc_t(j));
+      m0[k] += we;
+      m1[k] += we * dist;
+      m2[k] += we * dist * dist;
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kMaxPerLane; ++s) {
+    const int64_t d = lane + s * kWarp;
+    if (d < D) gr.dq[row * D + d] = static_cast<scalar_t>(dq[s]);
+  }
+  if (lane != 0) return;
+  for (int64_t k = 0; k < K; ++k) {
+    const ComponentGrads<acc_t> cg = component_grads(mix.component(k), m0[k], m1[k], m2[k]);
+    gr.domega[row * K + k] = static_cast<scalar_t>(cg.omega);
+    gr.dmu[row * K + k] = static_cast<scalar_t>(cg.mu);
+    gr.dsigma[row * K + k] = static_cast<scalar_t>(cg.sigma);
+  }
+  if (a.center != nullptr) {
+    const LocalBiasRow<acc_t> r = make_local_bias<acc_t>(center, static_cast<acc_t>(a.width[row]), a.floor);
+    gr.dcenter[row] = static_cast<scalar_t>(local_center_grad(r, n1));
+    gr.dwidth[row] = static_cast<scalar_t>(local_width_grad(r, n2));
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+__global__ void gmm_backward_keys_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<scalar_t, acc_t> gr) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t key_index = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (key_index >= a.batch * a.heads * a.key_len) return;
+  const int64_t bh = key_index / a.key_len, j = key_index % a.key_len, D = a.head_dim, Dv = a.value_dim;
+  if (j >= keys_of(a, bh * a.query_len)) return;  // padding keys keep their zero gradients
+  acc_t key[kMaxPerLane], value[kMaxPerLane], dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
+  load_slice(a.k + key_index * D, D, lane, key);
+  load_slice(a.v + key_index * Dv, Dv, lane, value);
+  for (int64_t i = 0; i < a.query_len; ++i) {
+    const int64_t row = bh * a.query_len + i;
+    const acc_t* stats = gr.row_stats + row * kRowStats;
+    const scalar_t* q = a.q + row * D;
+    const scalar_t* dout = a.dout + row * Dv;
+    const acc_t logit = warp_dot(key, q, D, lane) * a.scale + logit_bias(a, row, acc_t(j));
+    const acc_t p = exp_of(logit - gr.lse[row]);
+    const acc_t dov = warp_dot(value, dout, Dv, lane);
+    const acc_t g = static_cast<acc_t>(a.gate[row]);
+    const acc_t ds = (acc_t(1) - g) * p * (dov - stats[0]) * a.scale;
+    RowMixture<scalar_t, acc_t> mix{a.omega + row * a.components, a.mu + row * a.components,
+                                    a.sigma + row * a.components, a.components, a.normalization, a.floor, stats[2]};
+    const acc_t gamma = (acc_t(1) - g) * p + g * mix.u(acc_t(j)) * stats[3];
+#pragma unroll
+    for (int s = 0; s < kMaxPerLane; ++s) {
+      const int64_t d = lane + s * kWarp;
+      if (d < D) dk[s] += ds * static_cast<acc_t>(q[d]);
+      if (d < Dv) dv[s] += gamma * static_cast<acc_t>(dout[d]);
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kMaxPerLane; ++s) {
+    const int64_t d = lane + s * kWarp;
+    if (d < D) gr.dk[key_index * D + d] = static_cast<scalar_t>(dk[s]);
+    if (d < Dv) gr.dv[key_index * Dv + d] = static_cast<scalar_t>(dv[s]);
+  }
+}
+
+}  // namespace mma_nmt::gmm::cuda

@@ -1,0 +1,177 @@
+// CUDA kernels of GMM cross-attention: one warp per query row (forward, row-side backward) or per key (key-side
+// backward). Lanes split the head dimensions; keys (or rows) are visited one after another, every dot product is a warp
+// reduction, so every lane holds the same softmax state and mixture value. The arithmetic is gmm_math.h's, shared with
+// the CPU kernels. Included only from gmm_cuda.cu.
+#pragma once
+
+#include "attention/online_softmax.h"
+#include "gmm/gmm_math.h"
+
+namespace mma_nmt::gmm::cuda {
+
+constexpr int kWarp = 32;
+constexpr int kMaxPerLane = 8;  // head_dim and value_dim up to 256
+constexpr int kWarpsPerBlock = 4;
+
+template <typename acc_t>
+__device__ __forceinline__ acc_t warp_sum(acc_t x) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// Row-major views and sizes every kernel needs; pointers are at the start of the whole tensor.
+template <typename scalar_t, typename acc_t>
+struct GmmArgs {
+  const scalar_t *q, *k, *v, *omega, *mu, *sigma, *gate, *center, *width, *dout;
+  const int64_t* lengths;
+  int64_t batch, heads, query_len, key_len, head_dim, value_dim, components, normalization;
+  acc_t scale, floor;
+};
+
+template <typename scalar_t, typename acc_t>
+__device__ int64_t keys_of(const GmmArgs<scalar_t, acc_t>& a, int64_t row) {
+  const int64_t b = row / (a.heads * a.query_len);
+  if (a.lengths == nullptr) return a.key_len;
+  const int64_t n = a.lengths[b];
+  return n < 0 ? 0 : (n > a.key_len ? a.key_len : n);
+}
+
+// Loads the lane's slice (elements lane, lane + 32, ...) of a length-n vector into registers.
+template <typename scalar_t, typename acc_t>
+__device__ void load_slice(const scalar_t* x, int64_t n, int lane, acc_t* out) {
+#pragma unroll
+  for (int s = 0; s < kMaxPerLane; ++s) {
+    const int64_t d = lane + s * kWarp;
+    out[s] = d < n ? static_cast<acc_t>(x[d]) : acc_t(0);
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+__device__ acc_t warp_dot(const acc_t* slice, const scalar_t* y, int64_t n, int lane) {
+  acc_t partial = 0;
+#pragma unroll
+  for (int s = 0; s < kMaxPerLane; ++s) {
+    const int64_t d = lane + s * kWarp;
+    if (d < n) partial += slice[s] * static_cast<acc_t>(y[d]);
+  }
+  return warp_sum(partial);
+}
+
+// Per-row mixture state: components read from global memory on use (K is small), plus the strict-mode shift.
+template <typename scalar_t, typename acc_t>
+struct RowMixture {
+  const scalar_t *omega, *mu, *sigma;
+  int64_t K, normalization;
+  acc_t floor, shift;
+
+  __device__ Component<acc_t> component(int64_t k) const {
+    Component<acc_t> c = make_component<acc_t>(static_cast<acc_t>(omega[k]), static_cast<acc_t>(mu[k]),
+                                               static_cast<acc_t>(sigma[k]), floor, normalization);
+    c.log_coeff -= shift;
+    return c;
+  }
+  __device__ acc_t u(acc_t position) const {
+    acc_t total = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const Component<acc_t> c = component(k);
+      total += c.omega * component_term(c, position);
+    }
+    return total;
+  }
+};
+
+template <typename scalar_t, typename acc_t>
+__device__ RowMixture<scalar_t, acc_t> row_mixture(const GmmArgs<scalar_t, acc_t>& a, int64_t row, int64_t n_keys) {
+  RowMixture<scalar_t, acc_t> m{a.omega + row * a.components, a.mu + row * a.components,
+                                a.sigma + row * a.components, a.components, a.normalization, a.floor, acc_t(0)};
+  if (a.normalization == kStrict && n_keys > 0) {
+    // strict_shift over the row's components, read one at a time (no per-row array on the device).
+    acc_t best = negative_infinity<acc_t>();
+    for (int64_t k = 0; k < m.K; ++k) {
+      Component<acc_t> c = m.component(k);
+      best = fmax(best, strict_shift(&c, 1, n_keys));
+    }
+    m.shift = best == negative_infinity<acc_t>() ? acc_t(0) : best;
+  }
+  return m;
+}
+
+template <typename scalar_t, typename acc_t>
+__device__ acc_t logit_bias(const GmmArgs<scalar_t, acc_t>& a, int64_t row, acc_t position) {
+  if (a.center == nullptr) return acc_t(0);
+  const LocalBiasRow<acc_t> r = make_local_bias<acc_t>(static_cast<acc_t>(a.center[row]),
+                                                       static_cast<acc_t>(a.width[row]), a.floor);
+  return local_bias(r, position);
+}
+
+// Outputs of the forward kernel (stats in acc_t), and the backward kernels' saved statistics.
+template <typename scalar_t, typename acc_t>
+struct GmmOutputs {
+  scalar_t *out, *alpha, *beta;
+  acc_t *lse, *log_mass, *ctx_a, *ctx_b;
+};
+
+template <typename scalar_t, typename acc_t>
+__device__ void write_row_weights(const GmmArgs<scalar_t, acc_t>& a, GmmOutputs<scalar_t, acc_t> o, int64_t row,
+                                  int64_t n_keys, const acc_t* q, const RowMixture<scalar_t, acc_t>& mix, acc_t lse,
+                                  acc_t beta_scale, int lane) {
+  const scalar_t* keys = a.k + (row / a.query_len) * a.key_len * a.head_dim;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const acc_t logit = warp_dot(q, keys + j * a.head_dim, a.head_dim, lane) * a.scale + logit_bias(a, row, acc_t(j));
+    if (lane == 0) {
+      o.alpha[row * a.key_len + j] = static_cast<scalar_t>(exp_of(logit - lse));
+      o.beta[row * a.key_len + j] = static_cast<scalar_t>(mix.u(acc_t(j)) * beta_scale);
+    }
+  }
+}
+
+template <typename scalar_t, typename acc_t>
+__global__ void gmm_forward_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<scalar_t, acc_t> o) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (row >= a.batch * a.heads * a.query_len) return;
+  const int64_t bh = row / a.query_len, n_keys = keys_of(a, row), Dv = a.value_dim;
+  const scalar_t* keys = a.k + bh * a.key_len * a.head_dim;
+  const scalar_t* values = a.v + bh * a.key_len * Dv;
+  acc_t q[kMaxPerLane], acc_a[kMaxPerLane] = {}, acc_b[kMaxPerLane] = {};
+  load_slice(a.q + row * a.head_dim, a.head_dim, lane, q);
+  const RowMixture<scalar_t, acc_t> mix = row_mixture(a, row, n_keys);
+  attention::OnlineSoftmax<acc_t> state;
+  acc_t mass = 0;
+  for (int64_t j = 0; j < n_keys; ++j) {
+    const acc_t logit = warp_dot(q, keys + j * a.head_dim, a.head_dim, lane) * a.scale + logit_bias(a, row, acc_t(j));
+    const acc_t factor = state.raise_max(logit);
+    const acc_t p = state.weight(logit);
+    state.add(p);
+    const acc_t u = mix.u(acc_t(j));
+    mass += u;
+#pragma unroll
+    for (int s = 0; s < kMaxPerLane; ++s) {
+      const int64_t d = lane + s * kWarp;
+      const acc_t value = d < Dv ? static_cast<acc_t>(values[j * Dv + d]) : acc_t(0);
+      acc_a[s] = acc_a[s] * factor + p * value;
+      acc_b[s] += u * value;
+    }
+  }
+  const acc_t inv_a = state.inverse_sum();
+  const acc_t inv_b = a.normalization == kStrict ? (mass > acc_t(0) ? acc_t(1) / mass : acc_t(0)) : acc_t(1);
+  const acc_t g = static_cast<acc_t>(a.gate[row]);
+#pragma unroll
+  for (int s = 0; s < kMaxPerLane; ++s) {
+    const int64_t d = lane + s * kWarp;
+    if (d >= Dv) continue;
+    o.ctx_a[row * Dv + d] = acc_a[s] * inv_a;
+    o.ctx_b[row * Dv + d] = acc_b[s] * inv_b;
+    o.out[row * Dv + d] = static_cast<scalar_t>((acc_t(1) - g) * acc_a[s] * inv_a + g * acc_b[s] * inv_b);
+  }
+  const acc_t lse = state.log_sum_exp();
+  if (lane == 0) {
+    o.lse[row] = lse;
+    o.log_mass[row] = mass > acc_t(0) ? mix.shift + log_of(mass) : negative_infinity<acc_t>();
+  }
+  if (o.alpha != nullptr) write_row_weights(a, o, row, n_keys, q, mix, lse, inv_b, lane);
+}
+
+}  // namespace mma_nmt::gmm::cuda
+
+#include "gmm/cuda/gmm_backward_kernels.cuh"

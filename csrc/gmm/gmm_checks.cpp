@@ -1,0 +1,85 @@
+#include "gmm/gmm_params.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "attention/attention_params.h"
+#include "gmm/gmm_math.h"
+
+namespace mma_nmt::gmm {
+namespace {
+
+using attention::check_key_lengths;
+using attention::check_same_layout;
+
+void check_rank(const char* op, const char* name, const at::Tensor& t, int64_t rank, const char* layout) {
+  TORCH_CHECK_VALUE(t.dim() == rank, op, ": ", name, " must have shape ", layout, ", got a ", t.dim(),
+                    "-d tensor of shape ", t.sizes());
+}
+
+void check_mixture(const char* op, const GmmParams& p, const at::Tensor& omega, const at::Tensor& mu,
+                   const at::Tensor& sigma, const at::Tensor& q) {
+  check_rank(op, "omega", omega, 4, "(batch, heads, query_len, components)");
+  const int64_t K = omega.size(3);
+  TORCH_CHECK_VALUE(K >= 1, op, ": omega must have at least one component (last dimension), got shape ", omega.sizes());
+  check_same_layout(op, "omega", omega, {p.batch, p.heads, p.query_len, K}, q);
+  check_same_layout(op, "mu", mu, {p.batch, p.heads, p.query_len, K}, q);
+  check_same_layout(op, "sigma", sigma, {p.batch, p.heads, p.query_len, K}, q);
+}
+
+}  // namespace
+
+GmmParams check_gmm_args(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const std::optional<at::Tensor>& key_lengths, const at::Tensor& omega, const at::Tensor& mu,
+                         const at::Tensor& sigma, const at::Tensor& gate, const LocalBias& local, double scale,
+                         int64_t normalization, double sigma_floor) {
+  check_rank(op, "q", q, 4, "(batch, heads, query_len, head_dim)");
+  check_rank(op, "k", k, 4, "(batch, heads, key_len, head_dim)");
+  check_rank(op, "v", v, 4, "(batch, heads, key_len, value_dim)");
+  TORCH_CHECK_TYPE(at::isFloatingType(q.scalar_type()), op, ": q must be a floating-point tensor, got ",
+                   q.scalar_type());
+  GmmParams p;
+  p.batch = q.size(0);
+  p.heads = q.size(1);
+  p.query_len = q.size(2);
+  p.head_dim = q.size(3);
+  p.key_len = k.size(2);
+  p.value_dim = v.size(3);
+  check_same_layout(op, "k", k, {p.batch, p.heads, p.key_len, p.head_dim}, q);
+  check_same_layout(op, "v", v, {p.batch, p.heads, p.key_len, p.value_dim}, q);
+  check_mixture(op, p, omega, mu, sigma, q);
+  p.components = omega.size(3);
+  check_same_layout(op, "gate", gate, {p.batch, p.heads, p.query_len}, q);
+  TORCH_CHECK_VALUE(local.center.has_value() == local.width.has_value(), op,
+                    ": local_center and local_width must be given together (localness-Gaussian bias) or both None");
+  if (local.center.has_value()) {
+    check_same_layout(op, "local_center", *local.center, {p.batch, p.heads, p.query_len}, q);
+    check_same_layout(op, "local_width", *local.width, {p.batch, p.heads, p.query_len}, q);
+  }
+  TORCH_CHECK_VALUE(scale > 0.0 && std::isfinite(scale), op, ": scale must be positive and finite, got ", scale);
+  TORCH_CHECK_VALUE(normalization >= 0 && normalization < kNumNormalizations, op,
+                    ": normalization must be 0 (approximate), 1 (strict) or 2 (unnormalised), got ", normalization);
+  TORCH_CHECK_VALUE(sigma_floor > 0.0 && std::isfinite(sigma_floor), op,
+                    ": sigma_floor must be positive and finite, got ", sigma_floor);
+  if (key_lengths.has_value()) check_key_lengths(op, *key_lengths, q, p.key_len);
+  p.scale = scale;
+  p.normalization = normalization;
+  p.sigma_floor = sigma_floor;
+  p.has_key_lengths = key_lengths.has_value();
+  p.has_local_bias = local.center.has_value();
+  return p;
+}
+
+void check_gmm_backward_extras(const char* op, const GmmParams& p, const at::Tensor& q, const at::Tensor& grad_out,
+                               const at::Tensor& lse, const at::Tensor& log_mass, const at::Tensor& alpha_context,
+                               const at::Tensor& beta_context) {
+  check_same_layout(op, "grad_out", grad_out, {p.batch, p.heads, p.query_len, p.value_dim}, q);
+  const at::Tensor like = at::empty({0}, q.options().dtype(stats_dtype(q.scalar_type())));
+  check_same_layout(op, "lse", lse, {p.batch, p.heads, p.query_len}, like);
+  check_same_layout(op, "log_mass", log_mass, {p.batch, p.heads, p.query_len}, like);
+  check_same_layout(op, "alpha_context", alpha_context, {p.batch, p.heads, p.query_len, p.value_dim}, like);
+  check_same_layout(op, "beta_context", beta_context, {p.batch, p.heads, p.query_len, p.value_dim}, like);
+}
+
+}  // namespace mma_nmt::gmm

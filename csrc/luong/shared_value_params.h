@@ -1,0 +1,35 @@
+// Sizes of one shared-value attention call (SPEC section 2: h per-head key sets, one value set shared by every head),
+// validated once (shared_value_checks.cpp) and handed to a backend kernel.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include <ATen/core/Tensor.h>
+
+namespace mma_nmt::luong {
+
+struct SharedValueParams {
+  int64_t batch = 0;
+  int64_t heads = 0;
+  int64_t query_len = 0;  // 1 per decoder step; the target length when run over all steps
+  int64_t key_len = 0;
+  int64_t head_dim = 0;   // D of q and k
+  int64_t value_dim = 0;  // Dv of the shared values and the output
+  double scale = 1.0;
+};
+
+// Checks q (B, H, T, D), k (B, H, S, D), v (B, S, Dv), key_lengths (B,) and scale; names the offending argument.
+SharedValueParams check_shared_value_args(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          const std::optional<at::Tensor>& key_lengths, double scale);
+
+// Checks grad_out and out (B, H, T, Dv) and lse (B, H, T) of backward.
+void check_shared_value_backward_extras(const char* op, const SharedValueParams& p, const at::Tensor& q,
+                                        const at::Tensor& grad_out, const at::Tensor& out, const at::Tensor& lse);
+
+// log-sum-exp is kept in float32 for half-precision inputs, else in the input's dtype.
+inline at::ScalarType shared_value_lse_dtype(at::ScalarType input) {
+  return (input == at::kHalf || input == at::kBFloat16) ? at::kFloat : input;
+}
+
+}  // namespace mma_nmt::luong

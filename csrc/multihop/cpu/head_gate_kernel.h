@@ -1,0 +1,172 @@
+// Second hop of multi-hop attention on the CPU (SPEC section 4): one pass over the positions, vectorised over the
+// hop dimension with at::vec, the softmax over heads from the shared header. Included by head_gate_kernel_<isa>.cpp
+// after it has chosen the instruction set, so every build lives in its own namespace.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "multihop/cpu/kernel_api.h"
+#include "multihop/head_gate.h"
+
+namespace mma_nmt::multihop::cpu::MMA_NMT_CPU_ISA {
+namespace {
+
+using at::vec::Vectorized;
+
+constexpr int64_t kPositionBlock = 64;  // positions per task; also the unit of the v_b-gradient partial sums
+
+// tanh of a vector. float: 1 - 2 / (exp(2x) + 1) with ATen's polynomial exp (exp_u20), several times faster than the
+// libm-accurate tanh and within about 1e-7 absolute; it saturates to +-1 without NaN. double: the accurate tanh.
+template <typename T>
+inline Vectorized<T> tanh_vec(const Vectorized<T>& x) {
+  return x.tanh();
+}
+template <>
+inline Vectorized<float> tanh_vec(const Vectorized<float>& x) {
+  const Vectorized<float> one(1.0f), two(2.0f);
+  return one - two / ((x * two).exp_u20() + one);
+}
+
+// v_b . tanh(a + b) over n elements.
+template <typename T>
+T tanh_dot(const T* a, const T* b, const T* v_b, int64_t n) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  Vec acc(T(0));
+  for (int64_t d = 0; d < n; d += V) {
+    const int64_t count = std::min<int64_t>(V, n - d);
+    const Vec u = tanh_vec(Vec::loadu(a + d, count) + Vec::loadu(b + d, count));
+    acc = at::vec::fmadd(Vec::loadu(v_b + d, count), u, acc);  // lanes past count load 0 from v_b
+  }
+  return at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc);
+}
+
+// Row (b, h, t) of a (B, H, T, dim) tensor whose last dimension is contiguous; other strides are free, so the module
+// can pass transposed views of batched projections without copying them.
+template <typename T>
+struct Rows {
+  const T* data;
+  int64_t batch_stride, head_stride, step_stride;
+  explicit Rows(const at::Tensor& t)
+      : data(t.data_ptr<T>()), batch_stride(t.stride(0)), head_stride(t.stride(1)), step_stride(t.stride(2)) {}
+  const T* operator()(int64_t b, int64_t h, int64_t t) const {
+    return data + b * batch_stride + h * head_stride + t * step_stride;
+  }
+};
+
+// dst[0:n] = factor * src[0:n].
+template <typename T>
+void scaled_copy(const T* src, T factor, T* dst, int64_t n) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  for (int64_t d = 0; d < n; d += V) {
+    const int64_t count = std::min<int64_t>(V, n - d);
+    (Vec::loadu(src + d, count) * Vec(factor)).store(dst + d, count);
+  }
+}
+
+template <typename T>
+void forward_typed(const HeadGateParams& p, HeadGateForward& t) {
+  const int64_t H = p.heads, T_len = p.query_len, Dc = p.value_dim;
+  const Rows<T> wq(t.query_proj), ua(t.head_proj), uc(t.value_proj);
+  const T* v_b = t.v_b.data_ptr<T>();
+  T *out = t.out.data_ptr<T>(), *gate = t.gate.data_ptr<T>();
+  at::parallel_for(0, p.positions(), kPositionBlock, [&](int64_t begin, int64_t end) {
+    T beta[kMaxHeads];
+    for (int64_t n = begin; n < end; ++n) {
+      const int64_t b = n / T_len, i = n % T_len;
+      for (int64_t h = 0; h < H; ++h) beta[h] = tanh_dot(wq(b, h, i), ua(b, h, i), v_b, p.hop_dim);  // e_h
+      softmax_over_heads(beta, H);
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t row = head_row(n, h, H, T_len);
+        gate[row] = beta[h];
+        scaled_copy(uc(b, h, i), beta[h], out + row * Dc, Dc);
+      }
+    }
+  });
+}
+
+// One head of one position in backward: grad_pre = de * v_b * (1 - u^2), v_b_grad += de * u, u = tanh(a + b).
+template <typename T>
+void pre_activation_backward(const T* a, const T* b, const T* v_b, T de, int64_t n, T* grad_pre, T* v_b_grad) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  const Vec one(T(1)), de_vec(de);
+  for (int64_t d = 0; d < n; d += V) {
+    const int64_t count = std::min<int64_t>(V, n - d);
+    const Vec u = tanh_vec(Vec::loadu(a + d, count) + Vec::loadu(b + d, count));
+    (de_vec * Vec::loadu(v_b + d, count) * (one - u * u)).store(grad_pre + d, count);
+    at::vec::fmadd(de_vec, u, Vec::loadu(v_b_grad + d, count)).store(v_b_grad + d, count);
+  }
+}
+
+template <typename T>
+T dot(const T* a, const T* b, int64_t n) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  Vec acc(T(0));
+  for (int64_t c = 0; c < n; c += V) {
+    const int64_t count = std::min<int64_t>(V, n - c);
+    acc = at::vec::fmadd(Vec::loadu(a + c, count), Vec::loadu(b + c, count), acc);
+  }
+  return at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc);
+}
+
+// Backward of positions [begin, end): owns their rows of grad_pre and grad_value_proj; adds to its own v_b partial.
+template <typename T>
+void backward_block(const HeadGateParams& p, const HeadGateBackward& t, int64_t begin, int64_t end, T* v_b_grad) {
+  const int64_t H = p.heads, T_len = p.query_len, Db = p.hop_dim, Dc = p.value_dim;
+  const Rows<T> wq(t.query_proj), ua(t.head_proj), uc(t.value_proj);
+  const T *dout = t.grad_out.data_ptr<T>(), *v_b = t.v_b.data_ptr<T>(), *gate = t.gate.data_ptr<T>();
+  const T* dgate = t.grad_gate.defined() ? t.grad_gate.data_ptr<T>() : nullptr;
+  T *dpre = t.grad_pre.data_ptr<T>(), *duc = t.grad_value_proj.data_ptr<T>();
+  T beta[kMaxHeads], de[kMaxHeads];
+  for (int64_t n = begin; n < end; ++n) {
+    const int64_t b = n / T_len, i = n % T_len;
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t row = head_row(n, h, H, T_len);
+      beta[h] = gate[row];
+      de[h] = dot(dout + row * Dc, uc(b, h, i), Dc) + (dgate ? dgate[row] : T(0));  // dL/dbeta_h
+      scaled_copy(dout + row * Dc, beta[h], duc + row * Dc, Dc);
+    }
+    softmax_over_heads_backward(beta, de, H);  // dL/de_h
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t row = head_row(n, h, H, T_len);
+      pre_activation_backward(wq(b, h, i), ua(b, h, i), v_b, de[h], Db, dpre + row * Db, v_b_grad);
+    }
+  }
+}
+
+template <typename T>
+void backward_typed(const HeadGateParams& p, HeadGateBackward& t) {
+  const int64_t blocks = (p.positions() + kPositionBlock - 1) / kPositionBlock;
+  // One v_b-gradient partial per block of positions, summed in a fixed order: deterministic for any thread count.
+  at::Tensor partials = at::zeros({blocks, p.hop_dim}, t.v_b.options());
+  T* part = partials.data_ptr<T>();
+  at::parallel_for(0, blocks, 1, [&](int64_t first, int64_t last) {
+    for (int64_t blk = first; blk < last; ++blk) {
+      const int64_t begin = blk * kPositionBlock, end = std::min(p.positions(), begin + kPositionBlock);
+      backward_block<T>(p, t, begin, end, part + blk * p.hop_dim);
+    }
+  });
+  t.grad_v_b.copy_(partials.sum(0));
+}
+
+}  // namespace
+
+void head_gate_forward(const HeadGateParams& p, HeadGateForward& t) {
+  AT_DISPATCH_FLOATING_TYPES(t.query_proj.scalar_type(), "mma_nmt::multihop_gate cpu forward",
+                             [&] { forward_typed<scalar_t>(p, t); });
+}
+
+void head_gate_backward(const HeadGateParams& p, HeadGateBackward& t) {
+  AT_DISPATCH_FLOATING_TYPES(t.query_proj.scalar_type(), "mma_nmt::multihop_gate cpu backward",
+                             [&] { backward_typed<scalar_t>(p, t); });
+}
+
+}  // namespace mma_nmt::multihop::cpu::MMA_NMT_CPU_ISA

@@ -1,0 +1,76 @@
+// CPU implementation of mma_nmt::multihop_gate and mma_nmt::multihop_gate_backward: checks, allocation, and the choice
+// of the kernel build that matches the processor.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "attention/cpu/isa.h"
+#include "multihop/cpu/kernel_api.h"
+
+namespace mma_nmt::multihop::cpu {
+namespace {
+
+using attention::cpu::best_isa;
+using attention::cpu::Isa;
+
+// The kernels read rows through strides; only the last dimension has to be contiguous.
+at::Tensor rows_contiguous(const at::Tensor& t) { return t.stride(-1) == 1 || t.size(-1) <= 1 ? t : t.contiguous(); }
+
+void check_cpu_dtype(const char* op, const at::Tensor& query_proj) {
+  TORCH_CHECK_TYPE(query_proj.scalar_type() == at::kFloat || query_proj.scalar_type() == at::kDouble, op,
+                   ": on the CPU query_proj must be float32 or float64, got ", query_proj.scalar_type());
+}
+
+std::tuple<at::Tensor, at::Tensor> multihop_gate_cpu(const at::Tensor& query_proj, const at::Tensor& head_proj,
+                                                     const at::Tensor& value_proj, const at::Tensor& v_b) {
+  const char* op = "mma_nmt.multihop_gate";
+  const HeadGateParams p = check_head_gate_args(op, query_proj, head_proj, value_proj, v_b);
+  check_cpu_dtype(op, query_proj);
+  HeadGateForward t{rows_contiguous(query_proj), rows_contiguous(head_proj), rows_contiguous(value_proj),
+                    v_b.contiguous(),
+                    at::empty({p.batch, p.heads, p.query_len, p.value_dim}, query_proj.options()),
+                    at::empty({p.batch, p.heads, p.query_len}, query_proj.options())};
+  if (p.positions() == 0) return {t.out, t.gate};
+  switch (best_isa()) {
+    case Isa::kAvx512: isa_avx512::head_gate_forward(p, t); break;
+    case Isa::kAvx2: isa_avx2::head_gate_forward(p, t); break;
+    default: isa_default::head_gate_forward(p, t); break;
+  }
+  return {t.out, t.gate};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_gate_backward_cpu(
+    const at::Tensor& grad_out, const std::optional<at::Tensor>& grad_gate, const at::Tensor& query_proj,
+    const at::Tensor& head_proj, const at::Tensor& value_proj, const at::Tensor& v_b, const at::Tensor& gate) {
+  const char* op = "mma_nmt.multihop_gate_backward";
+  const HeadGateParams p = check_head_gate_args(op, query_proj, head_proj, value_proj, v_b);
+  check_head_gate_backward_extras(op, p, query_proj, grad_out, grad_gate, gate);
+  check_cpu_dtype(op, query_proj);
+  HeadGateBackward t{grad_out.contiguous(),
+                     grad_gate.has_value() ? grad_gate->contiguous() : at::Tensor(),
+                     rows_contiguous(query_proj),
+                     rows_contiguous(head_proj),
+                     rows_contiguous(value_proj),
+                     v_b.contiguous(),
+                     gate.contiguous(),
+                     at::empty({p.batch, p.heads, p.query_len, p.hop_dim}, query_proj.options()),
+                     at::empty({p.batch, p.heads, p.query_len, p.value_dim}, query_proj.options()),
+                     at::zeros({p.hop_dim}, query_proj.options())};
+  if (p.positions() == 0) return {t.grad_pre, t.grad_value_proj, t.grad_v_b};
+  switch (best_isa()) {
+    case Isa::kAvx512: isa_avx512::head_gate_backward(p, t); break;
+    case Isa::kAvx2: isa_avx2::head_gate_backward(p, t); break;
+    default: isa_default::head_gate_backward(p, t); break;
+  }
+  return {t.grad_pre, t.grad_value_proj, t.grad_v_b};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(mma_nmt, CPU, m) {
+  m.impl("multihop_gate", &multihop_gate_cpu);
+  m.impl("multihop_gate_backward", &multihop_gate_backward_cpu);
+}
+
+}  // namespace mma_nmt::multihop::cpu

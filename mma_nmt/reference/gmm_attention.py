@@ -1,0 +1,78 @@
+"""Plain-PyTorch GMM cross-attention, written straight from SPEC section 5. It builds the (B, H, T, S, K) mixture terms
+and (B, H, T, S) weights that the fused operator avoids, and is the ground truth of the tests and the
+``implementation="reference"`` path of :class:`mma_nmt.modules.GmmCrossAttention`."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def _real_keys(key_lengths: torch.Tensor | None, batch: int, key_len: int, device) -> torch.Tensor:
+    """(B, 1, 1, S) bool: True at the real keys of each sentence."""
+    j = torch.arange(key_len, device=device)
+    if key_lengths is None:
+        return torch.ones(batch, 1, 1, key_len, dtype=torch.bool, device=device)
+    return j.view(1, 1, 1, -1) < key_lengths.to(device).view(-1, 1, 1, 1)
+
+
+def dot_product_weights(q, k, real, *, scale: float, local_center=None, local_width=None,
+                        sigma_floor: float = 1e-2) -> torch.Tensor:
+    """alpha (B, H, T, S): softmax over the real keys of ``scale * q k^T`` plus the localness-Gaussian bias if given."""
+    logits = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, T, S)
+    if local_center is not None:
+        j = torch.arange(k.shape[2], device=q.device, dtype=q.dtype)  # (S,)
+        width = local_width.clamp_min(sigma_floor).unsqueeze(-1)  # (B, H, T, 1)
+        logits = logits - (j - local_center.unsqueeze(-1)) ** 2 / (2 * width**2)
+    logits = logits.masked_fill(~real, float("-inf"))
+    has_key = real.any(dim=-1, keepdim=True)  # (B, 1, 1, 1)
+    logits = torch.where(has_key, logits, torch.zeros_like(logits))  # keeps softmax finite without keys
+    return torch.softmax(logits, dim=-1) * real
+
+
+def mixture_weights(omega, mu, sigma, real, *, normalization: str = "approximate",
+                    sigma_floor: float = 1e-2) -> torch.Tensor:
+    """beta (B, H, T, S) = sum_k omega_k / Z_k exp(-(j - mu_k)^2 / (2 sigma_k^2)) on real keys, 0 on padding;
+    divided by its sum over the sentence when ``normalization == "strict"``; ``Z = 1`` when ``"unnormalised"``."""
+    key_len = real.shape[-1]
+    j = torch.arange(key_len, device=mu.device, dtype=mu.dtype).view(-1, 1)  # (S, 1)
+    sigma = sigma.clamp_min(sigma_floor).unsqueeze(-2)  # (B, H, T, 1, K)
+    d = j - mu.unsqueeze(-2)  # (B, H, T, S, K)
+    z = torch.ones_like(sigma) if normalization == "unnormalised" else math.sqrt(2 * math.pi) * sigma
+    terms = omega.unsqueeze(-2) / z * torch.exp(-(d**2) / (2 * sigma**2))  # (B, H, T, S, K)
+    beta = terms.sum(-1) * real  # (B, H, T, S)
+    if normalization == "strict":
+        total = beta.sum(-1, keepdim=True)
+        beta = torch.where(total > 0, beta / torch.where(total > 0, total, torch.ones_like(total)), beta)
+    return beta
+
+
+def gmm_attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    omega: torch.Tensor,
+    mu: torch.Tensor,
+    sigma: torch.Tensor,
+    gate: torch.Tensor,
+    key_lengths: torch.Tensor | None = None,
+    local_center: torch.Tensor | None = None,
+    local_width: torch.Tensor | None = None,
+    normalization: str = "approximate",
+    sigma_floor: float = 1e-2,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Same arguments as :func:`mma_nmt.ops.gmm_attention`. Returns ``(out (B, H, T, Dv), alpha, beta, gamma)``, the
+    weights (B, H, T, S) each: gamma = (1 - g) alpha + g beta and out = gamma v."""
+    batch, _, _, head_dim = q.shape
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    real = _real_keys(key_lengths, batch, k.shape[2], q.device)  # (B, 1, 1, S)
+    alpha = dot_product_weights(q, k, real, scale=scale, local_center=local_center, local_width=local_width,
+                                sigma_floor=sigma_floor)
+    beta = mixture_weights(omega, mu, sigma, real, normalization=normalization, sigma_floor=sigma_floor)
+    g = gate.unsqueeze(-1)  # (B, H, T, 1)
+    gamma = (1 - g) * alpha + g * beta
+    return torch.matmul(gamma, v), alpha, beta, gamma

@@ -1,0 +1,209 @@
+"""The fused GMM cross-attention operator against the plain-PyTorch reference of SPEC section 5: forward, every
+gradient, gradcheck, opcheck, extreme inputs and error messages."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gmm_cases import Shape, grads_of, make_inputs
+from mma_nmt.ops import gmm_attention, gmm_conversion
+from mma_nmt.reference import gmm_attention_reference
+
+NORMALIZATIONS = ("approximate", "strict", "unnormalised")
+SHAPES = {
+    "padded": Shape(),
+    "odd_no_padding": Shape(batch=1, heads=3, query_len=7, key_len=13, head_dim=5, value_dim=3, lengths=None),
+    "one_query": Shape(query_len=1, lengths=(7, 1)),
+    "one_key": Shape(key_len=1, lengths=(1, 1)),
+    "one_by_one": Shape(query_len=1, key_len=1, lengths=(1, 0)),
+    "long": Shape(batch=1, heads=1, query_len=19, key_len=150, head_dim=16, value_dim=16, lengths=(141,)),
+}
+
+
+def run_both(inputs: dict, **extra):
+    fused = gmm_attention(**inputs, **extra)
+    ref = gmm_attention_reference(**inputs)
+    return fused, ref
+
+
+def assert_close_grads(inputs, fused_out, ref_out, *, rtol, atol, seed=1):
+    grad_out = torch.randn(fused_out.shape, generator=torch.Generator().manual_seed(seed), dtype=fused_out.dtype)
+    fused = grads_of(fused_out, inputs, grad_out)
+    ref = grads_of(ref_out, inputs, grad_out)
+    for name in fused:
+        torch.testing.assert_close(fused[name], ref[name], rtol=rtol, atol=atol, msg=lambda m: f"grad of {name}: {m}")
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("components", [1, 2, 4])
+@pytest.mark.parametrize("shape_name", list(SHAPES))
+def test_gmm_attention_matches_reference(shape_name, components, normalization):
+    shape = Shape(**{**SHAPES[shape_name].__dict__, "components": components})
+    inputs = make_inputs(shape, normalization=normalization, local=components == 2, seed=components)
+    fused, (ref_out, alpha, beta, gamma) = run_both(inputs, return_weights=True)
+    torch.testing.assert_close(fused.out, ref_out, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(fused.alpha, alpha.detach())
+    torch.testing.assert_close(fused.beta, beta.detach())
+    torch.testing.assert_close(fused.gamma, gamma.detach())
+    assert_close_grads(inputs, fused.out, ref_out, rtol=1e-8, atol=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), normalization=st.sampled_from(NORMALIZATIONS), local=st.booleans())
+def test_random_shapes_match_reference(data, normalization, local):
+    sizes = {name: data.draw(st.integers(1, high), label=name) for name, high in
+             [("batch", 3), ("heads", 3), ("query_len", 9), ("key_len", 140), ("head_dim", 17), ("value_dim", 9),
+              ("components", 5)]}
+    lengths = tuple(data.draw(st.integers(0, sizes["key_len"]), label="length") for _ in range(sizes["batch"]))
+    inputs = make_inputs(Shape(**sizes, lengths=lengths), normalization=normalization, local=local,
+                         seed=data.draw(st.integers(0, 2**16), label="seed"))
+    fused, (ref_out, *_) = run_both(inputs)
+    torch.testing.assert_close(fused.out, ref_out, rtol=1e-9, atol=1e-10)
+    assert_close_grads(inputs, fused.out, ref_out, rtol=1e-8, atol=1e-9)
+
+
+@pytest.mark.parametrize("isa", ["default", "avx2", "avx512"])
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_every_cpu_build_matches_reference_in_float32(isa, normalization, monkeypatch):
+    monkeypatch.setenv("MMA_NMT_CPU_ISA", isa)
+    shape = Shape(batch=2, heads=2, query_len=21, key_len=140, head_dim=16, value_dim=8, components=4,
+                  lengths=(140, 77))
+    inputs = make_inputs(shape, normalization=normalization, local=True, dtype=torch.float32, seed=3)
+    fused, (ref_out, *_) = run_both(inputs)
+    torch.testing.assert_close(fused.out, ref_out, rtol=2e-4, atol=2e-5)
+    assert_close_grads(inputs, fused.out, ref_out, rtol=2e-3, atol=2e-4)
+
+
+def test_fast_path_returns_no_weights():
+    result = gmm_attention(**make_inputs(Shape()))
+    assert result.alpha is None and result.beta is None and result.gamma is None
+
+
+def test_padding_keys_get_no_weight_and_no_gradient():
+    inputs = make_inputs(Shape(lengths=(7, 3)))
+    result = gmm_attention(**inputs, return_weights=True)
+    assert torch.all(result.gamma[1, :, :, 3:] == 0)
+    grads = grads_of(result.out, inputs, torch.ones_like(result.out))
+    assert torch.all(grads["k"][1, :, 3:] == 0) and torch.all(grads["v"][1, :, 3:] == 0)
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("local", [False, True])
+def test_gradcheck_float64(normalization, local):
+    inputs = make_inputs(Shape(batch=1, heads=2, query_len=3, key_len=4, head_dim=3, value_dim=2, lengths=(3,)),
+                         normalization=normalization, local=local, seed=5)
+    names = [n for n in ("q", "k", "v", "omega", "mu", "sigma", "gate", "local_center", "local_width") if n in inputs]
+    fixed = {n: inputs[n] for n in ("key_lengths", "normalization")}
+
+    def fn(*tensors):
+        return gmm_attention(**dict(zip(names, tensors)), **fixed).out
+
+    assert torch.autograd.gradcheck(fn, [inputs[n] for n in names])
+
+
+@pytest.mark.parametrize("local,lengths,weights", [(False, (7, 3), False), (True, None, True), (False, (0, 7), True)])
+def test_opcheck(local, lengths, weights):
+    i = make_inputs(Shape(lengths=lengths), local=local, dtype=torch.float32)
+    args = (i["q"], i["k"], i["v"], i["key_lengths"], i["omega"], i["mu"], i["sigma"], i["gate"],
+            i.get("local_center"), i.get("local_width"), 0.35, 1, 1e-2, weights)
+    torch.library.opcheck(torch.ops.mma_nmt.gmm_attention.default, args)
+
+
+def _extreme_inputs(normalization: str) -> dict:
+    shape = Shape(batch=3, heads=1, query_len=6, key_len=9, components=3, lengths=(9, 1, 0))
+    inputs = make_inputs(shape, normalization=normalization, dtype=torch.float32, local=True)
+    with torch.no_grad():
+        inputs["q"].mul_(1e3)  # logits of size ~1e3 to 1e4
+        inputs["mu"].copy_(torch.tensor([0.0, 9.0, -1e4]).expand_as(inputs["mu"]))  # either end, far outside
+        inputs["mu"][:, :, :, 1] = torch.tensor([1e6, 4.5, 8.0, 0.0, 1.0, 9.0])
+        inputs["sigma"].copy_(torch.tensor([0.0, 1e-8, 1e8]).expand_as(inputs["sigma"]))
+        inputs["omega"][:, :, 2] = 1e12
+        inputs["local_width"].fill_(0.0)
+    return inputs
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_extreme_parameters_stay_finite(normalization):
+    inputs = _extreme_inputs(normalization)
+    result = gmm_attention(**inputs, return_weights=True)
+    assert torch.isfinite(result.out).all() and torch.isfinite(result.beta).all()
+    grads = grads_of(result.out, inputs, torch.ones_like(result.out))
+    for name, grad in grads.items():
+        assert torch.isfinite(grad).all(), name
+    assert torch.all(result.out[2] == 0), "a sentence without keys has zero output"
+
+
+def test_strict_normalisation_sums_to_one_even_when_every_term_underflows():
+    inputs = make_inputs(Shape(components=2, lengths=(7, 3)), normalization="strict", dtype=torch.float32)
+    with torch.no_grad():
+        inputs["mu"].fill_(2.5)  # between two keys ...
+        inputs["sigma"].fill_(0.02)  # ... so narrow that exp(-(0.5)^2 / (2 sigma^2)) underflows in float32
+    result = gmm_attention(**inputs, return_weights=True)
+    sums = result.beta.sum(-1)
+    torch.testing.assert_close(sums, torch.ones_like(sums))
+    assert torch.isfinite(grads_of(result.out, inputs, torch.ones_like(result.out))["mu"]).all()
+
+
+def test_approximate_normalisation_keeps_most_mass_inside_the_sentence():
+    gen = torch.Generator().manual_seed(7)
+    lengths = torch.randint(10, 120, (64,), generator=gen)
+    hats = [torch.randn(64, 8, 16, 4, generator=gen, dtype=torch.float64) for _ in range(3)]
+    omega, mu, sigma = gmm_conversion.approximate_mixture(*hats, source_lengths=lengths)
+    continuous = gmm_conversion.mixture_mass_inside(omega, mu, sigma, source_lengths=lengths)  # (B, H, T)
+    assert continuous.min() > 0.9, f"continuous mass inside [0, J] as low as {continuous.min():.3f}"
+    # The discrete weights the operator applies to the J real keys, summed over the sentence.
+    S = int(lengths.max())
+    queries, keys = torch.zeros(64, 8, 16, 1, dtype=torch.float64), torch.zeros(64, 8, S, 1, dtype=torch.float64)
+    result = gmm_attention(queries, keys, keys, omega=omega, mu=mu,
+                           sigma=sigma, gate=torch.ones(64, 8, 16, dtype=torch.float64), key_lengths=lengths)
+    discrete = result.log_mass.exp()  # (B, H, T); above 1 where a narrow component sits on a key
+    assert discrete.mean() > 0.9, f"mean mixture mass on the sentence's keys {discrete.mean():.3f}"
+    share = (discrete > 0.9).double().mean()
+    assert share > 0.95, f"only {share:.3f} of the queries keep 90% of the mixture mass on the sentence's keys"
+
+
+def _bad(name, **changes):
+    return pytest.param(name, changes, id=name)
+
+
+@pytest.mark.parametrize("name,changes", [
+    _bad("q", q=torch.zeros(2, 5, 8)),
+    _bad("k", k=torch.zeros(2, 2, 7, 9)),
+    _bad("v", v=torch.zeros(2, 2, 6, 6)),
+    _bad("omega", omega=torch.zeros(2, 2, 5)),
+    _bad("mu", mu=torch.zeros(2, 2, 5, 3)),
+    _bad("sigma", sigma=torch.ones(2, 2, 5, 2, dtype=torch.float64)),
+    _bad("gate", gate=torch.zeros(2, 2, 4)),
+    _bad("key_lengths", key_lengths=torch.tensor([8, 3])),
+    _bad("local_center", local_center=torch.zeros(2, 2, 5)),
+    _bad("sigma_floor", sigma_floor=0.0),
+    _bad("normalization", normalization="exact"),
+    _bad("omega", omega=torch.zeros(2, 2, 5, 2, device="meta")),
+])
+def test_bad_input_raises_error_naming_the_argument(name, changes):
+    inputs = {n: (t.detach() if isinstance(t, torch.Tensor) else t)
+              for n, t in make_inputs(Shape(), dtype=torch.float32).items()}
+    inputs.update(changes)
+    with pytest.raises((ValueError, TypeError, RuntimeError), match=name):
+        gmm_attention(**inputs)
+
+
+def test_conversions_follow_the_papers_table_1_and_stay_finite():
+    gen = torch.Generator().manual_seed(11)
+    lengths = torch.tensor([1, 9, 40])
+    hats = [torch.randn(3, 2, 6, 4, generator=gen, dtype=torch.float64) * 3 for _ in range(3)]
+    J = lengths.view(-1, 1, 1, 1).double()
+    omega, mu, sigma = gmm_conversion.approximate_mixture(*hats, source_lengths=lengths)
+    torch.testing.assert_close(omega.sum(-1), torch.ones(3, 2, 6, dtype=torch.float64))
+    assert torch.all((mu >= 0) & (mu <= J))
+    assert torch.all(sigma <= torch.minimum(J / 6, torch.minimum(mu / 3, (J - mu) / 3)) + 1e-12)
+    _, _, sigma_strict = gmm_conversion.strict_mixture(*hats, source_lengths=lengths)
+    torch.testing.assert_close(sigma_strict, J / (1 + torch.exp(-hats[2])))
+    omega, mu, sigma = gmm_conversion.synthesis_mixture(*hats)
+    assert torch.all(mu[:, :, 1:] >= mu[:, :, :-1]), "synthesis means move forward along the target"
+    torch.testing.assert_close(sigma, torch.sqrt(torch.exp(-hats[2]) / 2))
+    huge = [torch.full((1, 1, 3, 2), value, dtype=torch.float32) for value in (1e4, 1e4, -1e4)]
+    assert all(torch.isfinite(t).all() for t in gmm_conversion.synthesis_mixture(*huge))
