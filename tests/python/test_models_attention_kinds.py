@@ -186,3 +186,21 @@ def test_gmm_module_is_reordered_by_the_generic_function():
     state = {"k": torch.arange(3.0).view(3, 1), "previous_mu": torch.arange(3.0).view(3, 1), "step": 2}
     reorder_incremental_state(state, torch.tensor([1, 1, 0]))
     assert state["previous_mu"].flatten().tolist() == [1.0, 1.0, 0.0] and state["step"] == 2
+
+
+@pytest.mark.parametrize("variant,layer_specific,sum_contexts",
+                         [("M-00", False, False), ("M-01", False, True), ("M-10", True, False), ("M-11", True, True)])
+def test_mlmha_variant_and_n_reach_the_module(variant, layer_specific, sum_contexts):
+    for layer in _build(f"mlmha/{variant}/n2").decoder_layers:
+        c = layer.cross_attn.attn.config
+        assert (c.num_layers, c.layer_specific, c.sum_contexts) == (2, layer_specific, sum_contexts)
+        assert layer.cross_attn.attn.out_proj.in_features == (16 if sum_contexts else 32)
+
+
+def test_gmm_variant_and_components_reach_the_module():
+    config = _transformer("gmm", decoder__gmm_variant="strict", decoder__gmm_components=3)
+    attn = build_model(config).decoder_layers[0].cross_attn.attn
+    assert (attn.config.normalization, attn.config.num_components, attn.predictor.mean.out.out_features) == \
+        ("strict", 3, 3)
+    hard = build_model(_transformer("gmm", decoder__gmm_variant="hard")).decoder_layers[0].cross_attn.attn
+    assert hard.config.attention == "hard_coded"
