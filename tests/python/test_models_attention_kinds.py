@@ -204,3 +204,16 @@ def test_gmm_variant_and_components_reach_the_module():
         ("strict", 3, 3)
     hard = build_model(_transformer("gmm", decoder__gmm_variant="hard")).decoder_layers[0].cross_attn.attn
     assert hard.config.attention == "hard_coded"
+
+
+@pytest.mark.parametrize("name", ["multihop[1]", "mlmha/M-10/n2", "gmm/synthesis/[0]", "gmm/hard/all",
+                                  "lstm/fused-luong/h2"])
+def test_beam_search_runs_and_beam_one_equals_greedy(name):
+    from mma_nmt.decoding.search import SearchConfig, beam_search, greedy_search
+
+    model = _build(name, seed=4).eval()
+    src, lengths, _, _ = random_batch(batch=3)
+    config = SearchConfig(beam_size=1, max_len_a=1.0, max_len_b=4, length_penalty="avg")
+    assert [h.tokens for h in greedy_search(model, src, lengths, config)] == \
+        [hyps[0].tokens for hyps in beam_search(model, src, lengths, config)]
+    assert all(hyps for hyps in beam_search(model, src, lengths, replace(config, beam_size=3)))
