@@ -8,10 +8,10 @@ interface of its place:
 - decoder cross-attention: ``forward(x (B, T, E), encoder_out: EncoderOut, *, cache: dict | None, need_weights)
   -> (out (B, T, E), weights (B, H, T, S) or None)``; ``cache`` holds batch-first tensors (see ``incremental``).
 
-Kinds from other branches are registered with :func:`pending`, which raises ``NotImplementedError`` naming the branch.
-Wiring one when its branch merges is one line: set ``MULTIHOP_SELF``, ``MLMHA_CROSS`` or ``GMM_CROSS`` to its builder
-(layer selection by ``encoder.multihop_layers`` / ``decoder.gmm_layers`` is already done here). MLMHA reads
-``encoder_out.layer_states``; GMM reads ``encoder_out.lengths`` (the true source length J).
+The multi-hop, MLMHA and GMM modules get this interface through the adapters of ``attention_adapters``
+(layer selection by ``encoder.multihop_layers`` / ``decoder.gmm_layers`` is done here). MLMHA reads
+``encoder_out.layer_states``; GMM reads ``encoder_out.lengths`` (the true source length J). :func:`pending` remains for
+kinds whose module is not merged yet: it raises ``NotImplementedError`` naming the branch.
 """
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ from typing import Callable
 import torch
 from torch import nn
 
+from mma_nmt.models.attention_adapters import (
+    GmmCrossAttentionAdapter,
+    MultiHopEncoderSelfAttention,
+    MultiLayerCrossAttention,
+)
 from mma_nmt.models.config import TransformerConfig
 from mma_nmt.models.incremental import EncoderOut
 from mma_nmt.modules import MixedAttentionConfig, MixedMultiheadAttention
@@ -103,10 +108,22 @@ def _standard_cross(config: TransformerConfig, layer: int) -> nn.Module:
     return StandardCrossAttention(config)
 
 
-# Builders of the second-hop / multi-layer / GMM modules: replace the pending entries when the branches merge.
-MULTIHOP_SELF: Builder = pending("multihop", "multilayer-multihop-luong")
-MLMHA_CROSS: Builder = pending("mlmha", "multilayer-multihop-luong")
-GMM_CROSS: Builder = pending("gmm", "gmm-attention")
+def _multihop_module(config: TransformerConfig, layer: int) -> nn.Module:
+    return MultiHopEncoderSelfAttention(config)
+
+
+def _mlmha_module(config: TransformerConfig, layer: int) -> nn.Module:
+    return MultiLayerCrossAttention(config)
+
+
+def _gmm_module(config: TransformerConfig, layer: int) -> nn.Module:
+    return GmmCrossAttentionAdapter(config, layer)
+
+
+# Builders of the second-hop / multi-layer / GMM modules (adapters in ``attention_adapters``).
+MULTIHOP_SELF: Builder = _multihop_module
+MLMHA_CROSS: Builder = _mlmha_module
+GMM_CROSS: Builder = _gmm_module
 
 
 def _multihop_self(config: TransformerConfig, layer: int) -> nn.Module:

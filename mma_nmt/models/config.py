@@ -1,10 +1,9 @@
 """Dataclass configs of the models. Attention is chosen per place by name (see ``attention_factory``):
 
 - encoder self-attention ``EncoderConfig.attention``: ``"standard"`` | ``"mma"`` (``head_spec`` + ``window``) |
-  ``"multihop"`` (second hop of SPEC section 4 in ``multihop_layers``; pending branch ``multilayer-multihop-luong``);
+  ``"multihop"`` (second hop of SPEC section 4 in ``multihop_layers``, size ``multihop_hidden``);
 - decoder cross-attention ``DecoderConfig.cross_attention``: ``"standard"`` | ``"mlmha"`` (``mlmha_n`` +
-  ``mlmha_variant``; pending branch ``multilayer-multihop-luong``) | ``"gmm"`` (``gmm_*`` fields; pending branch
-  ``gmm-attention``);
+  ``mlmha_variant``) | ``"gmm"`` (``gmm_*`` fields; variants in ``attention_adapters.GMM_VARIANTS``);
 - LSTM attention ``LSTMConfig.attention``: ``"luong"`` (multi-head Luong, SPEC section 2).
 """
 
@@ -33,7 +32,9 @@ class DecoderConfig:
     cross_attention: str = "standard"  # "standard" | "mlmha" | "gmm"
     mlmha_n: Optional[int] = None  # MLMHA: read the top n encoder layers; None = all of them (n = L)
     mlmha_variant: str = "M-11"  # MLMHA "M-ij": U0 = i (0 joint, 1 layer-specific weights), U1 = j (0 concat, 1 sum)
-    gmm_variant: str = "approx"  # GMM: "approx" | "strict" | "synthesis" | "hard" | "localness" | ... (SPEC section 5)
+    # GMM (SPEC section 5): "approx" | "strict" | "synthesis" | "hard" | "localness" | "mixture" | "dot" |
+    # "average_gate" | "share_mean" | "share_variance" | "share_weight" (attention_adapters.GMM_VARIANTS)
+    gmm_variant: str = "approx"
     gmm_components: int = 4  # GMM: K
     gmm_layers: Optional[list[int]] = None  # GMM: 0-based decoder layers using GMM; None = all (others use "standard")
 
@@ -77,7 +78,7 @@ class LSTMConfig:
     feed_dim: int = 1024  # d_fd: size of the attentional vector fed to the next decoder step
     dropout: float = 0.5
     attention: str = "luong"
-    implementation: Implementation = "reference"  # "fused" awaits the Luong op of branch multilayer-multihop-luong
+    implementation: Implementation = "reference"  # or "fused": LuongMultiheadAttention on the fused op, same state dict
     share_embeddings: bool = False
     tie_output: bool = False  # only possible when embed_dim == softmax_dim
 

@@ -1,7 +1,8 @@
 """Multi-head Luong attention for the LSTM decoder (SPEC section 2), in plain PyTorch.
 
-The fused operator comes from branch ``multilayer-multihop-luong``; it plugs in through ``LUONG_ATTENTION`` below
-(one line) and must take the same parameters and give the same results as :class:`MultiHeadLuongAttention`."""
+``implementation="fused"`` uses :class:`~mma_nmt.models.attention_adapters.FusedLuongAttention` (the
+``LuongMultiheadAttention`` module on the fused operator) with the same interface, the same state-dict layout and the
+same results as :class:`MultiHeadLuongAttention`."""
 
 from __future__ import annotations
 
@@ -53,13 +54,14 @@ def _reference(config: LSTMConfig) -> nn.Module:
     return MultiHeadLuongAttention(config.hidden_size, config.heads, config.softmax_dim, config.feed_dim)
 
 
-def _pending_fused(config: LSTMConfig) -> nn.Module:
-    raise NotImplementedError("the fused multi-head Luong attention is implemented in branch "
-                              "'multilayer-multihop-luong', which is not merged yet; use implementation='reference'")
+def _fused(config: LSTMConfig) -> nn.Module:
+    from mma_nmt.models.attention_adapters import FusedLuongAttention
+
+    return FusedLuongAttention(config)
 
 
-# implementation name -> builder; wire the fused op here when its branch merges.
-LUONG_ATTENTION: dict[str, Callable[[LSTMConfig], nn.Module]] = {"reference": _reference, "fused": _pending_fused}
+# implementation name -> builder
+LUONG_ATTENTION: dict[str, Callable[[LSTMConfig], nn.Module]] = {"reference": _reference, "fused": _fused}
 
 
 def build_luong_attention(config: LSTMConfig) -> nn.Module:

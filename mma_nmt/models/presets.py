@@ -8,10 +8,12 @@ from typing import Callable
 from mma_nmt.models.config import DecoderConfig, EncoderConfig, LSTMConfig, TransformerConfig
 
 
-def _transformer(d_model: int, ffn: int, heads: int, layers: tuple[int, int], dropout: float,
-                 **kw) -> TransformerConfig:
+def _transformer(d_model: int, ffn: int, heads: int, layers: tuple[int, int], dropout: float, *,
+                 self_attn: dict | None = None, cross: dict | None = None, **kw) -> TransformerConfig:
+    """``self_attn`` / ``cross``: extra fields of the encoder / decoder config (attention kind and its settings)."""
     return TransformerConfig(d_model=d_model, ffn_dim=ffn, heads=heads, dropout=dropout,
-                             encoder=EncoderConfig(layers=layers[0]), decoder=DecoderConfig(layers=layers[1]), **kw)
+                             encoder=EncoderConfig(layers=layers[0], **(self_attn or {})),
+                             decoder=DecoderConfig(layers=layers[1], **(cross or {})), **kw)
 
 
 PRESETS: dict[str, Callable[[], TransformerConfig | LSTMConfig]] = {
@@ -22,6 +24,15 @@ PRESETS: dict[str, Callable[[], TransformerConfig | LSTMConfig]] = {
     "transformer_big": lambda: _transformer(1024, 4096, 16, (6, 6), 0.3),
     # MLMHA paper's IWSLT configuration: 256/1024/4 heads, 4+4 layers.
     "transformer_mlmha_iwslt": lambda: _transformer(256, 1024, 4, (4, 4), 0.3),
+    # The same with the attention of its paper: MLMHA M-11 over all encoder layers in every decoder layer.
+    "transformer_mlmha_iwslt_m11": lambda: _transformer(
+        256, 1024, 4, (4, 4), 0.3, cross=dict(cross_attention="mlmha", mlmha_variant="M-11")),
+    # Multi-hop paper: Transformer base with the second hop in encoder layer 4 of 6 (0-based 3).
+    "transformer_multihop_base": lambda: _transformer(512, 2048, 8, (6, 6), 0.1, self_attn=dict(
+        attention="multihop", multihop_layers=[3])),
+    # GMM paper on IWSLT: the small Transformer with GMM cross-attention (K = 4, approximate normalisation) everywhere.
+    "transformer_gmm_iwslt_small": lambda: _transformer(512, 1024, 4, (6, 6), 0.3, cross=dict(
+        cross_attention="gmm", gmm_variant="approx", gmm_components=4)),
     # Small enough for tests and for minutes of CPU training.
     "transformer_tiny": lambda: _transformer(128, 256, 4, (2, 2), 0.1, max_positions=256),
     # Multi-head Luong LSTM paper, IWSLT'15 En-Vi: 1024-d embeddings/states, 2+2 layers, d_sm 512, d_fd 1024, 4 heads.

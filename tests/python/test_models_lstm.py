@@ -65,9 +65,16 @@ def test_beam_size_one_equals_greedy_for_the_lstm():
     assert all(hyps for hyps in beam_search(model, src, lengths, replace(config, beam_size=3)))
 
 
-def test_fused_luong_names_its_branch():
-    with pytest.raises(NotImplementedError, match="multilayer-multihop-luong"):
-        build_model(tiny_lstm(implementation="fused"))
+def test_fused_luong_checkpoint_loads_into_the_reference_model_and_back():
+    torch.manual_seed(5)
+    fused = build_model(tiny_lstm(heads=2, implementation="fused")).eval()
+    reference = build_model(tiny_lstm(heads=2, implementation="reference")).eval()
+    reference.load_state_dict(fused.state_dict())
+    src, lengths, prev, _ = random_batch(batch=3)
+    torch.testing.assert_close(fused(src, lengths, prev), reference(src, lengths, prev), rtol=1e-5, atol=1e-5)
+    again = build_model(tiny_lstm(heads=2, implementation="fused")).eval()
+    again.load_state_dict(reference.state_dict())
+    torch.testing.assert_close(again(src, lengths, prev), reference(src, lengths, prev), rtol=1e-5, atol=1e-5)
 
 
 def test_paper_preset_sizes():
