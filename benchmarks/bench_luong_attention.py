@@ -16,26 +16,13 @@ import argparse
 
 import torch
 
-from benchmarks.timing import markdown_table, time_interleaved
+from benchmarks.timing import markdown_table, time_interleaved, timed_call
 from mma_nmt.modules import LuongAttentionConfig, LuongMultiheadAttention
 from mma_nmt.ops import fused_attention, shared_value_attention
 from mma_nmt.reference import shared_value_attention_reference
 
 SHAPES = {"IWSLT En-Vi (B=32, d_sm=512)": (32, 512), "WMT En-De (B=128, d_sm=1024)": (128, 1024)}
 HIDDEN, HEADS, FEED, SRC_LEN, TGT_LEN = 1024, 4, 1024, 30, 30
-
-
-def _run(fn, backward: bool, leaves):
-    """One call of ``fn``; with ``backward``, also the gradients of ``leaves``, dropped again so that no call pays for
-    accumulating into the previous call's ``.grad``."""
-    def call():
-        out = fn()
-        if backward:
-            loss = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
-            loss.backward()
-            for leaf in leaves:
-                leaf.grad = None
-    return call
 
 
 def _step_ops(batch, steps):
@@ -82,7 +69,7 @@ def _rows_for(name, batch, softmax_dim, repeat):
     rows = []
     for what, (fast, slow) in cases.items():
         for backward in (False, True):
-            t_fast, t_slow = time_interleaved([_run(fast, backward, leaves), _run(slow, backward, leaves)],
+            t_fast, t_slow = time_interleaved([timed_call(fast, backward, leaves), timed_call(slow, backward, leaves)],
                                             repeat=repeat)
             rows.append([name, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
     return rows

@@ -15,7 +15,7 @@ import copy
 
 import torch
 
-from benchmarks.timing import markdown_table, time_interleaved
+from benchmarks.timing import markdown_table, time_interleaved, timed_call
 from mma_nmt.modules import MultiHopAttentionConfig, MultiHopSelfAttention
 from mma_nmt.ops import multihop_gate
 from mma_nmt.reference import head_gate_reference
@@ -24,19 +24,6 @@ SHAPES = {  # name: (sentences, tokens each, E, H)
     "IWSLT (E=256, H=4), 64x64 tokens": (64, 64, 256, 4),
     "WMT base (E=512, H=8), 128x32 tokens": (128, 32, 512, 8),
 }
-
-
-def _run(fn, backward: bool, leaves):
-    """One call of ``fn``; with ``backward``, also the gradients of ``leaves``, dropped again so that no call pays for
-    accumulating into the previous call's ``.grad``."""
-    def call():
-        out = fn()
-        if backward:
-            loss = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
-            loss.backward()
-            for leaf in leaves:
-                leaf.grad = None
-    return call
 
 
 def _rows_for(name, batch, length, embed, heads, repeat):
@@ -59,7 +46,7 @@ def _rows_for(name, batch, length, embed, heads, repeat):
     rows = []
     for what, (fast, slow) in pairs.items():
         for backward in (False, True):
-            t_fast, t_slow = time_interleaved([_run(fast, backward, leaves), _run(slow, backward, leaves)],
+            t_fast, t_slow = time_interleaved([timed_call(fast, backward, leaves), timed_call(slow, backward, leaves)],
                                             repeat=repeat)
             rows.append([name, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
     return rows

@@ -19,26 +19,13 @@ import math
 
 import torch
 
-from benchmarks.timing import markdown_table, time_interleaved
+from benchmarks.timing import markdown_table, time_interleaved, timed_call
 from mma_nmt.modules import MultiLayerAttentionConfig, MultiLayerMultiheadAttention
 from mma_nmt.ops import fused_attention
 from mma_nmt.reference import multilayer_attention_reference
 
 SHAPES = {"IWSLT (E=256, H=4)": (256, 4), "WMT base (E=512, H=8)": (512, 8)}
 BATCH = 32
-
-
-def _run(fn, backward: bool, leaves):
-    """One call of ``fn``; with ``backward``, also the gradients of ``leaves``, dropped again so that no call pays for
-    accumulating into the previous call's ``.grad``."""
-    def call():
-        out = fn()
-        if backward:
-            loss = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
-            loss.backward()
-            for leaf in leaves:
-                leaf.grad = None
-    return call
 
 
 def _core_pair(module: MultiLayerMultiheadAttention, query, features, lengths):
@@ -86,7 +73,7 @@ def _rows_for(name, embed, heads, variant, layers, length, repeat):
                                 lambda: reference_module(query, features, key_lengths=lengths)[0])}
     for what, (fast, slow) in pairs.items():
         for backward in (False, True):
-            t_fast, t_slow = time_interleaved([_run(fast, backward, leaves), _run(slow, backward, leaves)],
+            t_fast, t_slow = time_interleaved([timed_call(fast, backward, leaves), timed_call(slow, backward, leaves)],
                                             repeat=repeat)
             rows.append([label, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
     with torch.no_grad():

@@ -32,6 +32,21 @@ def time_interleaved(fns: Sequence[Callable[[], object]], *, repeat: int = 7, wa
     return [statistics.median(s) for s in samples]
 
 
+def timed_call(fn: Callable[[], object], backward: bool, leaves: Sequence) -> Callable[[], None]:
+    """One call of ``fn``; with ``backward``, also the gradients of ``leaves``, dropped again so that no call pays for
+    accumulating into the previous call's ``.grad``. ``fn`` returns a tensor or a tuple of tensors."""
+
+    def call() -> None:
+        out = fn()
+        if backward:
+            loss = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
+            loss.backward()
+            for leaf in leaves:
+                leaf.grad = None
+
+    return call
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     def cell(value: object) -> str:
         return f"{value:.2f}" if isinstance(value, float) else str(value)
