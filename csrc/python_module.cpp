@@ -3,7 +3,7 @@
 #include <pybind11/pybind11.h>
 #include <torch/version.h>
 
-#include "attention/cpu/isa.h"
+#include "common/cpu_isa.h"
 
 namespace py = pybind11;
 
@@ -17,7 +17,7 @@ PYBIND11_MODULE(_C, m) {
     info["cuda"] = false;
 #endif
     info["torch_version"] = TORCH_VERSION;
-    info["cpu_kernel"] = mma_nmt::attention::cpu::isa_name(mma_nmt::attention::cpu::best_isa());
+    info["cpu_kernel"] = mma_nmt::cpu::isa_name(mma_nmt::cpu::best_isa());
     return info;
   });
 }

@@ -12,42 +12,14 @@ namespace {
 
 constexpr int64_t kMaxQueryOffset = int64_t(1) << 60;  // keeps i + query_offset + window + 1 inside int64
 
-void check_rank4(const char* op, const char* name, const at::Tensor& t, const char* layout) {
-  TORCH_CHECK_VALUE(t.dim() == 4, op, ": ", name, " must have shape ", layout, ", got a ", t.dim(), "-d tensor of shape ",
-                    t.sizes());
-}
-
-
 }  // namespace
-
-void check_key_lengths(const char* op, const at::Tensor& lengths, const at::Tensor& q, int64_t key_len) {
-  TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == q.size(0), op,
-                    ": key_lengths must have shape (batch,) = (", q.size(0), ",), got ", lengths.sizes());
-  TORCH_CHECK_TYPE(lengths.scalar_type() == at::kLong, op, ": key_lengths must be int64, got ", lengths.scalar_type());
-  TORCH_CHECK_VALUE(lengths.device() == q.device(), op, ": key_lengths is on ", lengths.device(), " but q is on ",
-                    q.device());
-  if (lengths.is_cpu() && lengths.numel() > 0) {
-    const int64_t lo = lengths.min().item<int64_t>();
-    const int64_t hi = lengths.max().item<int64_t>();
-    TORCH_CHECK_VALUE(lo >= 0 && hi <= key_len, op, ": key_lengths must lie in [0, key_len=", key_len, "], got values in [",
-                      lo, ", ", hi, "]");
-  }
-}
-
-void check_same_layout(const char* op, const char* name, const at::Tensor& t, at::IntArrayRef expected,
-                       const at::Tensor& like) {
-  TORCH_CHECK_VALUE(t.sizes() == expected, op, ": ", name, " must have shape ", expected, ", got ", t.sizes());
-  TORCH_CHECK_TYPE(t.scalar_type() == like.scalar_type(), op, ": ", name, " must have dtype ", like.scalar_type(),
-                   " like q, got ", t.scalar_type());
-  TORCH_CHECK_VALUE(t.device() == like.device(), op, ": ", name, " is on ", t.device(), " but q is on ", like.device());
-}
 
 AttentionParams check_attention_args(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                      const std::optional<at::Tensor>& key_lengths, at::IntArrayRef head_kinds,
                                      int64_t window, double scale, int64_t query_offset, double dropout_p, int64_t seed) {
-  check_rank4(op, "q", q, "(batch, heads, query_len, head_dim)");
-  check_rank4(op, "k", k, "(batch, heads, key_len, head_dim)");
-  check_rank4(op, "v", v, "(batch, heads, key_len, value_dim)");
+  check_rank(op, "q", q, 4, "(batch, heads, query_len, head_dim)");
+  check_rank(op, "k", k, 4, "(batch, heads, key_len, head_dim)");
+  check_rank(op, "v", v, 4, "(batch, heads, key_len, value_dim)");
   TORCH_CHECK_TYPE(at::isFloatingType(q.scalar_type()), op, ": q must be a floating-point tensor, got ",
                    q.scalar_type());
   AttentionParams p;

@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "common/checks.h"
+
 #include "common/host_device.h"
 
 namespace mma_nmt::attention {
@@ -31,12 +33,8 @@ AttentionParams check_attention_args(const char* op_name, const at::Tensor& q, c
                                      const std::optional<at::Tensor>& key_lengths, at::IntArrayRef head_kinds,
                                      int64_t window, double scale, int64_t query_offset, double dropout_p, int64_t seed);
 
-// Checks key_lengths: shape (batch,) like q, int64, q's device, values in [0, key_len] (read only for CPU tensors).
-void check_key_lengths(const char* op_name, const at::Tensor& lengths, const at::Tensor& q, int64_t key_len);
-
-// Checks that `t` has exactly `expected` sizes and the dtype and device of `like`.
-void check_same_layout(const char* op_name, const char* arg_name, const at::Tensor& t, at::IntArrayRef expected,
-                       const at::Tensor& like);
+using ::mma_nmt::check_key_lengths;
+using ::mma_nmt::check_same_layout;
 
 // Sentence b's number of real keys: key_lengths[b] clamped to [0, key_len], or key_len without padding. Shared with the
 // CUDA kernels, which read the lengths on the device and so cannot reject out-of-range values on the host.

@@ -10,14 +10,6 @@
 namespace mma_nmt::gmm {
 namespace {
 
-using attention::check_key_lengths;
-using attention::check_same_layout;
-
-void check_rank(const char* op, const char* name, const at::Tensor& t, int64_t rank, const char* layout) {
-  TORCH_CHECK_VALUE(t.dim() == rank, op, ": ", name, " must have shape ", layout, ", got a ", t.dim(),
-                    "-d tensor of shape ", t.sizes());
-}
-
 void check_mixture(const char* op, const GmmParams& p, const at::Tensor& omega, const at::Tensor& mu,
                    const at::Tensor& sigma, const at::Tensor& q) {
   check_rank(op, "omega", omega, 4, "(batch, heads, query_len, components)");

@@ -4,27 +4,6 @@
 #include "luong/shared_value_params.h"
 
 namespace mma_nmt::luong {
-namespace {
-
-void check_rank(const char* op, const char* name, const at::Tensor& t, int64_t rank, const char* layout) {
-  TORCH_CHECK_VALUE(t.dim() == rank, op, ": ", name, " must have shape ", layout, ", got a ", t.dim(),
-                    "-d tensor of shape ", t.sizes());
-}
-
-void check_lengths(const char* op, const at::Tensor& lengths, const at::Tensor& q, int64_t key_len) {
-  TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == q.size(0), op,
-                    ": key_lengths must have shape (batch,) = (", q.size(0), ",), got ", lengths.sizes());
-  TORCH_CHECK_TYPE(lengths.scalar_type() == at::kLong, op, ": key_lengths must be int64, got ", lengths.scalar_type());
-  TORCH_CHECK_VALUE(lengths.device() == q.device(), op, ": key_lengths is on ", lengths.device(), " but q is on ",
-                    q.device());
-  if (lengths.is_cpu() && lengths.numel() > 0) {
-    const int64_t lo = lengths.min().item<int64_t>(), hi = lengths.max().item<int64_t>();
-    TORCH_CHECK_VALUE(lo >= 0 && hi <= key_len, op, ": key_lengths must lie in [0, key_len=", key_len,
-                      "], got values in [", lo, ", ", hi, "]");
-  }
-}
-
-}  // namespace
 
 SharedValueParams check_shared_value_args(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const std::optional<at::Tensor>& key_lengths, double scale) {
@@ -43,7 +22,7 @@ SharedValueParams check_shared_value_args(const char* op, const at::Tensor& q, c
   attention::check_same_layout(op, "k", k, {p.batch, p.heads, p.key_len, p.head_dim}, q);
   attention::check_same_layout(op, "v", v, {p.batch, p.key_len, p.value_dim}, q);
   TORCH_CHECK_VALUE(scale > 0.0 && std::isfinite(scale), op, ": scale must be positive and finite, got ", scale);
-  if (key_lengths.has_value()) check_lengths(op, *key_lengths, q, p.key_len);
+  if (key_lengths.has_value()) check_key_lengths(op, *key_lengths, q, p.key_len);
   p.scale = scale;
   return p;
 }

@@ -7,7 +7,7 @@
 
 #include "attention/attention_outputs.h"
 #include "attention/cpu/kernel_api.h"
-#include "attention/cpu/isa.h"
+#include "common/cpu_isa.h"
 
 namespace mma_nmt::attention::cpu {
 namespace {
@@ -32,11 +32,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q
   if (o.lse.numel() == 0) return {o.out, o.lse, o.probs};
   ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_lengths(key_lengths),
                    o.out, o.lse, return_probs ? o.probs : at::Tensor()};
-  switch (best_isa()) {
-    case Isa::kAvx512: isa_avx512::attention_forward(p, t); break;
-    case Isa::kAvx2: isa_avx2::attention_forward(p, t); break;
-    default: isa_default::attention_forward(p, t); break;
-  }
+  MMA_NMT_CPU_DISPATCH(attention_forward, p, t);
   return {o.out, o.lse, o.probs};
 }
 
@@ -59,11 +55,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
                              : at::zeros_like(q, at::MemoryFormat::Contiguous),
                     at::zeros_like(k, at::MemoryFormat::Contiguous), at::zeros_like(v, at::MemoryFormat::Contiguous)};
   if (has_work) {
-    switch (best_isa()) {
-      case Isa::kAvx512: isa_avx512::attention_backward(p, t); break;
-      case Isa::kAvx2: isa_avx2::attention_backward(p, t); break;
-      default: isa_default::attention_backward(p, t); break;
-    }
+    MMA_NMT_CPU_DISPATCH(attention_backward, p, t);
   }
   return {t.grad_q, t.grad_k, t.grad_v};
 }

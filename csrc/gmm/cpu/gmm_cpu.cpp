@@ -6,14 +6,13 @@
 #include <limits>
 #include <tuple>
 
-#include "attention/cpu/isa.h"
+#include "common/cpu_isa.h"
 #include "gmm/cpu/kernel_api.h"
 #include "gmm/gmm_outputs.h"
 
 namespace mma_nmt::gmm::cpu {
 namespace {
 
-using attention::cpu::best_isa;
 using attention::cpu::Isa;
 
 at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& t) {
@@ -42,11 +41,7 @@ GmmForwardResult gmm_attention_cpu(const at::Tensor& q, const at::Tensor& k, con
                    contiguous_or_undefined(local_center), contiguous_or_undefined(local_width),
                    o.out, o.lse, o.log_mass, o.alpha_context, o.beta_context,
                    return_weights ? o.alpha : at::Tensor(), return_weights ? o.beta : at::Tensor()};
-  switch (best_isa()) {
-    case Isa::kAvx512: isa_avx512::gmm_forward(p, t); break;
-    case Isa::kAvx2: isa_avx2::gmm_forward(p, t); break;
-    default: isa_default::gmm_forward(p, t); break;
-  }
+  MMA_NMT_CPU_DISPATCH(gmm_forward, p, t);
   return o.as_tuple();
 }
 
@@ -71,11 +66,7 @@ GmmBackwardResult gmm_attention_backward_cpu(
                     g.q, g.k, g.v, g.omega, g.mu, g.sigma, g.gate,
                     p.has_local_bias ? g.local_center : at::Tensor(), p.has_local_bias ? g.local_width : at::Tensor()};
   if (run) {
-    switch (best_isa()) {
-      case Isa::kAvx512: isa_avx512::gmm_backward(p, t); break;
-      case Isa::kAvx2: isa_avx2::gmm_backward(p, t); break;
-      default: isa_default::gmm_backward(p, t); break;
-    }
+    MMA_NMT_CPU_DISPATCH(gmm_backward, p, t);
   }
   return g.as_tuple();
 }

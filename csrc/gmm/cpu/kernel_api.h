@@ -1,5 +1,5 @@
 // The CPU GMM kernels are compiled once per instruction set (gmm_kernel_<isa>.cpp); gmm_cpu.cpp picks the best one the
-// running processor supports (attention/cpu/isa.h).
+// running processor supports (common/cpu_isa.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

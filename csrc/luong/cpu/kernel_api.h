@@ -1,5 +1,5 @@
 // The CPU shared-value attention kernels are compiled once per instruction set (shared_value_kernel_<isa>.cpp);
-// luong_cpu.cpp picks the best one the running processor supports (attention/cpu/isa.h).
+// luong_cpu.cpp picks the best one the running processor supports (common/cpu_isa.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -6,13 +6,12 @@
 #include <limits>
 #include <tuple>
 
-#include "attention/cpu/isa.h"
+#include "common/cpu_isa.h"
 #include "luong/cpu/kernel_api.h"
 
 namespace mma_nmt::luong::cpu {
 namespace {
 
-using attention::cpu::best_isa;
 using attention::cpu::Isa;
 
 at::Tensor contiguous_lengths(const std::optional<at::Tensor>& key_lengths) {
@@ -41,11 +40,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_cpu(const 
     t.lse.fill_(-std::numeric_limits<double>::infinity());
     return {t.out, t.lse, probs};
   }
-  switch (best_isa()) {
-    case Isa::kAvx512: isa_avx512::shared_value_forward(p, t); break;
-    case Isa::kAvx2: isa_avx2::shared_value_forward(p, t); break;
-    default: isa_default::shared_value_forward(p, t); break;
-  }
+  MMA_NMT_CPU_DISPATCH(shared_value_forward, p, t);
   return {t.out, t.lse, probs};
 }
 
@@ -65,11 +60,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_backward_c
     t.grad_k.zero_();
     t.grad_v.zero_();
   } else {
-    switch (best_isa()) {
-      case Isa::kAvx512: isa_avx512::shared_value_backward(p, t); break;
-      case Isa::kAvx2: isa_avx2::shared_value_backward(p, t); break;
-      default: isa_default::shared_value_backward(p, t); break;
-    }
+    MMA_NMT_CPU_DISPATCH(shared_value_backward, p, t);
   }
   return {t.grad_q, t.grad_k, t.grad_v};
 }

@@ -1,5 +1,5 @@
 // The CPU head-gate kernels are compiled once per instruction set (head_gate_kernel_<isa>.cpp); multihop_cpu.cpp picks
-// the best one the running processor supports (attention/cpu/isa.h).
+// the best one the running processor supports (common/cpu_isa.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -5,13 +5,12 @@
 
 #include <tuple>
 
-#include "attention/cpu/isa.h"
+#include "common/cpu_isa.h"
 #include "multihop/cpu/kernel_api.h"
 
 namespace mma_nmt::multihop::cpu {
 namespace {
 
-using attention::cpu::best_isa;
 using attention::cpu::Isa;
 
 // The kernels read rows through strides; only the last dimension has to be contiguous.
@@ -32,11 +31,7 @@ std::tuple<at::Tensor, at::Tensor> multihop_gate_cpu(const at::Tensor& query_pro
                     at::empty({p.batch, p.heads, p.query_len, p.value_dim}, query_proj.options()),
                     at::empty({p.batch, p.heads, p.query_len}, query_proj.options())};
   if (p.positions() == 0) return {t.out, t.gate};
-  switch (best_isa()) {
-    case Isa::kAvx512: isa_avx512::head_gate_forward(p, t); break;
-    case Isa::kAvx2: isa_avx2::head_gate_forward(p, t); break;
-    default: isa_default::head_gate_forward(p, t); break;
-  }
+  MMA_NMT_CPU_DISPATCH(head_gate_forward, p, t);
   return {t.out, t.gate};
 }
 
@@ -58,11 +53,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_gate_backward_cpu(
                      at::empty({p.batch, p.heads, p.query_len, p.value_dim}, query_proj.options()),
                      at::zeros({p.hop_dim}, query_proj.options())};
   if (p.positions() == 0) return {t.grad_pre, t.grad_value_proj, t.grad_v_b};
-  switch (best_isa()) {
-    case Isa::kAvx512: isa_avx512::head_gate_backward(p, t); break;
-    case Isa::kAvx2: isa_avx2::head_gate_backward(p, t); break;
-    default: isa_default::head_gate_backward(p, t); break;
-  }
+  MMA_NMT_CPU_DISPATCH(head_gate_backward, p, t);
   return {t.grad_pre, t.grad_value_proj, t.grad_v_b};
 }
 

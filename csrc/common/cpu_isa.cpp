@@ -1,9 +1,9 @@
-#include "attention/cpu/isa.h"
+#include "common/cpu_isa.h"
 
 #include <cstdlib>
 #include <cstring>
 
-namespace mma_nmt::attention::cpu {
+namespace mma_nmt::cpu {
 namespace {
 
 Isa detect() {
@@ -43,4 +43,4 @@ const char* isa_name(Isa isa) {
   }
 }
 
-}  // namespace mma_nmt::attention::cpu
+}  // namespace mma_nmt::cpu
