@@ -35,6 +35,7 @@ void check_shared_value_backward_extras(const char* op, const SharedValueParams&
                     ": lse must have shape (batch, heads, query_len), got ", lse.sizes());
   TORCH_CHECK_TYPE(lse.scalar_type() == shared_value_lse_dtype(q.scalar_type()), op, ": lse must have dtype ",
                    shared_value_lse_dtype(q.scalar_type()), ", got ", lse.scalar_type());
+  TORCH_CHECK_VALUE(lse.device() == q.device(), op, ": lse is on ", lse.device(), " but q is on ", q.device());
 }
 
 }  // namespace mma_nmt::luong

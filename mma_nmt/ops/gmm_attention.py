@@ -29,7 +29,8 @@ from typing import NamedTuple
 import torch
 
 from mma_nmt._extension import require_device_support
-from mma_nmt.ops.padding import resolve_key_lengths
+from mma_nmt.ops.device_checks import check_same_device
+from mma_nmt.ops.padding import check_padding_mask_shape, resolve_key_lengths
 
 _OP = torch.ops.mma_nmt.gmm_attention
 _BACKWARD_OP = torch.ops.mma_nmt.gmm_attention_backward
@@ -90,6 +91,8 @@ def gmm_attention(
     require_device_support(q, "mma_nmt.gmm_attention")
     _check_same_device(q, k=k, v=v, omega=omega, mu=mu, sigma=sigma, gate=gate, local_center=local_center,
                        local_width=local_width)
+    if q.dim() == 4 and k.dim() == 4:  # otherwise the operator names q or k
+        check_padding_mask_shape("mma_nmt.gmm_attention", key_padding_mask, q.shape[0], k.shape[2])
     lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.dim() == 4 and q.shape[-1] > 0 else 1.0
@@ -111,6 +114,8 @@ def _check_same_device(q: torch.Tensor, **tensors: torch.Tensor | None) -> None:
 @torch.library.register_fake("mma_nmt::gmm_attention")
 def _gmm_attention_fake(q, k, v, key_lengths, omega, mu, sigma, gate, local_center, local_width, scale, normalization,
                         sigma_floor, return_weights=False):
+    check_same_device("mma_nmt.gmm_attention", "q", q, k=k, v=v, key_lengths=key_lengths, omega=omega, mu=mu,
+                      sigma=sigma, gate=gate, local_center=local_center, local_width=local_width)
     torch._check(q.dim() == 4 and k.dim() == 4 and v.dim() == 4, lambda: "q, k, v must be 4-d (batch, heads, len, dim)")
     batch, heads, query_len, _ = q.shape
     key_len, value_dim = k.shape[2], v.shape[3]
@@ -127,6 +132,9 @@ def _gmm_attention_fake(q, k, v, key_lengths, omega, mu, sigma, gate, local_cent
 @torch.library.register_fake("mma_nmt::gmm_attention_backward")
 def _gmm_attention_backward_fake(grad_out, q, k, v, key_lengths, omega, mu, sigma, gate, local_center, local_width,
                                  lse, log_mass, alpha_context, beta_context, scale, normalization, sigma_floor):
+    check_same_device("mma_nmt.gmm_attention_backward", "q", q, grad_out=grad_out, k=k, v=v, key_lengths=key_lengths,
+                      omega=omega, mu=mu, sigma=sigma, gate=gate, local_center=local_center, local_width=local_width,
+                      lse=lse, log_mass=log_mass, alpha_context=alpha_context, beta_context=beta_context)
     local_shape = gate.shape if local_center is not None else (0,)
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(omega),
             torch.empty_like(mu), torch.empty_like(sigma), torch.empty_like(gate), gate.new_empty(local_shape),

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import torch
 
 from mma_nmt._extension import require_device_support
+from mma_nmt.ops.device_checks import check_same_device
 
 _OP = torch.ops.mma_nmt.multihop_gate
 _BACKWARD_OP = torch.ops.mma_nmt.multihop_gate_backward
@@ -46,6 +47,8 @@ def multihop_gate(query_proj: torch.Tensor, head_proj: torch.Tensor, value_proj:
 
 @torch.library.register_fake("mma_nmt::multihop_gate")
 def _multihop_gate_fake(query_proj, head_proj, value_proj, v_b):
+    check_same_device("mma_nmt.multihop_gate", "query_proj", query_proj, head_proj=head_proj, value_proj=value_proj,
+                      v_b=v_b)
     torch._check(query_proj.dim() == 4 and value_proj.dim() == 4,
                  lambda: "query_proj and value_proj must be (batch, heads, query_len, dim)")
     batch, heads, query_len, _ = query_proj.shape
@@ -55,6 +58,8 @@ def _multihop_gate_fake(query_proj, head_proj, value_proj, v_b):
 
 @torch.library.register_fake("mma_nmt::multihop_gate_backward")
 def _multihop_gate_backward_fake(grad_out, grad_gate, query_proj, head_proj, value_proj, v_b, gate):
+    check_same_device("mma_nmt.multihop_gate_backward", "query_proj", query_proj, grad_out=grad_out,
+                      grad_gate=grad_gate, head_proj=head_proj, value_proj=value_proj, v_b=v_b, gate=gate)
     return torch.empty_like(query_proj), torch.empty_like(value_proj), torch.empty_like(v_b)
 
 

@@ -22,6 +22,14 @@ def lengths_from_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     return lengths.to(torch.int64)
 
 
+def check_padding_mask_shape(op: str, key_padding_mask: torch.Tensor | None, batch: int, key_len: int) -> None:
+    """A mask of another shape than (batch, key_len) would give lengths that fit the keys by chance, or that the
+    operator then reports as ``key_lengths``: name the mask instead."""
+    if key_padding_mask is not None and tuple(key_padding_mask.shape) != (batch, key_len):
+        raise ValueError(f"{op}: key_padding_mask must have shape (batch, key_len) = {(batch, key_len)}, "
+                         f"got {tuple(key_padding_mask.shape)}")
+
+
 def resolve_key_lengths(
     key_lengths: torch.Tensor | None, key_padding_mask: torch.Tensor | None, device: torch.device
 ) -> torch.Tensor | None:

@@ -11,7 +11,8 @@ from typing import NamedTuple
 import torch
 
 from mma_nmt._extension import require_device_support
-from mma_nmt.ops.padding import resolve_key_lengths
+from mma_nmt.ops.device_checks import check_same_device
+from mma_nmt.ops.padding import check_padding_mask_shape, resolve_key_lengths
 
 _OP = torch.ops.mma_nmt.shared_value_attention
 _BACKWARD_OP = torch.ops.mma_nmt.shared_value_attention_backward
@@ -44,6 +45,8 @@ def shared_value_attention(
         return_probs: also return the (B, H, T, S) weights.
     """
     require_device_support(q, "mma_nmt.shared_value_attention")
+    if q.dim() == 4 and k.dim() == 4:  # otherwise the operator names q or k
+        check_padding_mask_shape("mma_nmt.shared_value_attention", key_padding_mask, q.shape[0], k.shape[2])
     lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device)
     out, lse, probs = _OP(q, k, v, lengths, float(scale), return_probs)
     return SharedValueResult(out, lse, probs if return_probs else None)
@@ -51,6 +54,7 @@ def shared_value_attention(
 
 @torch.library.register_fake("mma_nmt::shared_value_attention")
 def _shared_value_fake(q, k, v, key_lengths, scale, return_probs=False):
+    check_same_device("mma_nmt.shared_value_attention", "q", q, k=k, v=v, key_lengths=key_lengths)
     torch._check(q.dim() == 4 and k.dim() == 4 and v.dim() == 3,
                  lambda: "q, k must be (batch, heads, len, dim) and v (batch, key_len, value_dim)")
     batch, heads, query_len, _ = q.shape
@@ -63,6 +67,8 @@ def _shared_value_fake(q, k, v, key_lengths, scale, return_probs=False):
 
 @torch.library.register_fake("mma_nmt::shared_value_attention_backward")
 def _shared_value_backward_fake(grad_out, q, k, v, out, lse, key_lengths, scale):
+    check_same_device("mma_nmt.shared_value_attention_backward", "q", q, grad_out=grad_out, k=k, v=v, out=out, lse=lse,
+                      key_lengths=key_lengths)
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 

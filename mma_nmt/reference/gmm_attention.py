@@ -40,12 +40,23 @@ def mixture_weights(omega, mu, sigma, real, *, normalization: str = "approximate
     sigma = sigma.clamp_min(sigma_floor).unsqueeze(-2)  # (B, H, T, 1, K)
     d = j - mu.unsqueeze(-2)  # (B, H, T, S, K)
     z = torch.ones_like(sigma) if normalization == "unnormalised" else math.sqrt(2 * math.pi) * sigma
-    terms = omega.unsqueeze(-2) / z * torch.exp(-(d**2) / (2 * sigma**2))  # (B, H, T, S, K)
-    beta = terms.sum(-1) * real  # (B, H, T, S)
-    if normalization == "strict":
-        total = beta.sum(-1, keepdim=True)
-        beta = torch.where(total > 0, beta / torch.where(total > 0, total, torch.ones_like(total)), beta)
-    return beta
+    exponent = -(d**2) / (2 * sigma**2)  # (B, H, T, S, K)
+    if normalization != "strict":
+        terms = omega.unsqueeze(-2) / z * torch.exp(exponent)  # (B, H, T, S, K)
+        return terms.sum(-1) * real  # (B, H, T, S)
+    if key_len == 0:
+        return torch.zeros(real.shape[0], *mu.shape[1:3], 0, dtype=mu.dtype, device=mu.device)
+    # Strict: beta / sum_j beta does not change when every term is divided by the row's largest, so do that first; the
+    # ratio is then right even where every term underflows (a narrow component between two keys), as SPEC's formula is.
+    weight = omega.unsqueeze(-2) / z  # (B, H, T, 1, K)
+    positive = weight > 0
+    log_terms = torch.log(torch.where(positive, weight, torch.ones_like(weight))) + exponent
+    log_terms = log_terms.masked_fill(~(positive & real.unsqueeze(-1)), float("-inf"))  # (B, H, T, S, K)
+    largest = log_terms.detach().amax(dim=(-2, -1), keepdim=True)
+    largest = torch.where(torch.isfinite(largest), largest, torch.zeros_like(largest))
+    beta = torch.exp(log_terms - largest).sum(-1)  # (B, H, T, S), 0 on padding
+    total = beta.sum(-1, keepdim=True)
+    return torch.where(total > 0, beta / torch.where(total > 0, total, torch.ones_like(total)), beta)
 
 
 def gmm_attention_reference(

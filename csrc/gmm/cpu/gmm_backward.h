@@ -108,8 +108,19 @@ void backward_block(const GmmParams& p, const BackwardHead<T>& h, const T* pos, 
   const int64_t S = p.key_len, D = p.head_dim, Dv = p.value_dim, K = p.components;
   w.setup.load(p, h.omega, h.mu, h.sigma, h.center, h.width, first_row, n_rows, n_keys);
   for (int64_t r = 0; r < n_rows; ++r) {
-    const T log_mass = h.log_mass[first_row + r];
-    const T mass = log_mass == negative_infinity<T>() ? T(0) : exp_of(log_mass - w.setup.shift[r]);
+    T mass = 0;
+    if (p.normalization == kStrict) {
+      // The shifted mass summed again exactly as the forward did. Taking it back from the saved log_mass,
+      // exp(log_mass - shift), carried log_mass's rounding, |shift| * eps relative: with a narrow component far from
+      // the keys (shift ~ -1e6) beta was off by a factor of 3 in float32 (grad_v 0.3 for a weight of 1).
+      for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
+        const int64_t n = std::min(kKeyTile, n_keys - j0);
+        mass += mixture_row(w.setup.comps.data() + r * K, K, pos + j0, n, w.gamma.data() + r * kKeyTile);
+      }
+    } else {
+      const T log_mass = h.log_mass[first_row + r];
+      mass = log_mass == negative_infinity<T>() ? T(0) : exp_of(log_mass - w.setup.shift[r]);
+    }
     w.setup.beta_scale[r] = beta_scale(p, mass);
   }
   std::fill(w.grad_q.begin(), w.grad_q.begin() + n_rows * D, T(0));

@@ -35,7 +35,8 @@ GmmForwardResult gmm_attention_cpu(const at::Tensor& q, const at::Tensor& k, con
                                      scale, normalization, sigma_floor);
   check_cpu_dtype(op, q);
   ForwardOutputs o = allocate_forward_outputs(p, q, return_weights);
-  if (o.out.numel() == 0 || p.key_len == 0) return empty_forward(o);
+  // A zero head or value dim still has weights, lse and log_mass: only no query row or no key leaves nothing to do.
+  if (p.batch * p.heads * p.query_len == 0 || p.key_len == 0) return empty_forward(o);
   ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_or_undefined(key_lengths),
                    omega.contiguous(), mu.contiguous(), sigma.contiguous(), gate.contiguous(),
                    contiguous_or_undefined(local_center), contiguous_or_undefined(local_width),
@@ -57,7 +58,8 @@ GmmBackwardResult gmm_attention_backward_cpu(
                                      scale, normalization, sigma_floor);
   check_cpu_dtype(op, q);
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
-  const bool run = q.numel() > 0 && p.key_len > 0;
+  // With head dim 0 the dot-product weights are uniform, and v, the mixture and the gate still get gradients.
+  const bool run = p.batch * p.heads * p.query_len > 0 && p.key_len > 0;
   BackwardGrads g = allocate_backward_grads(p, q, run);
   BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(),
                     contiguous_or_undefined(key_lengths), omega.contiguous(), mu.contiguous(), sigma.contiguous(),

@@ -98,7 +98,7 @@ void finish_block(const GmmParams& p, const ForwardHead<T>& h, int64_t first_row
 // Writes the (T, S) weights alpha and beta of a finished block (analysis only). Padding keys keep their zeros.
 template <typename T>
 void write_weights(const GmmParams& p, const ForwardHead<T>& h, const T* pos, int64_t first_row, int64_t n_rows,
-                   int64_t n_keys, ForwardScratch<T>& w) {
+                   int64_t n_keys, const OnlineSoftmax<T>* state, ForwardScratch<T>& w) {
   const int64_t S = p.key_len, D = p.head_dim, K = p.components;
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, n_keys - j0);
@@ -107,7 +107,9 @@ void write_weights(const GmmParams& p, const ForwardHead<T>& h, const T* pos, in
       const int64_t i = first_row + r;
       T* s = w.scores.data() + r * kKeyTile;
       if (p.has_local_bias) add_local_bias(w.setup.local[r], pos + j0, n, s);
-      exp_shifted_sum(s, n, h.lse[i]);
+      // exp(s - max) / sum like torch.softmax; exp(s - lse) would carry lse's rounding, |lse| * eps relative.
+      exp_shifted_sum(s, n, state[r].max);
+      scale_row(s, n, state[r].inverse_sum());
       std::copy(s, s + n, h.alpha + i * S + j0);
       T* beta = h.beta + i * S + j0;
       mixture_row(w.setup.comps.data() + r * K, K, pos + j0, n, beta);
@@ -143,7 +145,7 @@ void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* pos, in
     accumulate_products<T>(w.betas.data(), kKeyTile, 1, n_rows, n, h.v + j0 * Dv, Dv, Dv, w.acc_b.data(), Dv);
   }
   finish_block(p, h, first_row, n_rows, state, mass, w);
-  if (h.alpha != nullptr) write_weights(p, h, pos, first_row, n_rows, n_keys, w);
+  if (h.alpha != nullptr) write_weights(p, h, pos, first_row, n_rows, n_keys, state, w);
 }
 
 template <typename T>

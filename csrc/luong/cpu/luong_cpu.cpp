@@ -35,7 +35,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_cpu(const 
                        at::empty({p.batch, p.heads, p.query_len}, q.options()), at::Tensor()};
   if (return_probs) t.probs = at::zeros({p.batch, p.heads, p.query_len, p.key_len}, q.options());
   const at::Tensor probs = return_probs ? t.probs : at::empty({0}, q.options());
-  if (t.out.numel() == 0 || p.key_len == 0) {
+  // A zero head or value dim still has weights (and lse): only no query row or no key leaves nothing to compute.
+  if (p.batch * p.heads * p.query_len == 0 || p.key_len == 0) {
     t.out.zero_();
     t.lse.fill_(-std::numeric_limits<double>::infinity());
     return {t.out, t.lse, probs};
@@ -56,7 +57,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_backward_c
                         at::zeros_like(q, at::MemoryFormat::Contiguous),
                         at::empty_like(k, at::MemoryFormat::Contiguous),
                         at::empty_like(v, at::MemoryFormat::Contiguous)};
-  if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) {
+  // With head dim 0 the weights are uniform and grad_v is not 0; with value dim 0 the kernel writes zeros.
+  if (p.batch * p.heads * p.query_len == 0 || p.key_len == 0) {
     t.grad_k.zero_();
     t.grad_v.zero_();
   } else {

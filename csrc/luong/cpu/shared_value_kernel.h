@@ -74,7 +74,9 @@ void forward_row(const SharedValueParams& p, int64_t n_keys, const T* q_row, con
   for (int64_t c = 0; c < Dv; ++c) out[c] *= inv;
   *lse = state.log_sum_exp();
   if (probs != nullptr) {
-    for (int64_t s = 0; s < n_keys; ++s) probs[s] = probability_from_lse(scores[s], *lse);
+    // exp(logit - max) / sum as torch.softmax does: exp(logit - lse) would carry lse's rounding, |lse| * eps relative,
+    // into every weight (3e-5 for logits ~600 in float32).
+    for (int64_t s = 0; s < n_keys; ++s) probs[s] = state.weight(scores[s]) * inv;
   }
 }
 

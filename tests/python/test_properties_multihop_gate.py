@@ -1,0 +1,246 @@
+"""Property-based tests of ``mma_nmt::multihop_gate`` (forward and backward) against the reference of SPEC section 4,
+and bad calls of the forward and backward operators that the other multihop tests do not make.
+
+Hypothesis draws the case: batch, query length and dims in {1, primes, ...} (or 0), heads 1..7 and the limit 64,
+projections multiplied by up to 1e3 (tanh saturated) and ``v_b`` by up to 1e4 (head logits up to ~1e6: the gate is
+one-hot), strided views (a slice of a wider projection, transposed (B, T, H, D) buffers), float32 and float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mma_nmt.ops import multihop_gate
+from mma_nmt.reference.multihop import head_gate_reference
+from property_harness import OperatorUnderTest, check_against_reference
+
+MAX_EXAMPLES = 200
+SIZES = [1, 2, 3, 5, 7, 13, 17, 31]
+FORWARD = torch.ops.mma_nmt.multihop_gate.default
+BACKWARD = torch.ops.mma_nmt.multihop_gate_backward.default
+
+
+@dataclass(frozen=True)
+class GateCase:
+    dtype: torch.dtype
+    batch: int
+    heads: int
+    query_len: int
+    hop_dim: int
+    value_dim: int
+    proj_magnitude: float
+    v_b_magnitude: float
+    layout: str  # "contiguous", "slice" (last dim a slice of a wider buffer) or "transposed" ((B, T, H, D) buffer)
+    values_seed: int
+
+
+@st.composite
+def gate_cases(draw) -> GateCase:
+    zero = draw(st.sampled_from([None] * 12 + ["batch", "query_len", "hop_dim", "value_dim"]))
+    sizes = st.sampled_from(SIZES)
+    heads = draw(st.one_of(st.integers(1, 7), st.just(64)))
+    batch = 0 if zero == "batch" else draw(st.sampled_from([1, 2, 3, 5]))
+    query_len = 0 if zero == "query_len" else draw(sizes)
+    if heads == 64:
+        batch, query_len = min(batch, 2), min(query_len, 3)
+    return GateCase(
+        dtype=draw(st.sampled_from([torch.float32, torch.float64])),
+        batch=batch,
+        heads=heads,
+        query_len=query_len,
+        hop_dim=0 if zero == "hop_dim" else draw(sizes),
+        value_dim=0 if zero == "value_dim" else draw(sizes),
+        proj_magnitude=draw(st.sampled_from([1.0, 1.0, 0.01, 10.0, 1e3])),
+        v_b_magnitude=draw(st.sampled_from([1.0, 1.0, 0.0, 10.0, 1e2, 1e4])),
+        layout=draw(st.sampled_from(["contiguous", "slice", "transposed"])),
+        values_seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+def make_inputs(case: GateCase):
+    gen = torch.Generator().manual_seed(case.values_seed)
+    B, H, T = case.batch, case.heads, case.query_len
+
+    def one(dim, magnitude):
+        if case.layout == "slice":
+            t = torch.randn(B, H, T, dim + 3, generator=gen, dtype=case.dtype)[..., 1:dim + 1]
+        elif case.layout == "transposed":
+            t = torch.randn(B, T, H, dim, generator=gen, dtype=case.dtype).transpose(1, 2)
+        else:
+            t = torch.randn(B, H, T, dim, generator=gen, dtype=case.dtype)
+        return (t * magnitude).requires_grad_()
+
+    v_b = torch.randn(case.hop_dim, generator=gen, dtype=case.dtype) * case.v_b_magnitude
+    return dict(query_proj=one(case.hop_dim, case.proj_magnitude), head_proj=one(case.hop_dim, case.proj_magnitude),
+                value_proj=one(case.value_dim, 1.0), v_b=v_b.requires_grad_())
+
+
+def fused(case, inputs):
+    out, gate = multihop_gate(inputs["query_proj"], inputs["head_proj"], inputs["value_proj"], inputs["v_b"])
+    return dict(out=out, gate=gate)
+
+
+def reference(case, inputs):
+    out, gate = head_gate_reference(inputs["query_proj"], inputs["head_proj"], inputs["value_proj"], inputs["v_b"])
+    return dict(out=out, gate=gate)
+
+
+def error_scales(case, inputs, grad_outputs):
+    """Every gradient computed from the absolute values of its terms."""
+    x = inputs["query_proj"] + inputs["head_proj"]
+    value_proj, v_b = inputs["value_proj"], inputs["v_b"]
+    _, gate = head_gate_reference(inputs["query_proj"], inputs["head_proj"], value_proj, v_b)
+    d_gate = grad_outputs["gate"].abs() + (grad_outputs["out"] * value_proj).abs().sum(-1)  # (B, H, T)
+    d_e = gate * (d_gate + (gate * d_gate).sum(1, keepdim=True))  # (B, H, T)
+    tanh = torch.tanh(x)
+    d_x = d_e.unsqueeze(-1) * v_b.abs() * (1 - tanh**2)
+    if not x.numel():
+        return {}
+    return dict(grad_query_proj=d_x.max().item(), grad_head_proj=d_x.max().item(),
+                grad_v_b=(d_e.unsqueeze(-1) * tanh.abs()).sum((0, 1, 2)).max().item() if v_b.numel() else 0.0)
+
+
+def gate_sums_to_one(case, inputs, outputs):
+    gate = outputs["gate"]
+    if gate.numel():
+        assert (gate >= 0).all() and (gate <= 1).all()
+        error = (gate.double().sum(1) - 1).abs().max().item()
+        assert error <= 2 * case.heads * torch.finfo(case.dtype).eps, f"gates sum to 1 only within {error:.3g}"
+
+
+MULTIHOP_GATE = OperatorUnderTest(
+    name="mma_nmt::multihop_gate",
+    make_inputs=make_inputs,
+    fused=fused,
+    reference=reference,
+    differentiable=["out", "gate"],
+    extra_checks=gate_sums_to_one,
+    error_scales=error_scales,
+)
+
+
+@settings(max_examples=MAX_EXAMPLES)
+@given(case=gate_cases(), seed=st.integers(0, 2**31 - 1))
+def test_multihop_gate_matches_reference_on_random_cases(case, seed):
+    check_against_reference(MULTIHOP_GATE, case, seed)
+
+
+def test_case_strategy_reaches_the_edges():
+    seen = set()
+
+    @settings(max_examples=MAX_EXAMPLES, database=None)
+    @given(case=gate_cases())
+    def collect(case):
+        seen.update(n for n in ("batch", "query_len", "hop_dim", "value_dim") if getattr(case, n) == 0)
+        seen.update({case.layout, f"heads{case.heads}" if case.heads in (1, 64) else "", str(case.dtype)})
+        if case.v_b_magnitude >= 1e4 and case.proj_magnitude >= 1:
+            seen.add("one-hot gate")
+
+    collect()
+    wanted = {"batch", "query_len", "hop_dim", "value_dim", "contiguous", "slice", "transposed", "heads1", "heads64",
+              "torch.float32", "torch.float64", "one-hot gate"}
+    assert wanted <= seen, f"never drawn: {sorted(wanted - seen)}"
+
+
+# ---- bad calls not made by test_multihop.py ----
+
+def _good():
+    gen = torch.Generator().manual_seed(3)
+    qp, hp = torch.randn(2, 3, 4, 5, generator=gen), torch.randn(2, 3, 4, 5, generator=gen)
+    vp, v_b = torch.randn(2, 3, 4, 6, generator=gen), torch.randn(5, generator=gen)
+    return dict(query_proj=qp, head_proj=hp, value_proj=vp, v_b=v_b)
+
+
+def _good_backward():
+    args = _good()
+    out, gate = FORWARD(*args.values())
+    return dict(grad_out=torch.randn_like(out), grad_gate=torch.randn_like(gate), **args, gate=gate)
+
+
+META = dict(device="meta")
+
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(query_proj=torch.zeros(())), "query_proj must have shape"),
+    (dict(query_proj=torch.zeros(2, 3, 4, 5, 1)), "query_proj must have shape"),
+    (dict(value_proj=torch.zeros(2, 3, 4)), "value_proj must have shape"),
+    (dict(v_b=torch.zeros(1, 5)), "v_b must have shape"),
+    (dict(v_b=torch.zeros(())), "v_b must have shape"),
+    (dict(head_proj=torch.zeros(1, 3, 4, 5)), "head_proj must have shape"),
+    (dict(head_proj=torch.zeros(2, 2, 4, 5)), "head_proj must have shape"),
+    (dict(value_proj=torch.zeros(2, 2, 4, 6)), "value_proj must have shape"),
+    (dict(value_proj=torch.zeros(2, 3, 3, 6)), "value_proj must have shape"),
+    (dict(value_proj=torch.zeros(2, 3, 4, 6, dtype=torch.float64)), "value_proj must have dtype"),
+    (dict(v_b=torch.zeros(5, dtype=torch.float64)), "v_b must have dtype"),
+    (dict(v_b=torch.zeros(5, dtype=torch.int64)), "v_b must have dtype"),
+    (dict(query_proj=torch.zeros(2, 3, 4, 5, dtype=torch.complex64)), "floating-point"),
+    (dict(query_proj=torch.zeros(2, 3, 4, 5, dtype=torch.bfloat16)), "head_proj must have dtype"),
+    (dict(query_proj=torch.zeros(2, 3, 4, 5, dtype=torch.bfloat16),
+          head_proj=torch.zeros(2, 3, 4, 5, dtype=torch.bfloat16),
+          value_proj=torch.zeros(2, 3, 4, 6, dtype=torch.bfloat16), v_b=torch.zeros(5, dtype=torch.bfloat16)),
+     "float32 or float64"),
+    (dict(head_proj=torch.zeros(2, 3, 4, 5, **META)), "head_proj is on meta"),
+    (dict(value_proj=torch.zeros(2, 3, 4, 6, **META)), "value_proj is on meta"),
+    (dict(v_b=torch.zeros(5, **META)), "v_b is on meta"),
+    (dict(query_proj=torch.zeros(2, 0, 4, 5), head_proj=torch.zeros(2, 0, 4, 5), value_proj=torch.zeros(2, 0, 4, 6)),
+     "heads"),
+    (dict(query_proj=torch.zeros(1, 65, 1, 5), head_proj=torch.zeros(1, 65, 1, 5), value_proj=torch.zeros(1, 65, 1, 6)),
+     "heads"),
+])
+def test_forward_rejects_bad_input(changes, match):
+    args = {**_good(), **changes}
+    with pytest.raises((ValueError, TypeError, RuntimeError), match=match):
+        FORWARD(*args.values())
+
+
+def test_backward_accepts_good_arguments_and_matches_autograd():
+    args = _good_backward()
+    grad_pre, grad_value, grad_v_b = BACKWARD(*args.values())
+    leaves = {n: args[n].clone().requires_grad_() for n in ("query_proj", "head_proj", "value_proj", "v_b")}
+    out, gate = head_gate_reference(*leaves.values())
+    want = torch.autograd.grad((out, gate), list(leaves.values()), (args["grad_out"], args["grad_gate"]))
+    torch.testing.assert_close(grad_pre, want[0])
+    torch.testing.assert_close(grad_value, want[2])
+    torch.testing.assert_close(grad_v_b, want[3])
+
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(grad_out=torch.zeros(2, 3, 4)), "grad_out must have shape"),
+    (dict(grad_out=torch.zeros(2, 3, 4, 5)), "grad_out must have shape"),
+    (dict(grad_out=torch.zeros(2, 3, 4, 6, dtype=torch.float64)), "grad_out must have dtype"),
+    (dict(grad_out=torch.zeros(2, 3, 4, 6, **META)), "grad_out is on meta"),
+    (dict(grad_out=torch.zeros(0, 3, 4, 6)), "grad_out must have shape"),
+    (dict(grad_gate=torch.zeros(2, 3)), "grad_gate must have shape"),
+    (dict(grad_gate=torch.zeros(2, 3, 4, dtype=torch.float64)), "grad_gate must have dtype"),
+    (dict(grad_gate=torch.zeros(2, 3, 4, **META)), "grad_gate is on meta"),
+    (dict(gate=torch.zeros(2, 3, 5)), "gate must have shape"),
+    (dict(gate=torch.zeros(2, 3, 4, dtype=torch.int64)), "gate must have dtype"),
+    (dict(gate=torch.zeros(2, 3, 4, **META)), "gate is on meta"),
+    (dict(query_proj=torch.zeros(2, 3, 4)), "query_proj must have shape"),
+    (dict(head_proj=torch.zeros(2, 3, 4, 4)), "head_proj must have shape"),
+    (dict(value_proj=torch.zeros(2, 3, 4, 5)), "must have shape"),
+    (dict(v_b=torch.zeros(4)), "v_b must have shape"),
+    (dict(v_b=torch.zeros(5, **META)), "v_b is on meta"),
+])
+def test_backward_rejects_bad_input(changes, match):
+    args = {**_good_backward(), **changes}
+    with pytest.raises((ValueError, TypeError, RuntimeError), match=match):
+        BACKWARD(*args.values())
+
+
+def test_backward_without_grad_gate_and_on_empty_tensors():
+    args = _good_backward()
+    args["grad_gate"] = None
+    grads = BACKWARD(*args.values())
+    assert [tuple(g.shape) for g in grads] == [(2, 3, 4, 5), (2, 3, 4, 6), (5,)]
+    empty = dict(query_proj=torch.zeros(0, 3, 4, 5), head_proj=torch.zeros(0, 3, 4, 5),
+                 value_proj=torch.zeros(0, 3, 4, 6), v_b=torch.randn(5))
+    out, gate = FORWARD(*empty.values())
+    grads = BACKWARD(torch.zeros_like(out), torch.zeros_like(gate), *empty.values(), gate)
+    assert [tuple(g.shape) for g in grads] == [(0, 3, 4, 5), (0, 3, 4, 6), (5,)]
+    assert not grads[2].any()

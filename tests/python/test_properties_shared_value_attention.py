@@ -1,0 +1,359 @@
+"""Property-based tests of ``mma_nmt::shared_value_attention`` (forward and backward) against the reference of SPEC
+section 2, and bad calls of the forward and backward operators that test_luong_attention.py does not make.
+
+Hypothesis draws the case: batch and heads in {1, 2, 3, 5} (or 0), query and key lengths in {1, primes, 16, 17, 31,
+127, 129} (or 0), head and value dims likewise (or 0), no padding, random lengths, or lengths with a 0 and a 1, scale
+1 (Luong's "general" score) or 1e-3..4, q and k multiplied by up to 1e4 (logits up to ~1e9), contiguous or transposed
+views, float32 and float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mma_nmt.ops import shared_value_attention
+from mma_nmt.reference import shared_value_attention_reference
+from property_harness import OperatorUnderTest, check_against_reference
+
+MAX_EXAMPLES = 200
+LENGTHS = [1, 2, 3, 5, 7, 13, 16, 17, 31, 127, 129]
+DIMS = [1, 2, 3, 5, 8, 13, 16, 33]
+FORWARD = torch.ops.mma_nmt.shared_value_attention.default
+BACKWARD = torch.ops.mma_nmt.shared_value_attention_backward.default
+
+
+@dataclass(frozen=True)
+class SharedValueCase:
+    dtype: torch.dtype
+    batch: int
+    heads: int
+    query_len: int
+    key_len: int
+    head_dim: int
+    value_dim: int
+    key_lengths: tuple[int, ...] | None
+    scale: float
+    magnitude: float
+    non_contiguous: bool
+    values_seed: int
+
+
+@st.composite
+def shared_value_cases(draw) -> SharedValueCase:
+    small = st.sampled_from([1, 2, 3, 5])
+    zero = draw(st.sampled_from([None] * 6 + ["batch", "heads", "query_len", "key_len", "head_dim", "value_dim"]))
+    batch = 0 if zero == "batch" else draw(small)
+    heads = 0 if zero == "heads" else draw(small)
+    query_len = 0 if zero == "query_len" else draw(st.one_of(st.just(1), st.sampled_from(LENGTHS)))
+    key_len = 0 if zero == "key_len" else draw(st.sampled_from(LENGTHS))
+    if query_len * key_len > 4000:
+        batch, heads = min(batch, 2), min(heads, 2)
+    padding = draw(st.sampled_from(["none", "random", "with empty and single"]))
+    key_lengths = None
+    if padding != "none":
+        key_lengths = draw(st.lists(st.integers(0, key_len), min_size=batch, max_size=batch))
+        if padding == "with empty and single" and batch >= 2:
+            key_lengths[0], key_lengths[-1] = 0, min(1, key_len)
+        key_lengths = tuple(key_lengths)
+    return SharedValueCase(
+        dtype=draw(st.sampled_from([torch.float32, torch.float64])),
+        batch=batch, heads=heads, query_len=query_len, key_len=key_len,
+        head_dim=0 if zero == "head_dim" else draw(st.sampled_from(DIMS)),
+        value_dim=0 if zero == "value_dim" else draw(st.sampled_from(DIMS)),
+        key_lengths=key_lengths,
+        scale=draw(st.one_of(st.just(1.0), st.floats(1e-3, 4.0))),
+        magnitude=draw(st.sampled_from([1.0, 1.0, 1.0, 10.0, 1e2, 1e3, 1e4])),
+        non_contiguous=draw(st.booleans()),
+        values_seed=draw(st.integers(0, 2**31 - 1)),
+    )
+
+
+def make_inputs(case: SharedValueCase):
+    gen = torch.Generator().manual_seed(case.values_seed)
+    B, H = case.batch, case.heads
+
+    def per_head(length, dim):
+        if case.non_contiguous:
+            t = torch.randn(B, length, H, dim, generator=gen, dtype=case.dtype).transpose(1, 2)
+        else:
+            t = torch.randn(B, H, length, dim, generator=gen, dtype=case.dtype)
+        return (t * case.magnitude).requires_grad_()
+
+    v = torch.randn(case.key_len, B, case.value_dim, generator=gen, dtype=case.dtype)
+    v = v.transpose(0, 1) if case.non_contiguous else v.transpose(0, 1).contiguous()
+    return dict(q=per_head(case.query_len, case.head_dim), k=per_head(case.key_len, case.head_dim),
+                v=v.requires_grad_())
+
+
+def lengths_of(case):
+    return None if case.key_lengths is None else torch.tensor(case.key_lengths, dtype=torch.int64)
+
+
+def fused(case, inputs):
+    result = shared_value_attention(inputs["q"], inputs["k"], inputs["v"], key_lengths=lengths_of(case),
+                                    scale=case.scale, return_probs=True)
+    return dict(out=result.out, lse=result.lse, probs=result.probs)
+
+
+def reference(case, inputs):
+    out, probs = shared_value_attention_reference(inputs["q"], inputs["k"], inputs["v"], key_lengths=lengths_of(case),
+                                                  scale=case.scale)
+    return dict(out=out, probs=probs)
+
+
+def sentences_without_keys(case):
+    """(B, H, T) bool: True where the sentence has no real key."""
+    if case.key_len == 0:
+        empty = torch.ones(case.batch, dtype=torch.bool)
+    elif case.key_lengths is None:
+        empty = torch.zeros(case.batch, dtype=torch.bool)
+    else:
+        empty = torch.tensor(case.key_lengths, dtype=torch.int64) == 0
+    return empty.view(-1, 1, 1).expand(case.batch, case.heads, case.query_len)
+
+
+def lse_is_neg_inf_exactly_for_sentences_without_keys(case, inputs, outputs):
+    empty = sentences_without_keys(case)
+    lse = outputs["lse"]
+    assert torch.equal(torch.isneginf(lse), empty), "lse must be -inf exactly for the sentences without keys"
+    assert not outputs["out"][empty].any() and not outputs["probs"][empty].any()
+    empty_sentences = sentences_without_keys(SharedValueCase(**{**case.__dict__, "heads": 1, "query_len": 1}))[:, 0, 0]
+    for name in ("grad_q", "grad_k", "grad_v"):  # and nothing to differentiate
+        assert not outputs[name][empty_sentences].any(), name
+
+
+def error_scales(case, inputs, grad_outputs):
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    _, probs = shared_value_attention_reference(q, k, v, key_lengths=lengths_of(case), scale=case.scale)
+    d_out = grad_outputs["out"]
+    v4 = v.unsqueeze(1)
+    out_abs = probs @ v4.abs()
+    d_probs = (d_out @ v4.transpose(-1, -2)).abs() + (d_out.abs() * out_abs).sum(-1, keepdim=True)
+    d_logits = probs * d_probs * case.scale
+    # The backward recomputes each weight as exp(logit - lse) from the saved lse, as flash attention does; in float32 that
+    # carries lse's rounding, |lse| eps relative, into every weight (torch's softmax divides by the sum instead). It is
+    # within the problem's conditioning: a relative eps change of q or k moves each logit by |logit| eps. The gradients
+    # are judged against their terms' size times that factor over the 1e-5 floor.
+    logits = (q @ k.transpose(-1, -2)).abs() * case.scale
+    conditioning = 1.0
+    if case.dtype == torch.float32 and logits.numel():
+        conditioning = max(1.0, logits.max().item() * torch.finfo(torch.float32).eps / 1e-5)
+    scales = {}
+    if out_abs.numel():
+        scales["out"] = out_abs.max().item()
+    if q.numel() and d_logits.numel():
+        scales["grad_q"] = (d_logits @ k.abs()).max().item() * conditioning
+    if k.numel() and d_logits.numel():
+        scales["grad_k"] = (d_logits.transpose(-1, -2) @ q.abs()).max().item() * conditioning
+    if v.numel() and probs.numel():
+        scales["grad_v"] = (probs.transpose(-1, -2) @ d_out.abs()).sum(1).max().item() * conditioning
+    return scales
+
+
+SHARED_VALUE = OperatorUnderTest(
+    name="mma_nmt::shared_value_attention",
+    make_inputs=make_inputs,
+    fused=fused,
+    reference=reference,
+    differentiable=["out"],
+    allowed_non_finite=lambda case, inputs, outputs: dict(lse=sentences_without_keys(case)),
+    extra_checks=lse_is_neg_inf_exactly_for_sentences_without_keys,
+    error_scales=error_scales,
+)
+
+
+@settings(max_examples=MAX_EXAMPLES)
+@given(case=shared_value_cases(), seed=st.integers(0, 2**31 - 1))
+def test_shared_value_attention_matches_reference_on_random_cases(case, seed):
+    check_against_reference(SHARED_VALUE, case, seed)
+
+
+def test_case_strategy_reaches_the_edges():
+    seen = set()
+
+    @settings(max_examples=MAX_EXAMPLES, database=None)
+    @given(case=shared_value_cases())
+    def collect(case):
+        seen.update(n for n in ("batch", "heads", "query_len", "key_len", "head_dim", "value_dim")
+                    if getattr(case, n) == 0)
+        if case.key_lengths and 0 in case.key_lengths:
+            seen.add("empty sentence")
+        if case.key_lengths and 1 in case.key_lengths:
+            seen.add("one-key sentence")
+        if case.magnitude >= 1e3:
+            seen.add("extreme logits")
+        seen.update({str(case.dtype), "transposed" if case.non_contiguous else "contiguous"})
+
+    collect()
+    wanted = {"batch", "heads", "query_len", "key_len", "head_dim", "value_dim", "empty sentence", "one-key sentence",
+              "extreme logits", "torch.float32", "torch.float64", "transposed", "contiguous"}
+    assert wanted <= seen, f"never drawn: {sorted(wanted - seen)}"
+
+
+# ---- bad calls not made by test_luong_attention.py ----
+
+def _good():
+    gen = torch.Generator().manual_seed(5)
+    q, k = torch.randn(2, 3, 4, 5, generator=gen), torch.randn(2, 3, 7, 5, generator=gen)
+    v = torch.randn(2, 7, 6, generator=gen)
+    return dict(q=q, k=k, v=v, key_lengths=torch.tensor([7, 2]), scale=0.5, return_probs=False)
+
+
+def _good_backward():
+    args = _good()
+    out, lse, _ = FORWARD(*args.values())
+    return dict(grad_out=torch.randn_like(out), q=args["q"], k=args["k"], v=args["v"], out=out, lse=lse,
+                key_lengths=args["key_lengths"], scale=0.5)
+
+
+META = dict(device="meta")
+
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(q=torch.zeros(())), "q must have shape"),
+    (dict(k=torch.zeros(2, 3, 7)), "k must have shape"),
+    (dict(k=torch.zeros(2, 3, 7, 5, 1)), "k must have shape"),
+    (dict(v=torch.zeros(2, 3, 7, 6)), "v must have shape"),
+    (dict(k=torch.zeros(3, 3, 7, 5)), "k must have shape"),
+    (dict(k=torch.zeros(2, 3, 7, 4)), "k must have shape"),
+    (dict(v=torch.zeros(1, 7, 6)), "v must have shape"),
+    (dict(v=torch.zeros(2, 7, 6, dtype=torch.float64)), "v must have dtype"),
+    (dict(q=torch.zeros(2, 3, 4, 5, dtype=torch.int64)), "floating-point"),
+    (dict(q=torch.zeros(2, 3, 4, 5, dtype=torch.bfloat16), k=torch.zeros(2, 3, 7, 5, dtype=torch.bfloat16),
+          v=torch.zeros(2, 7, 6, dtype=torch.bfloat16)), "float32 or float64"),
+    (dict(k=torch.zeros(2, 3, 7, 5, **META)), "k is on meta"),
+    (dict(v=torch.zeros(2, 7, 6, **META)), "v is on meta"),
+    (dict(key_lengths=torch.tensor([7, 2], **META)), "key_lengths is on meta"),
+    (dict(key_lengths=torch.tensor([-1, 2])), "key_lengths must lie in"),
+    (dict(key_lengths=torch.tensor([-(2**63), 2])), "key_lengths must lie in"),
+    (dict(key_lengths=torch.tensor([2**63 - 1, 2])), "key_lengths must lie in"),
+    (dict(key_lengths=torch.tensor([7, 2], dtype=torch.int32)), "key_lengths must be int64"),
+    (dict(key_lengths=torch.tensor([7.0, 2.0])), "key_lengths must be int64"),
+    (dict(key_lengths=torch.tensor(7)), "key_lengths must have shape"),
+    (dict(key_lengths=torch.tensor([[7, 2]])), "key_lengths must have shape"),
+    (dict(key_lengths=torch.zeros(0, dtype=torch.int64)), "key_lengths must have shape"),
+    (dict(scale=0.0), "scale must be positive"),
+    (dict(scale=-1.0), "scale must be positive"),
+    (dict(scale=float("nan")), "scale must be positive"),
+    (dict(scale=float("inf")), "scale must be positive"),
+])
+def test_forward_rejects_bad_input(changes, match):
+    args = {**_good(), **changes}
+    with pytest.raises((ValueError, TypeError, RuntimeError), match=match):
+        FORWARD(*args.values())
+
+
+def test_functional_api_rejects_mismatched_padding_arguments():
+    args = _good()
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        shared_value_attention(args["q"], args["k"], args["v"], key_padding_mask=torch.zeros(2, 7))
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        holes = torch.tensor([[False, True] * 3 + [False]] * 2)
+        shared_value_attention(args["q"], args["k"], args["v"], key_padding_mask=holes)
+    with pytest.raises(ValueError, match="either"):
+        shared_value_attention(args["q"], args["k"], args["v"], key_lengths=args["key_lengths"],
+                               key_padding_mask=torch.zeros(2, 7, dtype=torch.bool))
+    # Regression: a mask shorter than the keys was accepted, its length taken as the real keys of every sentence.
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(batch, key_len\) = \(2, 7\)"):
+        shared_value_attention(args["q"], args["k"], args["v"], key_padding_mask=torch.zeros(2, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape"):
+        shared_value_attention(args["q"], args["k"], args["v"], key_padding_mask=torch.zeros(1, 7, dtype=torch.bool))
+
+
+def test_strided_key_lengths_are_read_by_value():
+    args = _good()
+    strided = torch.tensor([7, 0, 2, 0])[::2]
+    got = shared_value_attention(args["q"], args["k"], args["v"], key_lengths=strided, scale=0.5)
+    want, _ = shared_value_attention_reference(args["q"], args["k"], args["v"], key_lengths=torch.tensor([7, 2]),
+                                               scale=0.5)
+    torch.testing.assert_close(got.out, want)
+
+
+def test_backward_accepts_good_arguments_and_matches_autograd():
+    args = _good_backward()
+    grads = BACKWARD(*args.values())
+    leaves = [args[n].clone().requires_grad_() for n in ("q", "k", "v")]
+    out, _ = shared_value_attention_reference(*leaves, key_lengths=args["key_lengths"], scale=0.5)
+    want = torch.autograd.grad(out, leaves, args["grad_out"])
+    for got, expected in zip(grads, want):
+        torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("changes, match", [
+    (dict(grad_out=torch.zeros(2, 3, 4)), "grad_out must have shape"),
+    (dict(grad_out=torch.zeros(2, 3, 4, 5)), "grad_out must have shape"),
+    (dict(grad_out=torch.zeros(2, 3, 4, 6, dtype=torch.float64)), "grad_out must have dtype"),
+    (dict(grad_out=torch.zeros(2, 3, 4, 6, **META)), "grad_out is on meta"),
+    (dict(out=torch.zeros(2, 3, 1, 6)), "out must have shape"),
+    (dict(out=torch.zeros(2, 3, 4, 6, **META)), "out is on meta"),
+    (dict(lse=torch.zeros(2, 3)), "lse must have shape"),
+    (dict(lse=torch.zeros(2, 3, 4, dtype=torch.float64)), "lse must have dtype"),
+    (dict(lse=torch.zeros(2, 3, 4, **META)), "lse is on meta"),
+    (dict(q=torch.zeros(2, 3, 4)), "q must have shape"),
+    (dict(k=torch.zeros(2, 2, 7, 5)), "k must have shape"),
+    (dict(v=torch.zeros(2, 7)), "v must have shape"),
+    (dict(v=torch.zeros(2, 7, 6, **META)), "v is on meta"),
+    (dict(key_lengths=torch.tensor([8, 2])), "key_lengths must lie in"),
+    (dict(key_lengths=torch.tensor([-3, 2])), "key_lengths must lie in"),
+    (dict(key_lengths=torch.tensor([7, 2], **META)), "key_lengths is on meta"),
+    (dict(key_lengths=torch.tensor([7])), "key_lengths must have shape"),
+    (dict(scale=0.0), "scale must be positive"),
+])
+def test_backward_rejects_bad_input(changes, match):
+    args = {**_good_backward(), **changes}
+    with pytest.raises((ValueError, TypeError, RuntimeError), match=match):
+        BACKWARD(*args.values())
+
+
+def test_backward_on_empty_tensors():
+    for shape in [(0, 3, 4, 7, 5, 6), (2, 0, 4, 7, 5, 6), (2, 3, 0, 7, 5, 6), (2, 3, 4, 0, 5, 6), (2, 3, 4, 7, 0, 6),
+                  (2, 3, 4, 7, 5, 0)]:
+        B, H, T, S, D, Dv = shape
+        q, k, v = torch.randn(B, H, T, D), torch.randn(B, H, S, D), torch.randn(B, S, Dv)
+        out, lse, _ = FORWARD(q, k, v, None, 1.0, False)
+        grads = BACKWARD(torch.randn_like(out), q, k, v, out, lse, None, 1.0)
+        assert [g.shape for g in grads] == [q.shape, k.shape, v.shape], shape
+        assert all(torch.isfinite(g).all() for g in grads), shape
+        if S == 0 or D == 0:  # no key, or logits all 0: no gradient reaches q and k
+            assert not grads[0].any() and not grads[1].any(), shape
+
+
+# ---- regressions found by the property test ----
+
+def test_zero_value_dim_still_has_lse_and_weights():
+    """Regression: with value dim 0 the CPU op skipped the kernel: lse -inf and weights 0."""
+    q, k, v = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 7, 5), torch.randn(2, 7, 0)
+    got = shared_value_attention(q, k, v, key_lengths=torch.tensor([7, 2]), scale=0.5, return_probs=True)
+    logits = (q @ k.transpose(-1, -2)) * 0.5
+    want_lse = torch.stack([logits[0].logsumexp(-1), logits[1, :, :, :2].logsumexp(-1)])
+    torch.testing.assert_close(got.lse, want_lse)
+    torch.testing.assert_close(got.probs.sum(-1), torch.ones(2, 3, 4))
+
+
+def test_zero_head_dim_gives_uniform_weights_and_their_value_gradient():
+    """Regression: with head dim 0 (all logits 0) the backward skipped the kernel and returned grad_v = 0."""
+    q, k = torch.randn(1, 2, 3, 0), torch.randn(1, 2, 4, 0)
+    v = torch.randn(1, 4, 5, requires_grad=True)
+    out = shared_value_attention(q, k, v, key_lengths=torch.tensor([4])).out
+    out.sum().backward()
+    torch.testing.assert_close(out, v.detach().mean(1).expand(1, 2, 3, 5))
+    torch.testing.assert_close(v.grad, torch.full((1, 4, 5), 2 * 3 / 4))
+
+
+@pytest.mark.parametrize("isa", ["default", "avx2", "avx512"])
+def test_one_key_has_weight_exactly_one_with_large_logits(isa, monkeypatch):
+    """Regression: the FMA builds contracted the backward's recomputed logit and exp(logit - lse) into one fused
+    multiply-add, so with one key (logit ~3e4, float32) the weight was 1 - 5e-4 in the backward and grad_v wrong."""
+    monkeypatch.setenv("MMA_NMT_CPU_ISA", isa)
+    q = torch.full((1, 1, 1, 1), 100.0, requires_grad=True)
+    k = torch.full((1, 1, 1, 1), 101.3, requires_grad=True)
+    v = torch.randn(1, 1, 3, requires_grad=True)
+    result = shared_value_attention(q, k, v, scale=3.0, return_probs=True)
+    result.out.backward(torch.ones_like(result.out))
+    assert result.probs.item() == 1.0
+    assert torch.equal(v.grad, torch.ones_like(v)) and q.grad.item() == 0.0 and k.grad.item() == 0.0
