@@ -13,7 +13,6 @@
 namespace mma_nmt::gmm::cpu {
 namespace {
 
-using attention::cpu::Isa;
 
 at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& t) {
   return t.has_value() ? t->contiguous() : at::Tensor();

@@ -12,7 +12,6 @@
 namespace mma_nmt::luong::cpu {
 namespace {
 
-using attention::cpu::Isa;
 
 at::Tensor contiguous_lengths(const std::optional<at::Tensor>& key_lengths) {
   return key_lengths.has_value() ? key_lengths->contiguous() : at::Tensor();

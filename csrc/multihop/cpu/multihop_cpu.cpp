@@ -11,7 +11,6 @@
 namespace mma_nmt::multihop::cpu {
 namespace {
 
-using attention::cpu::Isa;
 
 // The kernels read rows through strides; only the last dimension has to be contiguous.
 at::Tensor rows_contiguous(const at::Tensor& t) { return t.stride(-1) == 1 || t.size(-1) <= 1 ? t : t.contiguous(); }
