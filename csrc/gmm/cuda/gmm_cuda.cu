@@ -69,7 +69,8 @@ GmmForwardResult gmm_attention_cuda(const at::Tensor& q, const at::Tensor& k, co
   check_cuda_limits(op, p, q);
   const c10::cuda::CUDAGuard guard(q.device());
   ForwardOutputs o = allocate_forward_outputs(p, q, return_weights);
-  if (o.out.numel() == 0 || p.key_len == 0) return empty_forward(o);
+  // As on the CPU: only no query row or no key means nothing to compute (a zero head or value dim still has weights).
+  if (p.batch * p.heads * p.query_len == 0 || p.key_len == 0) return empty_forward(o);
   const Inputs in = contiguous_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local_center, local_width);
   const int64_t rows = p.batch * p.heads * p.query_len;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, q.scalar_type(), "mma_nmt::gmm_attention cuda", [&] {
@@ -119,7 +120,7 @@ GmmBackwardResult gmm_attention_backward_cuda(
   check_cuda_limits(op, p, q);
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
   const c10::cuda::CUDAGuard guard(q.device());
-  const bool run = q.numel() > 0 && p.key_len > 0;
+  const bool run = p.batch * p.heads * p.query_len > 0 && p.key_len > 0;  // as on the CPU
   BackwardGrads g = allocate_backward_grads(p, q, run);
   if (!run) return g.as_tuple();
   Inputs in = contiguous_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local_center, local_width);
