@@ -16,7 +16,7 @@ import argparse
 
 import torch
 
-from benchmarks.timing import markdown_table, time_interleaved, timed_call
+from benchmarks.timing import markdown_table, speedup_rows
 from mma_nmt.modules import LuongAttentionConfig, LuongMultiheadAttention
 from mma_nmt.ops import fused_attention, shared_value_attention
 from mma_nmt.reference import shared_value_attention_reference
@@ -66,13 +66,7 @@ def _rows_for(name, batch, softmax_dim, repeat):
         "attention layer, one step": (layer_fused, layer_reference),
         f"operator over all {TGT_LEN} steps": (all_fused, all_reference),
     }
-    rows = []
-    for what, (fast, slow) in cases.items():
-        for backward in (False, True):
-            t_fast, t_slow = time_interleaved([timed_call(fast, backward, leaves), timed_call(slow, backward, leaves)],
-                                            repeat=repeat)
-            rows.append([name, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
-    return rows
+    return speedup_rows(name, cases, leaves, repeat=repeat)
 
 
 def main(argv=None) -> None:

@@ -15,7 +15,7 @@ import copy
 
 import torch
 
-from benchmarks.timing import markdown_table, time_interleaved, timed_call
+from benchmarks.timing import markdown_table, speedup_rows
 from mma_nmt.modules import MultiHopAttentionConfig, MultiHopSelfAttention
 from mma_nmt.ops import multihop_gate
 from mma_nmt.reference import head_gate_reference
@@ -43,13 +43,7 @@ def _rows_for(name, batch, length, embed, heads, repeat):
         "second hop (projections + gate)": (lambda: fused.second_hop(q, a)[0], lambda: reference.second_hop(q, a)[0]),
         "multi-hop self-attention module": (lambda: fused(x)[0], lambda: reference(x)[0]),
     }
-    rows = []
-    for what, (fast, slow) in pairs.items():
-        for backward in (False, True):
-            t_fast, t_slow = time_interleaved([timed_call(fast, backward, leaves), timed_call(slow, backward, leaves)],
-                                            repeat=repeat)
-            rows.append([name, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
-    return rows
+    return speedup_rows(name, pairs, leaves, repeat=repeat)
 
 
 def main(argv=None) -> None:

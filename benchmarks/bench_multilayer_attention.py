@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from benchmarks.timing import markdown_table, time_interleaved, timed_call
+from benchmarks.timing import markdown_table, speedup_rows, time_interleaved
 from mma_nmt.modules import MultiLayerAttentionConfig, MultiLayerMultiheadAttention
 from mma_nmt.ops import fused_attention
 from mma_nmt.reference import multilayer_attention_reference
@@ -67,15 +67,10 @@ def _rows_for(name, embed, heads, variant, layers, length, repeat):
     fused_core, reference_core, arrange, core_inputs = _core_pair(fused_module, query, features, lengths)
     leaves = [query, *features, *core_inputs, *fused_module.parameters(), *reference_module.parameters()]
     label = f"{name} {variant} n={layers} T=S={length}"
-    rows = []
     pairs = {"attention core": (fused_core, reference_core),
              "MLMHA sublayer": (lambda: fused_module(query, features, key_lengths=lengths)[0],
                                 lambda: reference_module(query, features, key_lengths=lengths)[0])}
-    for what, (fast, slow) in pairs.items():
-        for backward in (False, True):
-            t_fast, t_slow = time_interleaved([timed_call(fast, backward, leaves), timed_call(slow, backward, leaves)],
-                                            repeat=repeat)
-            rows.append([label, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
+    rows = speedup_rows(label, pairs, leaves, repeat=repeat)
     with torch.no_grad():
         t_arrange, t_core = time_interleaved([arrange, fused_core], repeat=repeat)
     rows.append([label, "q arrangement / fused core", "fwd", "-", f"{t_arrange * 1e3:.2f} / {t_core * 1e3:.2f}",

@@ -47,6 +47,18 @@ def timed_call(fn: Callable[[], object], backward: bool, leaves: Sequence) -> Ca
     return call
 
 
+def speedup_rows(label: str, pairs: dict, leaves: Sequence, *, repeat: int) -> list[list[object]]:
+    """For each ``what -> (fused, other)`` pair, forward and forward+backward rows of
+    ``[label, what, pass, other ms, fused ms, other / fused]``, timed side by side."""
+    rows: list[list[object]] = []
+    for what, (fast, slow) in pairs.items():
+        for backward in (False, True):
+            t_fast, t_slow = time_interleaved([timed_call(fast, backward, leaves), timed_call(slow, backward, leaves)],
+                                              repeat=repeat)
+            rows.append([label, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
+    return rows
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     def cell(value: object) -> str:
         return f"{value:.2f}" if isinstance(value, float) else str(value)

@@ -29,6 +29,7 @@ from mma_nmt.models.attention_adapters import (
 from mma_nmt.models.config import TransformerConfig
 from mma_nmt.models.incremental import EncoderOut
 from mma_nmt.modules import MixedAttentionConfig, MixedMultiheadAttention
+from mma_nmt.modules.heads import merge_heads
 
 Builder = Callable[[TransformerConfig, int], nn.Module]
 
@@ -49,9 +50,6 @@ def mixed_attention_config(config: TransformerConfig, head_spec: str, window: in
                                 dropout=config.attention_dropout, implementation=config.implementation)
 
 
-def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    batch, heads, length, dim = x.shape
-    return x.transpose(1, 2).reshape(batch, length, heads * dim)  # (B, H, T, D) -> (B, T, H*D)
 
 
 class CausalSelfAttention(nn.Module):

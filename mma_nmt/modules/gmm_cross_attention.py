@@ -31,6 +31,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
 from mma_nmt.ops.fused_attention import fused_attention
 from mma_nmt.ops.gmm_attention import DEFAULT_SIGMA_FLOOR, gmm_attention
 from mma_nmt.ops.padding import resolve_key_lengths
@@ -89,13 +90,7 @@ class GmmCrossAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        gain = 2**-0.5  # fairseq's scaled init of the input projections, as in MixedMultiheadAttention
-        for proj in (self.q_proj, self.k_proj, self.v_proj):
-            nn.init.xavier_uniform_(proj.weight, gain=gain)
-        nn.init.xavier_uniform_(self.out_proj.weight)
-        for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
-            if proj.bias is not None:
-                nn.init.zeros_(proj.bias)
+        init_attention_projections((self.q_proj, self.k_proj, self.v_proj), self.out_proj)
 
     def extra_repr(self) -> str:
         c = self.config
@@ -105,9 +100,7 @@ class GmmCrossAttention(nn.Module):
                 f"implementation={c.implementation}")
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, _ = x.shape
-        # (B, L, E) -> (B, L, H, D) -> (B, H, L, D)
-        return x.view(batch, length, self.config.num_heads, self.head_dim).transpose(1, 2)
+        return split_heads(x, self.config.num_heads)  # (B, L, E) -> (B, H, L, D)
 
     def forward(
         self,
@@ -133,9 +126,7 @@ class GmmCrossAttention(nn.Module):
             out, weights = self.attend_dot(q, k, v, lengths, need_weights)
         if incremental_state is not None:
             incremental_state["step"] = step + query.shape[1]
-        batch, _, length, _ = out.shape
-        out = out.transpose(1, 2).reshape(batch, length, self.config.embed_dim)  # (B, H, T, D) -> (B, T, E)
-        return self.out_proj(out), weights
+        return self.out_proj(merge_heads(out)), weights  # (B, H, T, D) -> (B, T, E)
 
     def encoder_side(self, key, value, key_padding_mask, key_lengths, state, device):
         """Projected (B, H, S, D) keys and values and (B,) source lengths, from the cache when it has them."""

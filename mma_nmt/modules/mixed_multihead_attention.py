@@ -10,6 +10,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
 from mma_nmt.ops.fused_attention import fused_attention
 from mma_nmt.ops.head_spec import format_head_spec, parse_head_spec
 from mma_nmt.ops.padding import resolve_key_lengths
@@ -56,13 +57,7 @@ class MixedMultiheadAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        gain = 2 ** -0.5  # fairseq's scaled init of the input projections
-        for proj in (self.q_proj, self.k_proj, self.v_proj):
-            nn.init.xavier_uniform_(proj.weight, gain=gain)
-        nn.init.xavier_uniform_(self.out_proj.weight)
-        for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
-            if proj.bias is not None:
-                nn.init.zeros_(proj.bias)
+        init_attention_projections((self.q_proj, self.k_proj, self.v_proj), self.out_proj)
 
     def extra_repr(self) -> str:
         c = self.config
@@ -70,9 +65,7 @@ class MixedMultiheadAttention(nn.Module):
                 f"dropout={c.dropout}, implementation={c.implementation}")
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, _ = x.shape
-        # (B, L, E) -> (B, L, H, D) -> (B, H, L, D)
-        return x.view(batch, length, self.config.num_heads, self.head_dim).transpose(1, 2)
+        return split_heads(x, self.config.num_heads)  # (B, L, E) -> (B, H, L, D)
 
     def forward(
         self,
@@ -96,9 +89,7 @@ class MixedMultiheadAttention(nn.Module):
         v = self.split_heads(self.v_proj(value))  # (B, H, S, D)
         lengths = resolve_key_lengths(key_lengths, key_padding_mask, query.device)
         out, weights = self.attend(q, k, v, lengths, need_weights=need_weights, query_offset=query_offset)
-        batch, _, length, _ = out.shape
-        out = out.transpose(1, 2).reshape(batch, length, self.config.embed_dim)  # (B, H, T, D) -> (B, T, E)
-        return self.out_proj(out), weights
+        return self.out_proj(merge_heads(out)), weights  # (B, H, T, D) -> (B, T, E)
 
     def attend(self, q, k, v, key_lengths, *, need_weights: bool, query_offset: int):
         """Per-head attention on already projected (B, H, L, D) tensors; returns (out, weights or None)."""

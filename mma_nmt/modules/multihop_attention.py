@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from mma_nmt.modules.mixed_multihead_attention import MixedAttentionConfig, MixedMultiheadAttention
+from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
 from mma_nmt.ops.fused_attention import fused_attention
 from mma_nmt.ops.multihop import multihop_gate
 from mma_nmt.ops.padding import resolve_key_lengths
@@ -92,22 +93,12 @@ class MultiHopSelfAttention(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        for proj in (self.q_proj, self.k_proj, self.v_proj):
-            nn.init.xavier_uniform_(proj.weight, gain=2 ** -0.5)
-        nn.init.xavier_uniform_(self.out_proj.weight)
-        for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
-            if proj.bias is not None:
-                nn.init.zeros_(proj.bias)
+        init_attention_projections((self.q_proj, self.k_proj, self.v_proj), self.out_proj)
         bound = math.sqrt(6.0 / (self.hop_dim + self.head_dim))
         for weight in (self.w_b, self.u_b):
             nn.init.uniform_(weight, -bound, bound)
         nn.init.uniform_(self.v_b, -1.0 / math.sqrt(self.hop_dim), 1.0 / math.sqrt(self.hop_dim))
         nn.init.uniform_(self.u_c, -math.sqrt(3.0 / self.head_dim), math.sqrt(3.0 / self.head_dim))
-
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, _ = x.shape
-        # (B, L, E) -> (B, L, H, D) -> (B, H, L, D)
-        return x.view(batch, length, self.config.num_heads, self.head_dim).transpose(1, 2)
 
     def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None, *,
                 key_padding_mask: torch.Tensor | None = None, key_lengths: torch.Tensor | None = None,
@@ -118,14 +109,14 @@ class MultiHopSelfAttention(nn.Module):
                 f"query must have shape (batch, len, embed_dim={self.config.embed_dim}), got {tuple(query.shape)}")
         key = query if key is None else key
         value = key if value is None else value
-        q = self._split(self.q_proj(query))  # (B, H, T, D)
-        k = self._split(self.k_proj(key))  # (B, H, S, D)
-        v = self._split(self.v_proj(value))  # (B, H, S, D)
+        heads = self.config.num_heads
+        q = split_heads(self.q_proj(query), heads)  # (B, H, T, D)
+        k = split_heads(self.k_proj(key), heads)  # (B, H, S, D)
+        v = split_heads(self.v_proj(value), heads)  # (B, H, S, D)
         lengths = resolve_key_lengths(key_lengths, key_padding_mask, query.device)
         a, probs = self.first_hop(q, k, v, lengths, need_weights)
         out, gate = self.second_hop(q, a)  # (B, H, T, D), (B, H, T)
-        batch, _, length, _ = out.shape
-        out = self.out_proj(out.transpose(1, 2).reshape(batch, length, self.config.embed_dim))  # (B, T, E)
+        out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, E)
         weights = None
         if need_weights or need_head_gate:
             weights = MultiHopWeights(probs, gate.transpose(1, 2) if need_head_gate else None)  # gate (B, T, H)

@@ -21,6 +21,7 @@ from typing import Literal, Sequence
 import torch
 from torch import nn
 
+from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
 from mma_nmt.ops.fused_attention import fused_attention
 from mma_nmt.ops.padding import resolve_key_lengths
 from mma_nmt.reference.multilayer_attention import multilayer_attention_reference
@@ -116,17 +117,10 @@ class MultiLayerMultiheadAttention(nn.Module):
         return f"mlmha_{id(self)}"
 
     def reset_parameters(self) -> None:
-        for proj in (*self.q_projs, *self.k_projs, *self.v_projs):
-            nn.init.xavier_uniform_(proj.weight, gain=2 ** -0.5)
-        nn.init.xavier_uniform_(self.out_proj.weight)
-        for proj in (*self.q_projs, *self.k_projs, *self.v_projs, self.out_proj):
-            if proj.bias is not None:
-                nn.init.zeros_(proj.bias)
+        init_attention_projections((*self.q_projs, *self.k_projs, *self.v_projs), self.out_proj)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, _ = x.shape
-        # (B, L, E) -> (B, L, H, D) -> (B, H, L, D), a view
-        return x.view(batch, length, self.config.num_heads, self.head_dim).transpose(1, 2)
+        return split_heads(x, self.config.num_heads)  # (B, L, E) -> (B, H, L, D), a view
 
     def _arrange(self, projected: Sequence[torch.Tensor], join_heads: bool) -> torch.Tensor:
         """One copy from n per-layer (B, L, E) projections into the layout the fused operator reads.
@@ -192,12 +186,12 @@ class MultiLayerMultiheadAttention(nn.Module):
         n, heads, dim = c.num_layers, c.num_heads, self.head_dim
         if not c.layer_specific:
             if c.sum_contexts:
-                return out.transpose(1, 2).reshape(batch, length, heads * dim)  # (B, H, T, D) -> (B, T, E)
+                return merge_heads(out)  # (B, H, T, D) -> (B, T, E)
             out = out.view(batch, heads, length, n, dim).permute(0, 2, 3, 1, 4)  # (B, T, n, H, D)
             return out.reshape(batch, length, n * heads * dim)
         out = out.view(batch, n, heads, length, dim)  # (B, n, H, T, D)
         if c.sum_contexts:
-            return out.sum(dim=1).transpose(1, 2).reshape(batch, length, heads * dim)  # (B, T, E)
+            return merge_heads(out.sum(dim=1))  # (B, H, T, D) -> (B, T, E)
         return out.permute(0, 3, 1, 2, 4).reshape(batch, length, n * heads * dim)  # (B, T, n, H, D) -> (B, T, n*E)
 
     def _check_inputs(self, query: torch.Tensor, features: Sequence[torch.Tensor] | None) -> None:

@@ -1,0 +1,32 @@
+"""Head layout and initialisation shared by every multi-head attention module."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch import nn
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, L, H*D) -> (B, H, L, D), a view."""
+    batch, length, width = x.shape
+    return x.view(batch, length, num_heads, width // num_heads).transpose(1, 2)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, L, D) -> (B, L, H*D)."""
+    batch, heads, length, dim = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * dim)
+
+
+def init_attention_projections(inputs: Iterable[nn.Linear], output: nn.Linear) -> None:
+    """fairseq's initialisation: Xavier with gain 1/sqrt(2) on the query/key/value projections, plain Xavier on the
+    output projection, zero biases."""
+    inputs = list(inputs)
+    for proj in inputs:
+        nn.init.xavier_uniform_(proj.weight, gain=2 ** -0.5)
+    nn.init.xavier_uniform_(output.weight)
+    for proj in (*inputs, output):
+        if proj.bias is not None:
+            nn.init.zeros_(proj.bias)
