@@ -80,19 +80,25 @@ def parse_value(text: str):
         return text
 
 
+def set_dotted(data: dict, key: str, value) -> dict:
+    """In place: ``set_dotted(d, "a.b.c", v)`` sets ``d["a"]["b"]["c"] = v``, creating tables on the way."""
+    *parents, last = key.strip().split(".")
+    node = data
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"setting {key!r}: {part!r} is not a table")
+    node[last] = value
+    return data
+
+
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    """In place: each ``a.b.c=value`` sets ``data["a"]["b"]["c"]``, creating tables on the way."""
+    """In place: each ``a.b.c=value`` sets ``data["a"]["b"]["c"]`` (value parsed by :func:`parse_value`)."""
     for item in overrides:
         if "=" not in item:
             raise ValueError(f"override {item!r} must look like section.key=value")
         key, value = item.split("=", 1)
-        *parents, last = key.strip().split(".")
-        node = data
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"override {item!r}: {part!r} is not a table")
-        node[last] = parse_value(value)
+        set_dotted(data, key, parse_value(value))
     return data
 
 

@@ -1,4 +1,4 @@
-"""``mma-nmt`` / ``python -m mma_nmt``: prepare | train | translate | evaluate | average | demo.
+"""``mma-nmt`` / ``python -m mma_nmt``: prepare | train | translate | evaluate | average | experiment | demo.
 
 Every command reads a run config (``--config file.toml|.yaml|.json``) and dotted overrides
 (``--set model.encoder.attention=mma --set train.max_steps=1000``)."""
@@ -46,6 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("average", help="average the weights of several checkpoints")
     p.add_argument("inputs", nargs="+")
     p.add_argument("--output", required=True)
+    p = sub.add_parser("experiment", help="reproduce a paper's tables (experiments/<paper>/experiment.toml)")
+    p.add_argument("paper", help="a folder name under experiments/ (mma, lstm_multihead, mlmha, multihop, gmm) or a path")
+    p.add_argument("--table", action="append", help="table name (repeatable); default: every table of the paper")
+    p.add_argument("--scale", default="mini", choices=["full", "mini", "smoke"])
+    p.add_argument("--jobs", type=int, default=1, help="runs trained side by side (each in its own process)")
+    p.add_argument("--runs-dir", default="runs/experiments", help="where runs live (shared by all papers)")
+    p.add_argument("--results-dir", help="default: experiments/<paper>/results/<scale>")
+    p.add_argument("--bootstrap-samples", type=int, default=1000)
     p = sub.add_parser("demo", help="prepare Multi30k De-En, train the tiny MMA Transformer, translate, score")
     _add_config(p, default=str(DEMO_CONFIG))
     p.add_argument("--minutes", type=float, default=3.0, help="training time budget")
@@ -88,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
                                               bootstrap_samples=args.bootstrap_samples))
     elif args.command == "average":
         print(commands.average(args.inputs, args.output))
+    elif args.command == "experiment":
+        from mma_nmt.experiments.command import run_experiment
+
+        run_experiment(args.paper, tables=args.table, scale=args.scale, jobs=args.jobs, runs_dir=args.runs_dir,
+                       results_dir=args.results_dir, bootstrap_samples=args.bootstrap_samples)
     elif args.command == "demo":
         demo(args)
     return 0

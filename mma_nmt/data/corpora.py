@@ -169,6 +169,15 @@ SMALL_ENJA = CorpusSpec(
     note="Tanaka-corpus subset: train 50,000 / dev 500 / test 500.",
 )
 
+ASPEC = CorpusSpec(
+    name="aspec_en_ja", src_lang="en", tgt_lang="ja",
+    splits={"train": "train", "valid": "dev", "test": "test"}, local_folder="aspec_je",
+    builder="manual",
+    text_state="raw (as distributed by JST)",
+    note="WAT17 ASPEC-JE: the first 2,000,000 training pairs / dev 1,790 / test 1,812. Licensed by JST "
+         "(https://jipsti.jst.go.jp/aspec/); not downloadable: place train/dev/test.{en,ja} in the local folder.",
+)
+
 CORPORA: dict[str, CorpusSpec] = {
     "multi30k_de_en": MULTI30K,
     "multi30k_en_de": MULTI30K.reversed("multi30k_en_de"),
@@ -178,6 +187,8 @@ CORPORA: dict[str, CorpusSpec] = {
     "wmt14_en_de": WMT14,
     "small_enja_en_ja": SMALL_ENJA,
     "small_enja_ja_en": SMALL_ENJA.reversed("small_enja_ja_en"),
+    "aspec_en_ja": ASPEC,
+    "aspec_ja_en": ASPEC.reversed("aspec_ja_en"),
 }
 
 

@@ -30,6 +30,9 @@ def fetch_corpus(spec: CorpusSpec, data_dir: str | os.PathLike, *, mirror: str |
     folder = Path(data_dir) / spec.local_folder
     if not missing_splits(spec, data_dir, spec.splits):
         return folder
+    if spec.builder == "manual":
+        raise FileNotFoundError(f"{spec.name} cannot be downloaded automatically ({spec.note}); missing under "
+                                f"{folder}: {', '.join(missing_splits(spec, data_dir, spec.splits))}")
     folder.mkdir(parents=True, exist_ok=True)
     log.info("building %s in %s from %d remote files", spec.name, folder, len(spec.remote_files))
     _BUILDERS[spec.builder](spec, folder, mirror=mirror, progress=progress)

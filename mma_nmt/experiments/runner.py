@@ -1,0 +1,108 @@
+"""Runs the cells of one or more tables: each distinct run once (finished runs are skipped, interrupted ones resume),
+``jobs`` of them side by side, then writes each table's report."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from mma_nmt.data.fileio import atomic_write_json
+from mma_nmt.experiments.cell import CELL_FILE, RESULT_FILE, is_finished, read_json, run_cell
+from mma_nmt.experiments.spec import Cell, Experiment, resolved_run_config
+
+
+def run_dir_for(cell: Cell, runs_dir: Path) -> Path:
+    """``<runs_dir>/<scale>/<corpus>/<system>-<identity>``; an existing directory of the same identity (the same run
+    under another system name, e.g. another paper's baseline) is reused."""
+    scale_dir = Path(runs_dir) / cell.scale
+    existing = sorted(scale_dir.glob(f"*/*-{cell.identity}"))
+    if existing:
+        return existing[0]
+    corpus = cell.config.get("data", {}).get("corpus", "corpus")
+    return scale_dir / corpus / f"{cell.system.name}-{cell.identity}"
+
+
+def _write_cell_file(cell: Cell, run_dir: Path, experiment: Experiment) -> None:
+    path = run_dir / CELL_FILE
+    if path.is_file():
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, {"experiment": experiment.name, "system": cell.system.name,
+                             "dataset": cell.dataset.role, "scale": cell.scale, "identity": cell.identity,
+                             "average_last": cell.average_last, "config": cell.config})
+
+
+def _prepare_all(cells: list[Cell], run_dirs: dict[str, Path]) -> None:
+    """Prepares every distinct corpus once, before any training starts (runs side by side must not race on it)."""
+    from mma_nmt.cli import commands
+
+    done = set()
+    for cell in cells:
+        run = resolved_run_config(cell, run_dirs[cell.identity])
+        key = str(run.prepared_dir())
+        if key not in done and not (run.prepared_dir() / "meta.json").is_file():
+            print(f"[experiment] preparing {run.data.get('corpus')} into {key}", flush=True)
+            commands.prepare_data(run)
+        done.add(key)
+
+
+def _run_in_subprocess(run_dir: Path) -> dict:
+    log = run_dir / "run.log"
+    with log.open("a", encoding="utf-8") as handle:
+        code = subprocess.call([sys.executable, "-m", "mma_nmt.experiments.cell", str(run_dir)],
+                               stdout=handle, stderr=subprocess.STDOUT)
+    if code != 0:
+        raise RuntimeError(f"run {run_dir} failed with exit code {code}; see {log}")
+    return read_json(run_dir / RESULT_FILE)
+
+
+def run_cells(experiment: Experiment, cells: list[Cell], runs_dir: Path, *,
+              jobs: int = 1) -> tuple[dict[str, dict], list[str]]:
+    """Runs every distinct cell; returns the results of the finished ones by identity and the failures (a failed run
+    does not stop the others). ``jobs > 1`` runs cells in subprocesses (logs in ``<run_dir>/run.log``);
+    ``jobs == 1`` runs them here, with progress bars."""
+    unique = list({cell.identity: cell for cell in cells}.values())
+    run_dirs = {cell.identity: run_dir_for(cell, runs_dir) for cell in unique}
+    for cell in unique:
+        _write_cell_file(cell, run_dirs[cell.identity], experiment)
+    pending = [cell for cell in unique if not is_finished(run_dirs[cell.identity])]
+    print(f"[experiment] {len(unique)} runs, {len(unique) - len(pending)} already finished, {len(pending)} to run "
+          f"({jobs} at a time) under {Path(runs_dir) / cells[0].scale if cells else runs_dir}", flush=True)
+    _prepare_all(pending, run_dirs)
+    failures = []
+
+    def report(cell: Cell, result: dict | None, started: float, error: Exception | None = None) -> None:
+        what = f"{cell.system.name} on {cell.dataset.role}"
+        if error is not None:
+            failures.append(f"{what}: {error}")
+            print(f"[experiment] FAILED {what}: {error}", flush=True)
+        else:
+            print(f"[experiment] done {what}: BLEU {result['bleu']:.2f} in {(time.monotonic() - started) / 60:.1f} "
+                  f"min ({run_dirs[cell.identity]})", flush=True)
+
+    if jobs <= 1:
+        for cell in pending:
+            started = time.monotonic()
+            print(f"[experiment] running {cell.system.name} on {cell.dataset.role} in {run_dirs[cell.identity]}",
+                  flush=True)
+            try:
+                report(cell, run_cell(run_dirs[cell.identity]), started)
+            except Exception as error:  # keep going: one failed system must not lose the others
+                report(cell, None, started, error)
+    else:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            started = time.monotonic()
+            futures = {pool.submit(_run_in_subprocess, run_dirs[cell.identity]): cell for cell in pending}
+            for future in as_completed(futures):
+                cell = futures[future]
+                try:
+                    report(cell, future.result(), started)
+                except Exception as error:
+                    report(cell, None, started, error)
+    results = {cell.identity: {**read_json(run_dirs[cell.identity] / RESULT_FILE),
+                               "run_dir": str(run_dirs[cell.identity])}
+               for cell in unique if is_finished(run_dirs[cell.identity])}
+    return results, failures

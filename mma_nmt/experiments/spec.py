@@ -1,0 +1,215 @@
+"""A paper's reproduction as data: ``experiments/<paper>/experiment.toml`` names its datasets, systems and tables.
+
+- ``[datasets.<role>]``: a language pair of the paper (``de_en``, ``ja_en``, ...) with one run config per scale
+  (``full``, ``mini``, ``smoke``): ``{ base = "file.toml", set = { "dotted.key" = value }, average_last = N }``.
+  ``base`` is relative to the experiment file; ``set`` goes on top of it.
+- ``[systems.<name>]``: a row of the paper's tables: ``label`` and ``set`` (dotted config keys, applied at every scale).
+- ``[tables.<name>]``: ``title``, ``columns`` (dataset roles), ``rows`` (system names), ``baseline`` (a row; ``deltas``
+  maps a row to another baseline row, for tables that compare each row with its own counterpart), ``metric``
+  (``"bleu"`` = sacreBLEU, or ``"tokenized_bleu"``), ``scales`` (where the table runs; default all) and ``paper``
+  (``{ row = { column = BLEU } }``, the paper's numbers).
+
+:func:`load_experiment` validates all of it and :meth:`Experiment.cells` turns a table into resolved run configs.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mma_nmt.config_io import load_file, set_dotted
+
+SCALES = ("full", "mini", "smoke")
+METRICS = ("bleu", "tokenized_bleu")
+# Settings that change how a run executes but not what it computes: left out of a run's identity.
+_NOT_IDENTITY = (("train", "save_dir"), ("train", "progress"), ("train", "threads"), ("train", "device"))
+
+
+class ExperimentError(ValueError):
+    """A malformed experiment file; the message names the file and the offending entry."""
+
+
+@dataclass
+class ScaleRecipe:
+    base: Path
+    set: dict = field(default_factory=dict)
+    average_last: int = 0  # translate with the average of the last N periodic checkpoints (0: best.pt, else last.pt)
+
+
+@dataclass
+class Dataset:
+    role: str
+    label: str
+    scales: dict[str, ScaleRecipe]
+
+
+@dataclass
+class System:
+    name: str
+    label: str
+    set: dict = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass
+class Table:
+    name: str
+    title: str
+    columns: list[str]
+    rows: list[str]
+    baseline: str
+    deltas: dict[str, str] = field(default_factory=dict)
+    metric: str = "bleu"
+    paper: dict[str, dict[str, float]] = field(default_factory=dict)
+    note: str = ""
+    scales: tuple[str, ...] = SCALES  # e.g. ("full",) for a table of big models that only makes sense at full scale
+
+    def baseline_of(self, row: str) -> str:
+        return self.deltas.get(row, self.baseline)
+
+
+@dataclass
+class Cell:
+    """One system trained and scored on one dataset at one scale."""
+
+    system: System
+    dataset: Dataset
+    scale: str
+    config: dict  # the raw run config (data, model, train, decode, eval), without train.save_dir
+    average_last: int = 0
+
+    @property
+    def identity(self) -> str:
+        """A hash of everything that determines the result: equal configs share one run, across tables and papers."""
+        config = copy.deepcopy(self.config)
+        for section, key in _NOT_IDENTITY:
+            config.get(section, {}).pop(key, None)
+        text = json.dumps({"config": config, "average_last": self.average_last}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.system.name, self.dataset.role
+
+
+@dataclass
+class Experiment:
+    name: str
+    title: str
+    path: Path
+    datasets: dict[str, Dataset]
+    systems: dict[str, System]
+    tables: dict[str, Table]
+
+    def cells(self, table: str, scale: str) -> list[Cell]:
+        """The (row, column) runs of ``table`` at ``scale``, in reading order."""
+        if table not in self.tables:
+            raise ExperimentError(f"{self.path}: no table {table!r}; tables: {', '.join(self.tables)}")
+        t = self.tables[table]
+        if scale not in t.scales:
+            raise ExperimentError(f"{self.path}: table {table!r} runs only at scale(s) {', '.join(t.scales)}")
+        return [self.cell(row, column, scale) for row in t.rows for column in t.columns]
+
+    def cell(self, system: str, role: str, scale: str) -> Cell:
+        if scale not in SCALES:
+            raise ExperimentError(f"unknown scale {scale!r}; scales: {', '.join(SCALES)}")
+        dataset, sys_ = self.datasets[role], self.systems[system]
+        if scale not in dataset.scales:
+            raise ExperimentError(f"{self.path}: dataset {role!r} has no {scale!r} recipe")
+        recipe = dataset.scales[scale]
+        config = load_file(recipe.base)
+        for key, value in {**recipe.set, **sys_.set}.items():
+            set_dotted(config, key, copy.deepcopy(value))
+        _check_run_config(config, f"{self.path}: system {system!r} on {role!r} at scale {scale!r}")
+        config.get("train", {}).pop("save_dir", None)
+        return Cell(system=sys_, dataset=dataset, scale=scale, config=config, average_last=recipe.average_last)
+
+
+def _check_run_config(config: dict, where: str) -> None:
+    from mma_nmt.training.config import run_config_from_dict
+
+    try:
+        run_config_from_dict(copy.deepcopy(config))
+    except (ValueError, TypeError) as error:
+        raise ExperimentError(f"{where}: {error}") from None
+
+
+def _table(name: str, raw: dict, where: str) -> Table:
+    known = {"title", "columns", "rows", "baseline", "deltas", "metric", "paper", "note", "scales"}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ExperimentError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+    try:
+        table = Table(name=name, title=raw["title"], columns=list(raw["columns"]), rows=list(raw["rows"]),
+                      baseline=raw["baseline"], deltas=dict(raw.get("deltas", {})), metric=raw.get("metric", "bleu"),
+                      paper={row: dict(values) for row, values in raw.get("paper", {}).items()},
+                      note=raw.get("note", ""), scales=tuple(raw.get("scales", SCALES)))
+    except KeyError as missing:
+        raise ExperimentError(f"{where}: missing {missing}") from None
+    if not set(table.scales) <= set(SCALES):
+        raise ExperimentError(f"{where}: scales {list(table.scales)} must be among {SCALES}")
+    if table.metric not in METRICS:
+        raise ExperimentError(f"{where}: metric {table.metric!r} is not one of {METRICS}")
+    return table
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Reads and checks ``experiment.toml`` (or a directory holding one)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "experiment.toml"
+    if not path.is_file():
+        raise ExperimentError(f"no experiment file {path}")
+    raw = load_file(path)
+    here = path.parent
+    datasets = {}
+    for role, spec in raw.get("datasets", {}).items():
+        scales = {}
+        for scale in SCALES:
+            if scale in spec:
+                entry = dict(spec[scale])
+                base = here / entry.pop("base")
+                if not base.is_file():
+                    raise ExperimentError(f"{path}: datasets.{role}.{scale}.base {base} does not exist")
+                scales[scale] = ScaleRecipe(base=base, set=dict(entry.pop("set", {})),
+                                            average_last=int(entry.pop("average_last", 0)))
+                if entry:
+                    raise ExperimentError(f"{path}: datasets.{role}.{scale}: unknown key(s) {sorted(entry)}")
+        datasets[role] = Dataset(role=role, label=spec.get("label", role), scales=scales)
+    systems = {name: System(name=name, label=spec.get("label", name), set=dict(spec.get("set", {})),
+                            note=spec.get("note", ""))
+               for name, spec in raw.get("systems", {}).items()}
+    tables = {name: _table(name, spec, f"{path}: tables.{name}") for name, spec in raw.get("tables", {}).items()}
+    for table in tables.values():
+        where = f"{path}: tables.{table.name}"
+        for role in table.columns:
+            if role not in datasets:
+                raise ExperimentError(f"{where}: column {role!r} is not a dataset; datasets: {sorted(datasets)}")
+        for row in table.rows + [table.baseline] + list(table.deltas.values()):
+            if row not in systems:
+                raise ExperimentError(f"{where}: row {row!r} is not a system; systems: {sorted(systems)}")
+        for row in [table.baseline, *table.deltas.values()]:
+            if row not in table.rows:
+                raise ExperimentError(f"{where}: baseline {row!r} must be one of the table's rows")
+        for row, values in table.paper.items():
+            if row not in table.rows or not set(values) <= set(table.columns):
+                raise ExperimentError(f"{where}: paper numbers for {row!r} {sorted(values)} do not match the "
+                                      f"rows {table.rows} / columns {table.columns}")
+    return Experiment(name=raw.get("name", here.name), title=raw.get("title", here.name), path=path,
+                      datasets=datasets, systems=systems, tables=tables)
+
+
+def resolved_run_config(cell: Cell, save_dir: Path):
+    """The :class:`~mma_nmt.training.config.RunConfig` of ``cell`` saving into ``save_dir``."""
+    from mma_nmt.training.config import run_config_from_dict
+
+    config = copy.deepcopy(cell.config)
+    set_dotted(config, "train.save_dir", str(save_dir))
+    return run_config_from_dict(config)
+
+
+__all__ = ["SCALES", "Experiment", "ExperimentError", "Cell", "Table", "System", "Dataset", "load_experiment",
+           "resolved_run_config"]
