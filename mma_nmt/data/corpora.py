@@ -178,6 +178,24 @@ ASPEC = CorpusSpec(
          "(https://jipsti.jst.go.jp/aspec/); not downloadable: place train/dev/test.{en,ja} in the local folder.",
 )
 
+NIST_ZH_EN = CorpusSpec(
+    name="nist_zh_en", src_lang="zh", tgt_lang="en",
+    splits={"train": "train", "valid": "mt02", "test": "mt03_08"}, local_folder="nist_zh_en", builder="manual",
+    text_state="Chinese segmented (Stanford Segmenter), English Moses-tokenized and lowercased",
+    note="NIST Zh-En: 1.25M LDC pairs (LDC2002E18, LDC2003E07, LDC2003E14, LDC2004T07 Hansards, LDC2004T08, "
+         "LDC2005T06; licensed by the LDC), valid MT02, test MT03-MT08 with 4 references (mt03_08.en0..en3). Not "
+         "downloadable: place the files in the local folder.",
+)
+
+WMT17_ZH_EN = CorpusSpec(
+    name="wmt17_zh_en", src_lang="zh", tgt_lang="en",
+    splits={"train": "train", "valid": "newsdev2017", "test": "newstest2017"}, local_folder="wmt17_zh_en",
+    builder="manual",
+    note="WMT17 Zh-En (https://www.statmt.org/wmt17/translation-task.html): about 20M pairs (News Commentary v12, "
+         "UN v1.0, CWMT; CWMT needs registration), valid newsdev2017, test newstest2017, processed as Hassan et "
+         "al. (2018). Not built automatically: place train/newsdev2017/newstest2017.{zh,en} in the local folder.",
+)
+
 CORPORA: dict[str, CorpusSpec] = {
     "multi30k_de_en": MULTI30K,
     "multi30k_en_de": MULTI30K.reversed("multi30k_en_de"),
@@ -189,6 +207,8 @@ CORPORA: dict[str, CorpusSpec] = {
     "small_enja_ja_en": SMALL_ENJA.reversed("small_enja_ja_en"),
     "aspec_en_ja": ASPEC,
     "aspec_ja_en": ASPEC.reversed("aspec_ja_en"),
+    "nist_zh_en": NIST_ZH_EN,
+    "wmt17_zh_en": WMT17_ZH_EN,
 }
 
 

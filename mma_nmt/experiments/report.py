@@ -45,6 +45,8 @@ def build_table(experiment: Experiment, table: Table, scale: str, results: dict[
     from mma_nmt.evaluation.bootstrap import paired_bootstrap
 
     def result(row: str, column: str) -> dict | None:
+        if not experiment.has_recipe(column, scale):
+            return None
         return results.get(experiment.cell(row, column, scale).identity)
 
     rows, references = [], {}
@@ -77,6 +79,8 @@ def build_table(experiment: Experiment, table: Table, scale: str, results: dict[
     return {"experiment": experiment.name, "paper": experiment.title, "table": table.name, "title": table.title,
             "scale": scale, "metric": table.metric, "note": table.note,
             "columns": {c: experiment.datasets[c].label for c in table.columns}, "rows": rows, "runs": runs,
+            "not_at_this_scale": [experiment.datasets[c].label for c in table.columns
+                                  if not experiment.has_recipe(c, scale)],
             "bootstrap_samples": bootstrap_samples, "date": time.strftime("%Y-%m-%d"),
             "git_commit": _git_commit(experiment.path.parent), "machine": f"{platform.node()} {platform.machine()}"}
 
@@ -97,6 +101,9 @@ def to_markdown(data: dict, *, command: str = "") -> str:
         lines += ["", f"Command: `{command}`"]
     if data["note"]:
         lines += ["", data["note"]]
+    if data.get("not_at_this_scale"):
+        lines += ["", f"Not run at this scale (no data here; see the experiment's README): "
+                      f"{', '.join(data['not_at_this_scale'])}; only the paper's numbers are shown."]
     header = ["System"] + [f"{label} {part}" for label in columns.values() for part in ("ours", "Δ", "paper", "paper Δ")]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in data["rows"]:

@@ -3,7 +3,8 @@
 - ``[datasets.<role>]``: a language pair of the paper (``de_en``, ``ja_en``, ...) with one run config per scale
   (``full``, ``mini``, ``smoke``): ``{ base = "file.toml", set = { "dotted.key" = value }, average_last = N }``.
   ``base`` is relative to the experiment file; ``set`` goes on top of it.
-- ``[systems.<name>]``: a row of the paper's tables: ``label`` and ``set`` (dotted config keys, applied at every scale).
+- ``[systems.<name>]``: a row of the paper's tables: ``label``, ``set`` (dotted config keys, applied at every scale) and
+  ``scale_set`` (``{ mini = { key = value } }``: extra keys at one scale, e.g. a layer index of a smaller model).
 - ``[tables.<name>]``: ``title``, ``columns`` (dataset roles), ``rows`` (system names), ``baseline`` (a row; ``deltas``
   maps a row to another baseline row, for tables that compare each row with its own counterpart), ``metric``
   (``"bleu"`` = sacreBLEU, or ``"tokenized_bleu"``), ``scales`` (where the table runs; default all) and ``paper``
@@ -52,6 +53,7 @@ class System:
     label: str
     set: dict = field(default_factory=dict)
     note: str = ""
+    scale_set: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass
@@ -105,13 +107,18 @@ class Experiment:
     tables: dict[str, Table]
 
     def cells(self, table: str, scale: str) -> list[Cell]:
-        """The (row, column) runs of ``table`` at ``scale``, in reading order."""
+        """The (row, column) runs of ``table`` at ``scale``, in reading order; columns whose dataset has no recipe at
+        ``scale`` (e.g. a licensed corpus at the mini scale) are left out."""
         if table not in self.tables:
             raise ExperimentError(f"{self.path}: no table {table!r}; tables: {', '.join(self.tables)}")
         t = self.tables[table]
         if scale not in t.scales:
             raise ExperimentError(f"{self.path}: table {table!r} runs only at scale(s) {', '.join(t.scales)}")
-        return [self.cell(row, column, scale) for row in t.rows for column in t.columns]
+        return [self.cell(row, column, scale) for row in t.rows for column in t.columns
+                if self.has_recipe(column, scale)]
+
+    def has_recipe(self, role: str, scale: str) -> bool:
+        return scale in self.datasets[role].scales
 
     def cell(self, system: str, role: str, scale: str) -> Cell:
         if scale not in SCALES:
@@ -121,7 +128,7 @@ class Experiment:
             raise ExperimentError(f"{self.path}: dataset {role!r} has no {scale!r} recipe")
         recipe = dataset.scales[scale]
         config = load_file(recipe.base)
-        for key, value in {**recipe.set, **sys_.set}.items():
+        for key, value in {**recipe.set, **sys_.set, **sys_.scale_set.get(scale, {})}.items():
             set_dotted(config, key, copy.deepcopy(value))
         _check_run_config(config, f"{self.path}: system {system!r} on {role!r} at scale {scale!r}")
         config.get("train", {}).pop("save_dir", None)
@@ -179,9 +186,15 @@ def load_experiment(path: str | Path) -> Experiment:
                 if entry:
                     raise ExperimentError(f"{path}: datasets.{role}.{scale}: unknown key(s) {sorted(entry)}")
         datasets[role] = Dataset(role=role, label=spec.get("label", role), scales=scales)
-    systems = {name: System(name=name, label=spec.get("label", name), set=dict(spec.get("set", {})),
-                            note=spec.get("note", ""))
-               for name, spec in raw.get("systems", {}).items()}
+    systems = {}
+    for name, spec in raw.get("systems", {}).items():
+        unknown = sorted(set(spec) - {"label", "set", "note", "scale_set"}) + sorted(
+            set(spec.get("scale_set", {})) - set(SCALES))
+        if unknown:
+            raise ExperimentError(f"{path}: systems.{name}: unknown key(s) {unknown}")
+        systems[name] = System(name=name, label=spec.get("label", name), set=dict(spec.get("set", {})),
+                               note=spec.get("note", ""), scale_set={k: dict(v) for k, v in
+                                                                     spec.get("scale_set", {}).items()})
     tables = {name: _table(name, spec, f"{path}: tables.{name}") for name, spec in raw.get("tables", {}).items()}
     for table in tables.values():
         where = f"{path}: tables.{table.name}"
