@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mma_nmt.data.fileio import atomic_write_json
 from mma_nmt.experiments.cell import CELL_FILE, RESULT_FILE, is_finished, read_json, run_cell
-from mma_nmt.experiments.spec import Cell, Experiment, resolved_run_config
+from mma_nmt.experiments.spec import Cell, Experiment, ExperimentError, resolved_run_config
 
 
 def run_dir_for(cell: Cell, runs_dir: Path) -> Path:
@@ -33,6 +33,19 @@ def _write_cell_file(cell: Cell, run_dir: Path, experiment: Experiment) -> None:
     atomic_write_json(path, {"experiment": experiment.name, "system": cell.system.name,
                              "dataset": cell.dataset.role, "scale": cell.scale, "identity": cell.identity,
                              "average_last": cell.average_last, "config": cell.config})
+
+
+def check_prepared_dirs(cells: list[Cell]) -> None:
+    """Runs that share a prepared directory must prepare it the same way (else one would overwrite the other's)."""
+    seen: dict[str, tuple[Cell, dict]] = {}
+    for cell in cells:
+        data = cell.config.get("data", {})
+        out_dir = data.get("out_dir", "")
+        first = seen.setdefault(out_dir, (cell, data))
+        if first[1] != data:
+            raise ExperimentError(
+                f"{first[0].system.name} and {cell.system.name} on {cell.dataset.role} prepare {out_dir} with "
+                f"different [data] settings ({first[1]} vs {data}); give one of them its own data.out_dir")
 
 
 def _prepare_all(cells: list[Cell], run_dirs: dict[str, Path]) -> None:
@@ -65,6 +78,7 @@ def run_cells(experiment: Experiment, cells: list[Cell], runs_dir: Path, *,
     does not stop the others). ``jobs > 1`` runs cells in subprocesses (logs in ``<run_dir>/run.log``);
     ``jobs == 1`` runs them here, with progress bars."""
     unique = list({cell.identity: cell for cell in cells}.values())
+    check_prepared_dirs(unique)
     run_dirs = {cell.identity: run_dir_for(cell, runs_dir) for cell in unique}
     for cell in unique:
         _write_cell_file(cell, run_dirs[cell.identity], experiment)

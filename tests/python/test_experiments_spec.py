@@ -1,0 +1,125 @@
+"""Experiment files: validation errors name the problem; cells resolve to run configs; run identity."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from mma_nmt.experiments.spec import ExperimentError, load_experiment
+
+REPO = Path(__file__).resolve().parents[2]
+BASE = """
+[data]
+corpus = "multi30k_de_en"
+out_dir = "runs/data/x"
+[model]
+preset = "transformer_tiny"
+[train]
+max_steps = 2
+threads = 1
+"""
+
+
+def write_experiment(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "base.toml").write_text(BASE)
+    path = tmp_path / "experiment.toml"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+GOOD = """
+name = "toy"
+[datasets.de_en]
+mini = { base = "base.toml", set = { "train.max_steps" = 3 } }
+smoke = { base = "base.toml" }
+[systems.baseline]
+label = "Base"
+[systems.mma]
+set = { "model.encoder.attention" = "mma" }
+scale_set = { smoke = { "model.encoder.window" = 2 } }
+[systems.also_baseline]
+[tables.t]
+title = "T"
+columns = ["de_en"]
+rows = ["baseline", "mma"]
+baseline = "baseline"
+paper = { baseline = { de_en = 30.0 }, mma = { de_en = 31.0 } }
+"""
+
+
+def test_cells_apply_dataset_system_and_scale_settings(tmp_path):
+    experiment = load_experiment(write_experiment(tmp_path, GOOD))
+    mini = {c.system.name: c for c in experiment.cells("t", "mini")}
+    smoke = {c.system.name: c for c in experiment.cells("t", "smoke")}
+    assert mini["baseline"].config["train"]["max_steps"] == 3
+    assert smoke["baseline"].config["train"]["max_steps"] == 2
+    assert mini["mma"].config["model"]["encoder"] == {"attention": "mma"}
+    assert smoke["mma"].config["model"]["encoder"] == {"attention": "mma", "window": 2}
+    assert "save_dir" not in mini["mma"].config["train"]
+
+
+def test_identity_is_shared_by_equal_configs_and_ignores_execution_settings(tmp_path):
+    experiment = load_experiment(write_experiment(tmp_path, GOOD))
+    base = experiment.cell("baseline", "de_en", "mini")
+    assert experiment.cell("also_baseline", "de_en", "mini").identity == base.identity
+    assert experiment.cell("mma", "de_en", "mini").identity != base.identity
+    assert experiment.cell("baseline", "de_en", "smoke").identity != base.identity
+    moved = experiment.cell("baseline", "de_en", "mini")
+    moved.config["train"]["threads"] = 2
+    moved.config["train"]["progress"] = False
+    assert moved.identity == base.identity
+    moved.config["train"]["seed"] = 7
+    assert moved.identity != base.identity
+
+
+def test_scale_without_recipe_is_left_out_and_unknown_scale_or_table_raise(tmp_path):
+    experiment = load_experiment(write_experiment(tmp_path, GOOD))
+    with pytest.raises(ExperimentError, match="no table 'nope'"):
+        experiment.cells("nope", "mini")
+    with pytest.raises(ExperimentError, match="unknown scale 'huge'"):
+        experiment.cell("baseline", "de_en", "huge")
+    assert experiment.cells("t", "full") == []
+
+
+@pytest.mark.parametrize("change, message", [
+    (('rows = ["baseline", "mma"]', 'rows = ["baseline", "missing"]'), "row 'missing' is not a system"),
+    (('columns = ["de_en"]', 'columns = ["fr_en"]'), "column 'fr_en' is not a dataset"),
+    (('baseline = "baseline"\n', 'baseline = "also_baseline"\n'), "baseline 'also_baseline' must be one of"),
+    (('mma = { de_en = 31.0 }', 'mma = { xx = 31.0 }'), "paper numbers for 'mma'"),
+    (('title = "T"', 'title = "T"\nmetric = "meteor"'), "metric 'meteor'"),
+    (('title = "T"', 'title = "T"\ncolour = 1'), "unknown key"),
+    (('base = "base.toml", set', 'base = "missing.toml", set'), "missing.toml does not exist"),
+    (('[systems.also_baseline]', '[systems.also_baseline]\nsett = 1'), "systems.also_baseline: unknown key"),
+    (('"model.encoder.attention" = "mma" }', '"model.encoder.atention" = "mma" }'), "unknown key"),
+])
+def test_malformed_experiment_files_name_the_problem(tmp_path, change, message):
+    old, new = change
+    assert old in GOOD
+    with pytest.raises(ExperimentError, match=message):
+        experiment = load_experiment(write_experiment(tmp_path, GOOD.replace(old, new, 1)))
+        experiment.cells("t", "mini")
+
+
+@pytest.mark.parametrize("paper", sorted(p.parent.name for p in (REPO / "experiments").glob("*/experiment.toml")))
+def test_every_table_of_every_paper_resolves_at_every_scale(paper):
+    experiment = load_experiment(REPO / "experiments" / paper)
+    assert experiment.tables, paper
+    for name, table in experiment.tables.items():
+        for scale in table.scales:
+            cells = experiment.cells(name, scale)
+            assert scale != "full" or len(cells) == len(table.rows) * len(table.columns), (name, scale)
+            for row, values in table.paper.items():
+                assert all(isinstance(v, (int, float)) for v in values.values()), (name, row)
+
+
+def test_runs_that_share_a_prepared_directory_must_prepare_it_alike(tmp_path):
+    from mma_nmt.experiments.runner import check_prepared_dirs
+
+    body = GOOD.replace('[systems.also_baseline]', '[systems.also_baseline]\nset = { "data.vocab_size" = 500 }')
+    experiment = load_experiment(write_experiment(tmp_path, body))
+    cells = [experiment.cell(name, "de_en", "mini") for name in ("baseline", "mma")]
+    check_prepared_dirs(cells)
+    with pytest.raises(ExperimentError, match="prepare runs/data/x with different"):
+        check_prepared_dirs(cells + [experiment.cell("also_baseline", "de_en", "mini")])
