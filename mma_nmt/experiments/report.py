@@ -118,12 +118,13 @@ def to_markdown(data: dict, *, command: str = "") -> str:
                   f"{data['bootstrap_samples']} samples) of sacreBLEU against that baseline: † p < 0.05, †† p < 0.01; "
                   "(n.s.) = no significant difference."]
     lines += ["", "Runs:", "",
-              "| System | Dataset | #Params | train tok/s | steps | train min | valid nll | BLEU | tok. BLEU | chrF "
-              "| TER | decode sent/s | run |", "|" + "---|" * 13]
+              "| System | Dataset | #Params | seed | train tok/s | steps | train min | valid nll | BLEU | tok. BLEU "
+              "| chrF | TER | decode sent/s | run |", "|" + "---|" * 14]
     for run in data["runs"]:
         params = f"{run['parameters'] / 1e6:.2f}M" if run.get("parameters") else "–"
         lines.append("| " + " | ".join([
-            run["system"], columns[run["dataset"]], params, _num(run.get("train_tokens_per_s"), 0),
+            run["system"], columns[run["dataset"]], params, str(run.get("seed", "–")),
+            _num(run.get("train_tokens_per_s"), 0),
             str(run.get("train_steps", "–")), _num(run.get("train_minutes"), 1), _num(run.get("valid_nll"), 3),
             _num(run.get("bleu")), _num(run.get("tokenized_bleu")), _num(run.get("chrf"), 1), _num(run.get("ter"), 1),
             _num(run.get("decode_sentences_per_s"), 1), f"`{run['run_dir']}`"]) + " |")
