@@ -62,14 +62,16 @@ def _prepare_all(cells: list[Cell], run_dirs: dict[str, Path]) -> None:
         done.add(key)
 
 
-def _run_in_subprocess(run_dir: Path) -> dict:
+def _run_in_subprocess(run_dir: Path) -> tuple[dict, float]:
+    """The result and the start time of the run (a pool may start it long after it was submitted)."""
+    started = time.monotonic()
     log = run_dir / "run.log"
     with log.open("a", encoding="utf-8") as handle:
         code = subprocess.call([sys.executable, "-m", "mma_nmt.experiments.cell", str(run_dir)],
                                stdout=handle, stderr=subprocess.STDOUT)
     if code != 0:
         raise RuntimeError(f"run {run_dir} failed with exit code {code}; see {log}")
-    return read_json(run_dir / RESULT_FILE)
+    return read_json(run_dir / RESULT_FILE), started
 
 
 def run_cells(experiment: Experiment, cells: list[Cell], runs_dir: Path, *,
@@ -108,14 +110,13 @@ def run_cells(experiment: Experiment, cells: list[Cell], runs_dir: Path, *,
                 report(cell, None, started, error)
     else:
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            started = time.monotonic()
             futures = {pool.submit(_run_in_subprocess, run_dirs[cell.identity]): cell for cell in pending}
             for future in as_completed(futures):
                 cell = futures[future]
                 try:
-                    report(cell, future.result(), started)
+                    report(cell, *future.result())
                 except Exception as error:
-                    report(cell, None, started, error)
+                    report(cell, None, time.monotonic(), error)
     results = {cell.identity: {**read_json(run_dirs[cell.identity] / RESULT_FILE),
                                "run_dir": str(run_dirs[cell.identity])}
                for cell in unique if is_finished(run_dirs[cell.identity])}

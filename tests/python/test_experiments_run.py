@@ -133,3 +133,14 @@ def test_every_table_runs_end_to_end_at_smoke_scale(paper, workdir, monkeypatch)
             for column, cell in row["cells"].items():
                 if experiment.has_recipe(column, "smoke"):
                     assert cell["bleu"] is not None, (path.stem, row["system"], column)
+
+
+def test_side_by_side_runs_match_runs_done_one_at_a_time(toy, workdir):
+    (serial,) = run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments", results_dir="results/serial")
+    (parallel,) = run_experiment(str(toy), scale="smoke", runs_dir="runs/parallel", jobs=2,
+                                 results_dir="results/parallel")
+    logs = list((workdir / "runs" / "parallel" / "smoke").glob("*/*/run.log"))
+    assert len(logs) == 2
+    one, two = (json.loads(p.with_suffix(".json").read_text()) for p in (serial, parallel))
+    assert [r["bleu"] for r in one["runs"]] == [r["bleu"] for r in two["runs"]]
+    assert [r["valid_nll"] for r in one["runs"]] == [r["valid_nll"] for r in two["runs"]]
