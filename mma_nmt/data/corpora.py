@@ -31,7 +31,7 @@ class CorpusSpec:
         local_folder: the corpus folder under the data directory.
         remote_files: the original public files that :mod:`mma_nmt.data.sources` downloads.
         builder: how ``sources`` turns the downloads into the local layout (``"direct"``, ``"iwslt14_fairseq"``,
-            ``"iwslt17_wit3"``, ``"wmt14_statmt"``).
+            ``"iwslt17_wit3"``, ``"wmt_statmt"``; ``"manual"``: licensed or no longer served, placed by the user).
         text_state: what the text looks like in the local layout ("raw", "moses-tokenized lowercased", ...).
         note: protocol remarks (which paper setup the splits follow).
     """
@@ -135,19 +135,64 @@ IWSLT17 = CorpusSpec(
          "test = tst2010-tst2015 (8,079).",
 )
 
+_EUROPARL_V7 = RemoteFile("http://statmt.org/wmt13/training-parallel-europarl-v7.tgz",
+                          "training-parallel-europarl-v7.tgz")
+_COMMONCRAWL = RemoteFile("http://statmt.org/wmt13/training-parallel-commoncrawl.tgz",
+                          "training-parallel-commoncrawl.tgz")
 WMT14 = CorpusSpec(
     name="wmt14_en_de", src_lang="en", tgt_lang="de",
     splits={"train": "train", "valid": "newstest2013", "test": "newstest2014"}, local_folder="wmt14_en_de",
     remote_files=(
-        RemoteFile("http://statmt.org/wmt13/training-parallel-europarl-v7.tgz", "training-parallel-europarl-v7.tgz"),
-        RemoteFile("http://statmt.org/wmt13/training-parallel-commoncrawl.tgz", "training-parallel-commoncrawl.tgz"),
+        _EUROPARL_V7, _COMMONCRAWL,
         RemoteFile("http://statmt.org/wmt14/training-parallel-nc-v9.tgz", "training-parallel-nc-v9.tgz"),
         RemoteFile("http://statmt.org/wmt14/dev.tgz", "dev.tgz"),
         RemoteFile("http://statmt.org/wmt14/test-full.tgz", "test-full.tgz"),
     ),
-    builder="wmt14_statmt",
+    builder="wmt_statmt",
     note="WMT14 En-De: train = Europarl v7 + Common Crawl + News Commentary v9 (about 4.5M pairs), "
          "valid = newstest2013, test = newstest2014 (full, 3,003).",
+)
+
+WMT16_EN_DE = CorpusSpec(
+    name="wmt16_en_de", src_lang="en", tgt_lang="de",
+    splits={"train": "train", "valid": "newstest2013", "test": "newstest2015"}, local_folder="wmt16_en_de",
+    remote_files=(
+        _EUROPARL_V7, _COMMONCRAWL,
+        RemoteFile("http://data.statmt.org/wmt16/translation-task/training-parallel-nc-v11.tgz",
+                   "training-parallel-nc-v11.tgz"),
+        RemoteFile("http://data.statmt.org/wmt16/translation-task/dev.tgz", "dev.tgz"),
+    ),
+    builder="wmt_statmt",
+    note="WMT16 En-De as the TensorFlow wmt16_en_de.sh recipe: train = Europarl v7 + Common Crawl + News Commentary "
+         "v11 (about 4.5M pairs), valid = newstest2013, test = newstest2015 (2,169; from the WMT16 dev archive).",
+)
+
+WMT17_DE_EN = CorpusSpec(
+    name="wmt17_de_en", src_lang="de", tgt_lang="en",
+    splits={"train": "train", "valid": "newstest2013", "test": "newstest2017", "newstest2014": "newstest2014"},
+    local_folder="wmt17_de_en",
+    remote_files=(
+        _EUROPARL_V7, _COMMONCRAWL,
+        RemoteFile("http://data.statmt.org/wmt17/translation-task/training-parallel-nc-v12.tgz",
+                   "training-parallel-nc-v12.tgz"),
+        RemoteFile("http://data.statmt.org/wmt17/translation-task/rapid2016.tgz", "rapid2016.tgz"),
+        RemoteFile("http://data.statmt.org/wmt17/translation-task/dev.tgz", "dev.tgz"),
+        RemoteFile("http://data.statmt.org/wmt17/translation-task/test.tgz", "test.tgz"),
+        RemoteFile("http://statmt.org/wmt14/test-full.tgz", "test-full.tgz"),
+    ),
+    builder="wmt_statmt",
+    note="WMT17 De-En: train = Europarl v7 + Common Crawl + News Commentary v12 + Rapid 2016 (about 5.9M pairs), "
+         "valid = newstest2013, test = newstest2017 (3,004), extra test split newstest2014 (full, 3,003).",
+)
+
+IWSLT14_ES_EN = CorpusSpec(
+    name="iwslt14_es_en", src_lang="es", tgt_lang="en",
+    splits={"train": "train", "valid": "valid", "test": "test"}, local_folder="iwslt14_es_en", builder="manual",
+    text_state="raw (WIT3 TED transcripts, original casing)",
+    note="IWSLT 2014 Es-En (WIT3 release 2014-01, formerly https://wit3.fbk.eu/archive/2014-01/texts/es/en/es-en.tgz, "
+         "no longer served): train about 183K pairs, valid = dev2010 + tst2010 + tst2011 + tst2012 (about 5,593), "
+         "test = tst2014. Not downloadable: place train/valid/test.{es,en} (one sentence per line) in the local "
+         "folder.",
 )
 
 _ENJA_COMMIT = "312408a11c5fbcbc09443bebb18121f7efdcd61e"
@@ -200,9 +245,14 @@ CORPORA: dict[str, CorpusSpec] = {
     "multi30k_de_en": MULTI30K,
     "multi30k_en_de": MULTI30K.reversed("multi30k_en_de"),
     "iwslt14_de_en": IWSLT14,
+    "iwslt14_en_de": IWSLT14.reversed("iwslt14_en_de"),
+    "iwslt14_es_en": IWSLT14_ES_EN,
     "iwslt15_en_vi": IWSLT15,
     "iwslt17_de_en": IWSLT17,
     "wmt14_en_de": WMT14,
+    "wmt16_en_de": WMT16_EN_DE,
+    "wmt17_de_en": WMT17_DE_EN,
+    "wmt17_en_de": WMT17_DE_EN.reversed("wmt17_en_de"),
     "small_enja_en_ja": SMALL_ENJA,
     "small_enja_ja_en": SMALL_ENJA.reversed("small_enja_ja_en"),
     "aspec_en_ja": ASPEC,

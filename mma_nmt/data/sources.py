@@ -13,6 +13,7 @@ import re
 import tarfile
 import zipfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from mma_nmt.data.corpora import CorpusSpec
@@ -177,27 +178,67 @@ def _iter_tar_member(archive: Path, basename: str) -> Iterator[bytes]:
     raise FileNotFoundError(f"{archive}: no member named {basename}")
 
 
-def _build_wmt14(spec: CorpusSpec, folder: Path, *, mirror: str | None, progress: bool) -> None:
-    """WMT14 En-De: train = Europarl v7 + Common Crawl + News Commentary v9; newstest2013; newstest2014 (full)."""
+@dataclass(frozen=True)
+class WmtLayout:
+    """Where a statmt.org WMT corpus's splits are inside its downloads.
+
+    ``train``: (archive, member stem) parts concatenated in order, member ``<stem>.<lang>``. ``plain``: split stem ->
+    (archive, member stem) of a plain-text dev/test set. ``sgm``: split stem -> (archive, member name template) of an
+    SGML test set, with ``{pair}`` (source + target language, e.g. ``ende``), ``{role}`` (``src`` for the source
+    language, ``ref`` for the target) and ``{lang}``.
+    """
+
+    train: tuple[tuple[str, str], ...]
+    plain: dict[str, tuple[str, str]]
+    sgm: dict[str, tuple[str, str]]
+
+
+_WMT_TRAIN = (("training-parallel-europarl-v7.tgz", "europarl-v7.de-en"),
+              ("training-parallel-commoncrawl.tgz", "commoncrawl.de-en"))
+# keyed by the corpus's local folder, so a corpus and its reversed direction share one layout
+WMT_LAYOUTS: dict[str, WmtLayout] = {
+    "wmt14_en_de": WmtLayout(
+        train=_WMT_TRAIN + (("training-parallel-nc-v9.tgz", "news-commentary-v9.de-en"),),
+        plain={"newstest2013": ("dev.tgz", "newstest2013")},
+        sgm={"newstest2014": ("test-full.tgz", "newstest2014-deen-{role}.{lang}.sgm")}),
+    "wmt16_en_de": WmtLayout(
+        train=_WMT_TRAIN + (("training-parallel-nc-v11.tgz", "news-commentary-v11.de-en"),),
+        plain={"newstest2013": ("dev.tgz", "newstest2013")},
+        sgm={"newstest2015": ("dev.tgz", "newstest2015-{pair}-{role}.{lang}.sgm")}),
+    "wmt17_de_en": WmtLayout(
+        train=_WMT_TRAIN + (("training-parallel-nc-v12.tgz", "news-commentary-v12.de-en"),
+                            ("rapid2016.tgz", "rapid2016.de-en")),
+        plain={"newstest2013": ("dev.tgz", "newstest2013")},
+        sgm={"newstest2017": ("test.tgz", "newstest2017-{pair}-{role}.{lang}.sgm"),
+             "newstest2014": ("test-full.tgz", "newstest2014-deen-{role}.{lang}.sgm")}),
+}
+
+
+def _build_wmt(spec: CorpusSpec, folder: Path, *, mirror: str | None, progress: bool) -> None:
+    """A statmt.org WMT corpus (:data:`WMT_LAYOUTS`): training parts concatenated, plain dev sets copied, SGML test
+    sets reduced to their segments."""
+    if spec.local_folder not in WMT_LAYOUTS:
+        raise ValueError(f"{spec.name}: no WMT layout for folder {spec.local_folder!r}; known: {sorted(WMT_LAYOUTS)}")
+    layout = WMT_LAYOUTS[spec.local_folder]
     files = _fetch_all(spec, folder / "downloads", mirror=mirror, progress=progress)
-    train_parts = (("training-parallel-europarl-v7.tgz", "europarl-v7.de-en"),
-                   ("training-parallel-commoncrawl.tgz", "commoncrawl.de-en"),
-                   ("training-parallel-nc-v9.tgz", "news-commentary-v9.de-en"))
+    pair = spec.src_lang + spec.tgt_lang
     for lang in (spec.src_lang, spec.tgt_lang):
-        _write_split(folder, "train", lang, (line for archive, stem in train_parts
+        _write_split(folder, "train", lang, (line for archive, stem in layout.train
                                              for line in _iter_tar_member(files[archive], f"{stem}.{lang}")))
-        _write_split(folder, "newstest2013", lang, _iter_tar_member(files["dev.tgz"], f"newstest2013.{lang}"))
+        for split, (archive, stem) in layout.plain.items():
+            _write_split(folder, split, lang, _iter_tar_member(files[archive], f"{stem}.{lang}"))
         role = "src" if lang == spec.src_lang else "ref"
-        sgm = b"\n".join(_iter_tar_member(files["test-full.tgz"], f"newstest2014-deen-{role}.{lang}.sgm"))
-        sgm = sgm.decode("utf-8")
-        _write_split(folder, "newstest2014", lang, extract_segments(sgm))
+        for split, (archive, template) in layout.sgm.items():
+            name = template.format(pair=pair, role=role, lang=lang)
+            sgm = b"\n".join(_iter_tar_member(files[archive], name)).decode("utf-8")
+            _write_split(folder, split, lang, extract_segments(sgm))
 
 
 _BUILDERS = {
     "direct": _build_direct,
     "iwslt14_fairseq": _build_iwslt14,
     "iwslt17_wit3": _build_iwslt17,
-    "wmt14_statmt": _build_wmt14,
+    "wmt_statmt": _build_wmt,
 }
 
 

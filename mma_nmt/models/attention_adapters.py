@@ -5,6 +5,7 @@
 - :class:`MultiHopEncoderSelfAttention`: encoder self-attention with the second hop (SPEC section 4);
 - :class:`MultiLayerCrossAttention`: MLMHA over the top ``n`` encoder layers (SPEC section 3);
 - :class:`GmmCrossAttentionAdapter`: Gaussian-mixture concentrated cross-attention (SPEC section 5);
+- :class:`EncoderLayerAggregation`: the MLMHA paper's layer-aggregation baselines, as what cross-attention reads;
 - :class:`FusedLuongAttention`: the LSTM decoder's multi-head Luong attention on the fused operator, with the
   interface and the state-dict layout of the plain-PyTorch :class:`~mma_nmt.models.luong.MultiHeadLuongAttention`.
 """
@@ -19,6 +20,8 @@ from mma_nmt.models.incremental import EncoderOut
 from mma_nmt.modules import (
     GmmAttentionConfig,
     GmmCrossAttention,
+    IterativeFeatureCombination,
+    LinearFeatureCombination,
     LuongAttentionConfig,
     LuongMemory,
     LuongMultiheadAttention,
@@ -27,6 +30,7 @@ from mma_nmt.modules import (
     MultiLayerAttentionConfig,
     MultiLayerMultiheadAttention,
     SourceFeatureCollector,
+    TransparentAttention,
 )
 
 
@@ -88,6 +92,33 @@ class MultiLayerCrossAttention(nn.Module):
             self.last_layer_weights = weights
             weights = weights.mean(dim=1)
         return out, weights
+
+
+class EncoderLayerAggregation(nn.Module):
+    """``encoder.layer_aggregation`` (MLMHA paper baselines): ``forward(embedded (B, S, E), layer_states [L x (B, S,
+    E)], bottom first)`` returns what the decoder's cross-attention reads: one joint representation (B, S, E) for every
+    decoder layer (``"linear"``: ``LayerNorm(sum_l W_l h_l + b)``; ``"iterative"``: layers merged bottom-up, FFN size
+    ``ffn_dim``), or one per decoder layer stacked as (B, M, S, E) (``"transparent"``: softmax-weighted sums of the
+    embeddings and the L layers)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        kind, layers, width = config.encoder.layer_aggregation, config.encoder.layers, config.d_model
+        if kind == "linear":
+            self.combine = LinearFeatureCombination(width, layers)
+        elif kind == "iterative":
+            self.combine = IterativeFeatureCombination(width, layers, config.ffn_dim)
+        elif kind == "transparent":
+            self.combine = TransparentAttention(layers, config.decoder.layers)
+        else:
+            raise ValueError(f"unknown encoder.layer_aggregation {kind!r}; known: none, linear, iterative, "
+                             f"transparent")
+        self.per_decoder_layer = kind == "transparent"
+
+    def forward(self, embedded: torch.Tensor, layer_states: list[torch.Tensor]) -> torch.Tensor:
+        if self.per_decoder_layer:
+            return torch.stack(self.combine([embedded, *layer_states]), dim=1)  # M x (B, S, E) -> (B, M, S, E)
+        return self.combine(layer_states)
 
 
 # decoder.gmm_variant -> GmmAttentionConfig fields (paper Table 2 rows and ablations, see gmm_cross_attention.py)

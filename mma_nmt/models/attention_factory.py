@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from mma_nmt.models.attention_adapters import (
+    EncoderLayerAggregation,
     GmmCrossAttentionAdapter,
     MultiHopEncoderSelfAttention,
     MultiLayerCrossAttention,
@@ -167,3 +168,13 @@ def build_encoder_self_attention(config: TransformerConfig, layer: int) -> nn.Mo
 def build_cross_attention(config: TransformerConfig, layer: int) -> nn.Module:
     return _lookup(CROSS_ATTENTION, config.decoder.cross_attention, "decoder cross-")(config, layer)
 
+
+def build_layer_aggregation(config: TransformerConfig) -> nn.Module | None:
+    """What cross-attention reads instead of the top encoder layer (``encoder.layer_aggregation``), None for
+    ``"none"``; the aggregations replace the top layer, so they combine only with standard or GMM cross-attention."""
+    if config.encoder.layer_aggregation == "none":
+        return None
+    if config.decoder.cross_attention == "mlmha":
+        raise ValueError("encoder.layer_aggregation needs a cross-attention that reads one representation; "
+                         "decoder.cross_attention = 'mlmha' reads the encoder layers itself")
+    return EncoderLayerAggregation(config)

@@ -2,6 +2,8 @@
 
 - encoder self-attention ``EncoderConfig.attention``: ``"standard"`` | ``"mma"`` (``head_spec`` + ``window``) |
   ``"multihop"`` (second hop of SPEC section 4 in ``multihop_layers``, size ``multihop_hidden``);
+- what cross-attention reads, ``EncoderConfig.layer_aggregation``: ``"none"`` (the top layer) | ``"linear"`` |
+  ``"iterative"`` | ``"transparent"`` (the layer-aggregation baselines of the MLMHA paper);
 - decoder cross-attention ``DecoderConfig.cross_attention``: ``"standard"`` | ``"mlmha"`` (``mlmha_n`` +
   ``mlmha_variant``) | ``"gmm"`` (``gmm_*`` fields; variants in ``attention_adapters.GMM_VARIANTS``);
 - LSTM attention ``LSTMConfig.attention``: ``"luong"`` (multi-head Luong, SPEC section 2).
@@ -24,6 +26,9 @@ class EncoderConfig:
     positional_embedding: bool = True  # False removes the encoder's positional embedding (MMA paper, Table 3)
     multihop_layers: list[int] = field(default_factory=lambda: [3])  # 0-based; the paper's best is layer 4 of 6
     multihop_hidden: Optional[int] = None  # D_b of the second hop; None = head size (SPEC section 4)
+    # What the decoder's cross-attention reads instead of the top layer (MLMHA paper baselines, SPEC section 3):
+    # "none" | "linear" | "iterative" (one joint representation of all layers) | "transparent" (one per decoder layer)
+    layer_aggregation: str = "none"
 
 
 @dataclass

@@ -19,8 +19,9 @@ import torch
 
 @dataclass
 class EncoderOut:
-    """out (B, S, E) top encoder states; lengths (B,) true source lengths; layer_states: per-layer outputs (B, S, E),
-    bottom to top (what MLMHA reads); extra: model-specific batch-first tensors (e.g. the LSTM's final states)."""
+    """out (B, S, E) what cross-attention reads (the top encoder states, or their aggregation with
+    ``encoder.layer_aggregation``); lengths (B,) true source lengths; layer_states: per-layer outputs (B, S, E), bottom
+    to top (what MLMHA reads); extra: model-specific batch-first tensors (e.g. the LSTM's final states)."""
 
     out: torch.Tensor
     lengths: torch.Tensor

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from mma_nmt.models.attention_factory import build_layer_aggregation
 from mma_nmt.models.config import TransformerConfig
 from mma_nmt.models.incremental import EncoderOut
 from mma_nmt.models.transformer_layers import DecoderLayer, EncoderLayer, sinusoidal_positions
+
+DECODER_SOURCES = "decoder_sources"  # EncoderOut.extra key of per-decoder-layer sources (B, M, S, E)
 
 
 def make_embedding(vocab_size: int, dim: int, pad_id: int) -> nn.Embedding:
@@ -61,6 +65,7 @@ class TransformerModel(nn.Module):
         self.tgt_embed = TransformerEmbedding(tgt_embedding, config, positions=True)
         self.encoder_layers = nn.ModuleList(EncoderLayer(config, i) for i in range(config.encoder.layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.decoder.layers))
+        self.aggregation = build_layer_aggregation(config)
         self.encoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else None
         self.decoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else None
         self.output = None
@@ -70,8 +75,10 @@ class TransformerModel(nn.Module):
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor, need_weights: bool = False) -> EncoderOut:
         """src (B, S) token ids, src_lengths (B,). With ``need_weights`` the self-attention weights (B, H, S, S) of
-        layer i are in ``extra[f"self_attn.{i}"]``."""
-        x = self.src_embed(src)
+        layer i are in ``extra[f"self_attn.{i}"]``. With ``encoder.layer_aggregation``, ``out`` is the aggregated
+        representation (``layer_states`` stay the layers' own outputs), or for ``"transparent"`` the per-decoder-layer
+        sources are in ``extra[DECODER_SOURCES]`` (B, M, S, E)."""
+        x = embedded = self.src_embed(src)
         states, extra = [], {}
         for i, layer in enumerate(self.encoder_layers):
             x, weights = layer(x, src_lengths, need_weights=need_weights)
@@ -81,6 +88,12 @@ class TransformerModel(nn.Module):
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
             states[-1] = x
+        if self.aggregation is not None:
+            joint = self.aggregation(embedded, states)
+            if joint.dim() == 4:
+                extra[DECODER_SOURCES] = joint
+            else:
+                x = joint
         return EncoderOut(out=x, lengths=src_lengths, layer_states=states, extra=extra)
 
     def decode(self, prev_tokens: torch.Tensor, encoder_out: EncoderOut, incremental_state=None,
@@ -95,8 +108,10 @@ class TransformerModel(nn.Module):
             prev_tokens = prev_tokens[:, -1:]
         x = self.tgt_embed(prev_tokens, start=start)
         all_weights = []
-        for layer in self.decoder_layers:
-            x, weights = layer(x, encoder_out, incremental_state, need_weights=need_weights)
+        sources = encoder_out.extra.get(DECODER_SOURCES)  # (B, M, S, E) or None
+        for j, layer in enumerate(self.decoder_layers):
+            source = encoder_out if sources is None else replace(encoder_out, out=sources[:, j])
+            x, weights = layer(x, source, incremental_state, need_weights=need_weights)
             all_weights.append(weights)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)

@@ -1,4 +1,4 @@
-"""Corpus builders on small archives laid out like the original releases (WIT3 IWSLT14 tgz, statmt WMT14 tgz)."""
+"""Corpus builders on small archives laid out like the original releases (WIT3 IWSLT14, statmt WMT14 and WMT17)."""
 
 from __future__ import annotations
 
@@ -103,3 +103,35 @@ def test_wmt14_concatenates_training_corpora_and_reads_sgm(offline, tmp_path):
     assert read_gz_lines(folder / "newstest2013.en.gz") == ["Test 13 en"]
     assert read_gz_lines(folder / "newstest2014.en.gz") == ["Gutach: safety", "A & B"]
     assert read_gz_lines(folder / "newstest2014.de.gz") == ["Gutach: Sicherheit", "A & B"]
+
+
+def test_wmt17_reversed_direction_reads_its_own_sgm_files(offline, tmp_path):
+    parts = {"training-parallel-europarl-v7.tgz": "training/europarl-v7.de-en",
+             "training-parallel-commoncrawl.tgz": "commoncrawl.de-en",
+             "training-parallel-nc-v12.tgz": "training/news-commentary-v12.de-en",
+             "rapid2016.tgz": "rapid2016.de-en"}
+    for i, (archive, stem) in enumerate(parts.items()):
+        offline[archive] = make_tgz(tmp_path / f"{i}.tgz", {f"{stem}.de": f"Teil {i}\n", f"{stem}.en": f"part {i}\n"})
+    offline["dev.tgz"] = make_tgz(tmp_path / "d.tgz", {"dev/newstest2013.de": "Test 13\n",
+                                                       "dev/newstest2013.en": "Test 13 en\n"})
+    offline["test.tgz"] = make_tgz(tmp_path / "t.tgz", {
+        "test/newstest2017-ende-src.en.sgm": xml(["en source"]), "test/newstest2017-ende-ref.de.sgm": xml(["de ref"]),
+        "test/newstest2017-deen-src.de.sgm": xml(["wrong direction"]),
+        "test/newstest2017-deen-ref.en.sgm": xml(["wrong direction"])})
+    offline["test-full.tgz"] = make_tgz(tmp_path / "f.tgz", {
+        "test-full/newstest2014-deen-src.en.sgm": xml(["2014 en"]),
+        "test-full/newstest2014-deen-ref.de.sgm": xml(["2014 de"])})
+    spec = CORPORA["wmt17_en_de"]
+    assert (spec.src_lang, spec.tgt_lang, spec.local_folder) == ("en", "de", "wmt17_de_en")
+    folder = fetch_corpus(spec, tmp_path / "data", progress=False)
+    assert read_gz_lines(folder / "train.en.gz") == ["part 0", "part 1", "part 2", "part 3"]
+    assert read_gz_lines(folder / "train.de.gz") == ["Teil 0", "Teil 1", "Teil 2", "Teil 3"]
+    assert read_gz_lines(folder / "newstest2017.en.gz") == ["en source"]
+    assert read_gz_lines(folder / "newstest2017.de.gz") == ["de ref"]
+    assert read_gz_lines(folder / "newstest2014.de.gz") == ["2014 de"]
+    assert read_gz_lines(folder / "newstest2013.en.gz") == ["Test 13 en"]
+
+
+def test_manual_corpus_names_what_is_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match="iwslt14_es_en cannot be downloaded automatically"):
+        fetch_corpus(CORPORA["iwslt14_es_en"], tmp_path, progress=False)

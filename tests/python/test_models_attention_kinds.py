@@ -1,6 +1,7 @@
 """The attention kinds wired through the factory's adapters: multi-hop encoder self-attention, MLMHA and GMM
-cross-attention, the fused multi-head Luong attention of the LSTM. For each: a tiny model trains (finite loss and
-gradients), incremental decoding (with beam reordering) equals the full forward, fused equals reference."""
+cross-attention, the layer-aggregation baselines, the fused multi-head Luong attention of the LSTM. For each: a tiny
+model trains (finite loss and gradients), incremental decoding (with beam reordering) equals the full forward, fused
+equals reference."""
 
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ CASES = {
     "gmm/approx/[1]": lambda: _transformer("gmm", decoder__gmm_layers=[1]),
     "gmm/synthesis/[0]": lambda: _transformer("gmm", decoder__gmm_layers=[0], decoder__gmm_variant="synthesis"),
     "gmm/hard/all": lambda: _transformer("gmm", decoder__gmm_variant="hard"),
+    **{f"aggregation/{kind}": (lambda kind=kind: _transformer("standard", encoder__layer_aggregation=kind))
+       for kind in ("linear", "iterative", "transparent")},
     "lstm/fused-luong/h2": lambda: preset("lstm_tiny", src_vocab_size=37, tgt_vocab_size=41, dropout=0.0, heads=2,
                                           embed_dim=16, hidden_size=16, softmax_dim=16, feed_dim=8,
                                           implementation="fused"),
