@@ -12,6 +12,12 @@ def paired_bootstrap(baseline: list[str], system: list[str], references: list[st
     sacreBLEU seeds its resampling from the environment variable SACREBLEU_SEED (12345 when unset)."""
     if not len(baseline) == len(system) == len(references):
         raise ValueError("baseline, system and references must have the same number of lines")
+    if list(system) == list(baseline):
+        # sacreBLEU's p-value counts resamples with a difference *above* the observed one, so identical outputs (every
+        # difference 0) would get p = 1 / (samples + 1): "significant". Nothing can be significant here.
+        bleu = BLEU().corpus_score(list(system), [list(references)]).score
+        return {"baseline_bleu": bleu, "system_bleu": bleu, "system_mean": bleu, "system_ci": 0.0,
+                "baseline_mean": bleu, "baseline_ci": 0.0, "p_value": 1.0, "samples": samples}
     test = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU()}, [references],
                       test_type="bs", n_samples=samples)
     _, scores = test()

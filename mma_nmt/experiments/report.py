@@ -114,9 +114,10 @@ def to_markdown(data: dict, *, command: str = "") -> str:
                 cell.get("p_value"))
             out += [_num(cell["bleu"]), delta, _num(cell["paper"]), _num(cell["paper_delta"], signed=True)]
         lines.append("| " + " | ".join(out) + " |")
+    on = "" if data["metric"] == "bleu" else " (the test runs on sacreBLEU, the Δ column on tokenised BLEU)"
     lines += ["", f"Δ: difference to the row's baseline. Paired bootstrap resampling (sacreBLEU, "
-                  f"{data['bootstrap_samples']} samples) of sacreBLEU against that baseline: † p < 0.05, †† p < 0.01; "
-                  "(n.s.) = no significant difference."]
+                  f"{data['bootstrap_samples']} samples) of sacreBLEU against that baseline{on}: † p < 0.05, "
+                  "†† p < 0.01; (n.s.) = no significant difference."]
     lines += ["", "Runs:", "",
               "| System | Dataset | #Params | seed | train tok/s | steps | train min | valid nll | BLEU | tok. BLEU "
               "| chrF | TER | decode sent/s | run |", "|" + "---|" * 14]

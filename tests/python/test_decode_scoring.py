@@ -74,3 +74,11 @@ def test_paired_bootstrap_prefers_the_better_system():
     result = paired_bootstrap(bad, good, refs, samples=200)
     assert result["system_bleu"] > result["baseline_bleu"]
     assert 0.0 <= result["p_value"] < 0.05
+
+
+def test_paired_bootstrap_of_identical_outputs_is_not_significant():
+    """sacreBLEU alone gives identical outputs p = 1 / (samples + 1); nothing distinguishes them, so p must be 1."""
+    refs = _references(120)
+    system = _system(refs)
+    result = paired_bootstrap(list(system), list(system), refs, samples=200)
+    assert result["p_value"] == 1.0 and result["system_bleu"] == result["baseline_bleu"]

@@ -1,13 +1,15 @@
-"""Experiment files: validation errors name the problem; cells resolve to run configs; run identity."""
+"""Experiment files: validation errors name the problem; cells resolve to run configs (and their models build for\nevery paper); run identity."""
 
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from mma_nmt.experiments.spec import ExperimentError, load_experiment
+from mma_nmt.experiments.spec import ExperimentError, load_experiment, resolved_run_config
+from mma_nmt.models import build_model
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = """
@@ -102,16 +104,33 @@ def test_malformed_experiment_files_name_the_problem(tmp_path, change, message):
         experiment.cells("t", "mini")
 
 
-@pytest.mark.parametrize("paper", sorted(p.parent.name for p in (REPO / "experiments").glob("*/experiment.toml")))
-def test_every_table_of_every_paper_resolves_at_every_scale(paper):
+PAPERS = sorted(p.parent.name for p in (REPO / "experiments").glob("*/experiment.toml"))
+
+
+def test_the_five_papers_are_there():
+    assert {"mma", "gmm", "lstm_multihead", "mlmha", "multihop"} <= set(PAPERS)
+
+
+@pytest.mark.parametrize("paper", PAPERS)
+def test_every_cell_resolves_and_small_models_build(paper):
+    """Every table cell resolves at every scale its table runs at; each distinct mini/smoke model also builds (small
+    vocabularies), so a size that does not divide into the heads or a layer index beyond the model fails here rather
+    than after data preparation."""
     experiment = load_experiment(REPO / "experiments" / paper)
-    assert experiment.tables, paper
+    built = set()
     for name, table in experiment.tables.items():
+        for row, values in table.paper.items():
+            assert all(isinstance(v, (int, float)) for v in values.values()), (name, row)
         for scale in table.scales:
             cells = experiment.cells(name, scale)
+            assert cells or scale != "smoke", f"{paper}.{name}: nothing runs at smoke scale"
             assert scale != "full" or len(cells) == len(table.rows) * len(table.columns), (name, scale)
-            for row, values in table.paper.items():
-                assert all(isinstance(v, (int, float)) for v in values.values()), (name, row)
+            for cell in cells:
+                run = resolved_run_config(cell, Path("unused"))
+                if scale == "full" or cell.identity in built:
+                    continue
+                built.add(cell.identity)
+                build_model(replace(run.model, src_vocab_size=41, tgt_vocab_size=41))
 
 
 def test_runs_that_share_a_prepared_directory_must_prepare_it_alike(tmp_path):
