@@ -31,6 +31,11 @@ struct OnlineSoftmax {
   // 1 / sum, or 0 for a row that saw no key (its output is then 0, never NaN).
   MMA_HOST_DEVICE acc_t inverse_sum() const { return sum > acc_t(0) ? acc_t(1) / sum : acc_t(0); }
 
+  // The probability of a key with this logit once every key was added: exp(logit - max) / sum, accurate to float
+  // rounding like a softmax, where exp(logit - lse) carries lse's rounding error (|lse| * eps); 0 for a row that saw
+  // no key.
+  MMA_HOST_DEVICE acc_t probability(acc_t logit) const { return sum > acc_t(0) ? exp_of(logit - max) / sum : acc_t(0); }
+
   // log(sum_j exp(logit_j)); -inf for a row that saw no key.
   MMA_HOST_DEVICE acc_t log_sum_exp() const { return sum > acc_t(0) ? max + log_of(sum) : negative_infinity<acc_t>(); }
 };

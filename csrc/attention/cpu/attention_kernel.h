@@ -106,7 +106,7 @@ void forward_block(const AttentionParams& p, int64_t b, int64_t h, int64_t first
       const KeyRange cols = ranges.in_tile(r, j0, n);
       T* dst = probs + (first_row + r) * S + j0;
       for (int64_t c = cols.begin; c < cols.end; ++c) {
-        dst[c] = probability_from_lse(scores[r * kKeyTile + c], lse[first_row + r]);
+        dst[c] = state[r].probability(scores[r * kKeyTile + c]);
       }
     }
   }

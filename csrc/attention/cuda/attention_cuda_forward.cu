@@ -25,15 +25,15 @@ struct ForwardPointers {
   scalar_t* probs;    // (B, H, T, S) or nullptr
 };
 
-// Second pass for analysis: the weight of every visible key from the finished row's log-sum-exp (before dropout).
+// Second pass for analysis: the weight of every visible key from the finished row's maximum and sum (before dropout).
 template <typename scalar_t, int kPerLane, typename acc_t>
 __device__ void write_probabilities(const KernelParams& p, const RowCoordinates& r, const acc_t (&q)[kPerLane],
-                                    const scalar_t* k, acc_t lse, scalar_t* probs) {
+                                    const scalar_t* k, const OnlineSoftmax<acc_t>& state, scalar_t* probs) {
   const acc_t scale = static_cast<acc_t>(p.scale);
   const int lane = threadIdx.x % kWarpSize;
   for (int64_t j = r.keys.begin; j < r.keys.end; ++j) {
     const acc_t logit = warp_dot<kPerLane>(q, k + j * p.head_dim, p.head_dim) * scale;
-    if (lane == j % kWarpSize) probs[j] = static_cast<scalar_t>(probability_from_lse(logit, lse));
+    if (lane == j % kWarpSize) probs[j] = static_cast<scalar_t>(state.probability(logit));
   }
 }
 
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   store_slice<kPerLane>(t.out + r.row * Dv, Dv, acc, state.inverse_sum());
   const acc_t lse = state.log_sum_exp();
   if (lane == 0) t.lse[r.row] = lse;
-  if (t.probs != nullptr) write_probabilities<scalar_t, kPerLane>(p, r, q, k, lse, t.probs + r.row * S);
+  if (t.probs != nullptr) write_probabilities<scalar_t, kPerLane>(p, r, q, k, state, t.probs + r.row * S);
 }
 
 template <typename scalar_t, int kPerLane>
