@@ -88,9 +88,10 @@ print(f"{n} sentences; MLMHA weights of decoder layer 1: {tuple(first.layer_weig
 # ## Mean attention distance and entropy per encoder head and layer
 # Eqs. 13-16 over the force-decoded sentences (distance in subword pieces, entropy in nats), summed over every key
 # (`|i - j|`; the printed equations only sum `j <= i`, see `mma_nmt.analysis.distance_entropy`). The paper reports
-# that with MLMHA the lower encoder layers, which the decoder now reads directly, change how far and how broadly they
-# attend. What to look for in the full preset: differences between the two models, layer by layer. In the tiny preset
-# the numbers are mostly those of a barely trained encoder and differences between layers are small.
+# that exposing every encoder layer to the decoder changes how the encoder attends: with layer-specific weights
+# (M-1j) the first layers attend short-range and the upper layers long-range. What to look for in the full preset:
+# differences between the two models, layer by layer. In the tiny preset the numbers are those of a barely trained
+# encoder: read them as a check that the analysis runs, not as evidence either way.
 
 # %%
 for name, recs in records.items():
