@@ -21,9 +21,9 @@
 # **The attention layer here is untrained**: its projections are freshly initialised and the word embeddings are
 # random vectors plus sinusoidal positions. The pictures therefore show what each head *kind* allows (its mask) and
 # how a random layer spreads weight inside that mask — not what a trained translation model learns. The per-paper
-# notebooks (see `notebooks/README.md`) will repeat these analyses on trained models.
+# notebooks (`01_mma.py` to `05_gmm.py`, see `notebooks/README.md`) repeat these analyses on trained models.
 #
-# `MMA_NMT_NOTEBOOK_PRESET=tiny` (used by the tests) runs on a dozen sentences; the default `full` preset reads 500.
+# `MMA_NMT_NOTEBOOK_PRESET=tiny` (the default, used by the tests) runs on a dozen sentences; `full` reads 500.
 
 # %%
 import os
@@ -42,7 +42,7 @@ from mma_nmt.modules import MixedAttentionConfig, MixedMultiheadAttention
 from mma_nmt.ops import format_head_spec, fused_attention, padding_mask_from_lengths
 from mma_nmt.reference import attention_reference, visibility_mask
 
-PRESET = os.environ.get("MMA_NMT_NOTEBOOK_PRESET", "full")
+PRESET = os.environ.get("MMA_NMT_NOTEBOOK_PRESET", "tiny")
 SENTENCES = {"tiny": 12, "full": 500}[PRESET]
 OUT = Path(os.environ.get("MMA_NMT_NOTEBOOK_OUT", "../runs/notebooks/00_overview"))
 torch.manual_seed(0)

@@ -171,6 +171,15 @@ def links_from_attention(weights: torch.Tensor) -> set[Link]:
     return {(int(best[t]), t) for t in range(weights.shape[0]) if has_weight[t]}
 
 
+def diagonal_links(german_length: int, english_length: int) -> set[Link]:
+    """A trivial baseline aligner along the diagonal: English word ``t`` of ``E`` is linked to German word
+    ``floor((t + 0.5) * G / E)`` of ``G``, the one under its centre. Links are 0-based
+    ``(german_index, english_index)``."""
+    if german_length < 1 or english_length < 1:
+        raise ValueError(f"both sentences need a word, got lengths {german_length} and {english_length}")
+    return {((2 * t + 1) * german_length // (2 * english_length), t) for t in range(english_length)}
+
+
 def align_with_model(attention_fn: AttentionFn, gold: Sequence[GoldAlignment], *, source_language: str = "de",
                      layer: int = -2) -> AlignmentScores:
     """Force-decodes every gold pair with ``attention_fn`` and scores arg-max links of one layer's mean head.

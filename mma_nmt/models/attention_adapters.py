@@ -36,22 +36,18 @@ from mma_nmt.modules import (
 
 class MultiHopEncoderSelfAttention(nn.Module):
     """``forward(x (B, S, E), *, key_lengths (B,), need_weights) -> (out (B, S, E), first-hop weights (B, H, S, S)
-    or None)``; the head gate of the second hop is in :attr:`last_head_gate` (B, S, H) after a call with
-    ``need_weights``."""
+    or None)``. The head gate of the second hop (B, S, H) is handed out in record mode
+    (:func:`mma_nmt.models.recording.record_attention`)."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.attn = MultiHopSelfAttention(MultiHopAttentionConfig(
             embed_dim=config.d_model, num_heads=config.heads, hop_dim=config.encoder.multihop_hidden,
             dropout=config.attention_dropout, implementation=config.implementation))
-        self.last_head_gate: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor, *, key_lengths: torch.Tensor | None = None, need_weights: bool = False):
-        out, weights = self.attn(x, key_lengths=key_lengths, need_weights=need_weights, need_head_gate=need_weights)
-        if weights is None:
-            return out, None
-        self.last_head_gate = weights.head_gate
-        return out, weights.attention
+        out, weights = self.attn(x, key_lengths=key_lengths, need_weights=need_weights)
+        return out, None if weights is None else weights.attention
 
 
 class MultiLayerCrossAttention(nn.Module):
@@ -59,7 +55,7 @@ class MultiLayerCrossAttention(nn.Module):
     own LayerNorm) and attends over them with variant ``decoder.mlmha_variant``.
 
     Weights: (B, H, T, S) for joint weights (M-0j); for layer-specific weights (M-1j) the mean over the n layers,
-    also (B, H, T, S) (the per-layer (B, n, H, T, S) weights are in :attr:`last_layer_weights`).
+    also (B, H, T, S) (record mode hands out the per-layer (B, n, H, T, S) weights, see ``recording``).
 
     Cache: the projected keys/values of the fused path (``cache["k"]``, ``cache["v"]``, batch first), computed at the
     first step. The reference path recomputes them from ``encoder_out`` at each step (it is the check, not the fast
@@ -73,7 +69,6 @@ class MultiLayerCrossAttention(nn.Module):
         self.attn = MultiLayerMultiheadAttention(MultiLayerAttentionConfig.from_variant(
             config.decoder.mlmha_variant, embed_dim=config.d_model, num_heads=config.heads, num_layers=n,
             implementation=config.implementation))
-        self.last_layer_weights: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor, encoder_out: EncoderOut, *, cache: dict | None = None,
                 need_weights: bool = False):
@@ -89,7 +84,6 @@ class MultiLayerCrossAttention(nn.Module):
         if state is not None and "k" not in cache:
             cache["k"], cache["v"] = state[self.attn._cache_key]
         if weights is not None and weights.dim() == 5:  # (B, n, H, T, S): layer-specific weights
-            self.last_layer_weights = weights
             weights = weights.mean(dim=1)
         return out, weights
 
@@ -148,7 +142,8 @@ def gmm_attention_config(config: TransformerConfig) -> GmmAttentionConfig:
 
 class GmmCrossAttentionAdapter(nn.Module):
     """GMM cross-attention reading ``encoder_out.out`` and the true source lengths ``encoder_out.lengths``. Returns
-    the final weights ``gamma`` (B, H, T, S); all of them (alpha, beta, gamma, gate) are in :attr:`last_weights`.
+    the final weights ``gamma`` (B, H, T, S); record mode hands out all of them (alpha, beta, gamma, the gate and the
+    mixture components, see ``recording``).
 
     Cache: the module's own state (projected keys/values, source lengths, previous means of the synthesis variant:
     batch-first tensors; the target step: an int, which beam reordering leaves alone)."""
@@ -156,7 +151,6 @@ class GmmCrossAttentionAdapter(nn.Module):
     def __init__(self, config: TransformerConfig, layer: int):
         super().__init__()
         self.attn = GmmCrossAttention(gmm_attention_config(config), layer_index=layer)
-        self.last_weights: dict | None = None
 
     def forward(self, x: torch.Tensor, encoder_out: EncoderOut, *, cache: dict | None = None,
                 need_weights: bool = False):
@@ -164,10 +158,7 @@ class GmmCrossAttentionAdapter(nn.Module):
         out, weights = self.attn(x, None if cached else encoder_out.out,
                                  key_lengths=None if cached else encoder_out.lengths,
                                  need_weights=need_weights, incremental_state=cache)
-        if weights is None:
-            return out, None
-        self.last_weights = weights
-        return out, weights["gamma"]
+        return out, None if weights is None else weights["gamma"]
 
 
 class FusedLuongAttention(nn.Module):

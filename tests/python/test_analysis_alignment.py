@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mma_nmt.analysis import (GoldAlignment, align_with_model, alignment_scores, links_from_attention,
-                              parse_talp_line, piece_to_word_attention, read_gold_alignments, word_ids_from_pieces)
+from mma_nmt.analysis import (GoldAlignment, align_with_model, alignment_scores, diagonal_links,
+                              links_from_attention, parse_talp_line, piece_to_word_attention, read_gold_alignments,
+                              word_ids_from_pieces)
 
 
 def test_parse_talp_line_is_zero_based_and_possible_includes_sure():
@@ -141,3 +142,12 @@ def test_align_with_model_rejects_attention_that_does_not_cover_the_words():
     gold = [GoldAlignment(german=["a", "b"], english=["c"], sure=set(), possible=set())]
     with pytest.raises(ValueError, match="target words, source words"):
         align_with_model(lambda s, t: {"cross_attention": torch.ones(1, 3, 3)}, gold)
+
+
+def test_diagonal_links_take_the_german_word_under_each_english_word_centre():
+    assert diagonal_links(3, 3) == {(0, 0), (1, 1), (2, 2)}
+    assert diagonal_links(2, 4) == {(0, 0), (0, 1), (1, 2), (1, 3)}  # centres 0.25, 0.75, 1.25, 1.75 German words
+    assert diagonal_links(5, 2) == {(1, 0), (3, 1)}  # centres 1.25 and 3.75
+    assert diagonal_links(1, 3) == {(0, 0), (0, 1), (0, 2)}
+    with pytest.raises(ValueError, match="need a word"):
+        diagonal_links(0, 3)

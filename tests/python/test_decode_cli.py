@@ -35,7 +35,7 @@ def test_train_translate_evaluate_from_the_command_line(tmp_path, tiny_data):  #
     lines = out.read_text(encoding="utf-8").split("\n")[:-1]
     assert len(lines) == 1014  # Multi30k validation sentences
     maps = sorted(p.name for p in (tmp_path / "attention").iterdir())
-    assert maps == ["valid_0_cross.png", "valid_0_encoder_self.png", "valid_1_cross.png", "valid_1_encoder_self.png"]
+    assert maps == [f"valid_{i}_{block}.png" for i in (0, 1) for block in ("cross", "decoder_self", "encoder_self")]
 
     raw = tmp_path / "raw.de"
     raw.write_text("Ein Hund läuft.\nZwei Männer spielen Fußball.\n", encoding="utf-8")

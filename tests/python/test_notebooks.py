@@ -1,7 +1,8 @@
 """Executes every notebooks/*.py (paired jupytext scripts) top to bottom on the tiny preset; fails on any cell error.
 
 Environment: ``MMA_NMT_NOTEBOOK_PRESET`` (default ``tiny`` here), ``MMA_NMT_NOTEBOOK_TIMEOUT`` (seconds per cell,
-default 600). Figures go to a temporary folder.
+default 600). Figures go to a temporary folder; the notebooks' cache (prepared data, trained models) to one temporary
+folder per test session, so the data is prepared once and every model is trained from scratch.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
 
 
-
 def test_there_is_at_least_one_notebook():
     assert NOTEBOOKS, f"no notebooks/*.py under {REPO}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path: Path, tmp_path, shared_data, monkeypatch):
+def test_notebook_runs_top_to_bottom(path: Path, tmp_path, tmp_path_factory, shared_data, monkeypatch):
     monkeypatch.setenv("MMA_NMT_NOTEBOOK_PRESET", os.environ.get("MMA_NMT_NOTEBOOK_PRESET", "tiny"))
     monkeypatch.setenv("MMA_NMT_NOTEBOOK_OUT", str(tmp_path / "figures"))
+    monkeypatch.setenv("MMA_NMT_NOTEBOOK_CACHE", str(tmp_path_factory.getbasetemp() / "notebook_cache"))
     monkeypatch.setenv("MMA_NMT_DATA_DIR", str(shared_data))
     monkeypatch.setenv("MPLBACKEND", "Agg")
     notebook = jupytext.read(path)

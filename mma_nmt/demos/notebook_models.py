@@ -1,0 +1,127 @@
+"""Small trained models for the notebooks (``notebooks/``): each notebook names its model config; this module turns
+it into a run config on Multi30k De-En (the first lines of the training split, a small joint BPE vocabulary), trains it
+with the library's own pipeline (``prepare`` + :class:`~mma_nmt.training.trainer.Trainer`) or loads it from the cache
+folder when a finished run of the same config is there.
+
+Two sizes, chosen by ``MMA_NMT_NOTEBOOK_PRESET``: ``tiny`` (the default and what CI runs: seconds of training, a few
+dozen sentences analysed) and ``full`` (the whole training split, thousands of updates: tens of minutes per model on
+a CPU). Models trained for seconds translate badly; the notebooks say what to look for, not what the papers found.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from mma_nmt.config_io import to_dict
+from mma_nmt.data import ParallelDataset
+from mma_nmt.training.config import RunConfig, run_config_from_dict
+
+PRESET_ENV = "MMA_NMT_NOTEBOOK_PRESET"
+CACHE_ENV = "MMA_NMT_NOTEBOOK_CACHE"
+
+
+@dataclass(frozen=True)
+class NotebookScale:
+    """How much data, training and analysis one preset means."""
+
+    name: str
+    train_lines: int | None  # first lines of the Multi30k training split (None: all 29,000)
+    vocab_size: int  # joint BPE vocabulary
+    steps: int  # updates per model
+    max_tokens: int  # target tokens per batch
+    warmup_steps: int
+    lr: float
+    test_sentences: int  # test sentences translated for BLEU
+    analysis_sentences: int  # test pairs force-decoded for corpus-level analyses
+    gold_pairs: int | None  # RWTH gold-aligned pairs scored for AER (None: all 508)
+
+
+SCALES: dict[str, NotebookScale] = {
+    "tiny": NotebookScale("tiny", train_lines=6000, vocab_size=1000, steps=100, max_tokens=1500, warmup_steps=40,
+                          lr=0.003, test_sentences=100, analysis_sentences=40, gold_pairs=60),
+    "full": NotebookScale("full", train_lines=None, vocab_size=4000, steps=3000, max_tokens=4096, warmup_steps=400,
+                          lr=0.002, test_sentences=1000, analysis_sentences=500, gold_pairs=None),
+}
+
+
+def notebook_scale(name: str | None = None) -> NotebookScale:
+    """The preset ``name``, else ``$MMA_NMT_NOTEBOOK_PRESET``, else ``tiny``."""
+    name = name or os.environ.get(PRESET_ENV, "tiny")
+    if name not in SCALES:
+        raise ValueError(f"{PRESET_ENV} must be one of {sorted(SCALES)}, got {name!r}")
+    return SCALES[name]
+
+
+def cache_dir(default: str | Path = "../runs/notebooks/cache") -> Path:
+    """``$MMA_NMT_NOTEBOOK_CACHE``, else ``default`` (relative to the notebook's folder)."""
+    return Path(os.environ.get(CACHE_ENV, default))
+
+
+def notebook_run(name: str, model: dict, scale: NotebookScale, cache: str | Path, **train) -> RunConfig:
+    """Run config of notebook model ``name``: ``model`` is the ``[model]`` section (a preset plus fields), ``train``
+    extra ``[train]`` fields. Prepared data goes to ``<cache>/data/...`` (shared by the notebooks), the run to
+    ``<cache>/models/<name>-<preset>-<hash of the config>``, so a changed config never loads a stale model."""
+    cache = Path(cache)
+    prepared = cache / "data" / f"multi30k_de_en_bpe{scale.vocab_size}_{scale.train_lines or 'all'}"
+    data = {"corpus": "multi30k_de_en", "out_dir": str(prepared),
+            "vocab_size": scale.vocab_size, "joint_vocab": True, "max_train_lines": scale.train_lines,
+            "splits": ["train", "valid", "test"], "progress": False, "workers": 1}
+    train_section = {"max_steps": scale.steps, "max_tokens": scale.max_tokens, "threads": 1, "progress": False,
+                     "bleu_sentences": 0, "log_every": max(scale.steps // 10, 1), "keep_periodic": 0,
+                     "validate_every": 10**9,  # validation loss once, at the end
+                     "label_smoothing": 0.1,
+                     "optim": {"lr": scale.lr, "warmup_steps": scale.warmup_steps, "clip_norm": 1.0}, **train}
+    run = run_config_from_dict({"data": data, "model": {"share_embeddings": True, **model}, "train": train_section,
+                                "decode": {"beam_size": 1, "batch_size": 100}})
+    digest = hashlib.sha256(json.dumps({"data": run.data, "model": to_dict(run.model), "train": to_dict(run.train)},
+                                       sort_keys=True, default=str).encode()).hexdigest()[:10]
+    run.train.save_dir = str(cache / "models" / f"{name}-{scale.name}-{digest}")
+    return run
+
+
+@dataclass
+class TrainedModel:
+    model: nn.Module  # eval mode, CPU
+    run: RunConfig
+    steps: int
+    from_cache: bool
+    seconds: float  # training time of this call (0 when loaded)
+    valid_nll: float | None
+
+    def dataset(self, split: str) -> ParallelDataset:
+        return ParallelDataset.load(self.run.prepared_dir(), split)
+
+    def summary(self) -> str:
+        how = "loaded from " + self.run.train.save_dir if self.from_cache else f"trained in {self.seconds:.0f} s"
+        nll = f", valid nll/token {self.valid_nll:.2f}" if self.valid_nll is not None else ""
+        return f"{self.steps} updates, {how}{nll}"
+
+
+def train_or_load(run: RunConfig) -> TrainedModel:
+    """Loads ``<save_dir>/last.pt`` when it holds a run finished to ``train.max_steps``; else prepares the data (once)
+    and trains from scratch with :class:`~mma_nmt.training.trainer.Trainer`."""
+    from mma_nmt.cli.commands import prepare_data
+    from mma_nmt.training.checkpoint import load_checkpoint, load_model
+    from mma_nmt.training.trainer import Trainer
+
+    last = Path(run.train.save_dir) / "last.pt"
+    if last.is_file():
+        payload = load_checkpoint(last)
+        if payload["step"] >= run.train.max_steps:
+            model, _ = load_model(last)
+            best = payload.get("best")
+            return TrainedModel(model=model, run=run, steps=payload["step"], from_cache=True, seconds=0.0,
+                                valid_nll=best if best is not None and best < float("inf") else None)
+    prepare_data(run)
+    started = time.monotonic()
+    trainer = Trainer(run)
+    result = trainer.train()
+    return TrainedModel(model=trainer.model.eval(), run=run, steps=trainer.step, from_cache=False,
+                        seconds=time.monotonic() - started, valid_nll=result.get("valid_nll"))
