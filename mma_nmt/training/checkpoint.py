@@ -67,7 +67,16 @@ def check_same_model(saved: dict | None, wanted: dict, path) -> None:
 
 class CheckpointManager:
     """``last.pt`` after every save, ``best.pt`` when the validation metric improves, ``step_<n>.pt`` kept for the
-    ``keep_periodic`` most recent saves (0 keeps none)."""
+    ``keep_periodic`` most recent saves (0 keeps none).
+
+    Order of one save: ``best.pt``, ``step_<n>.pt``, then ``last.pt``, then the pruning of old periodic files.
+    ``last.pt`` is what a run resumes from, so it is the commit point: a kill before its rename resumes from the
+    previous save, replays the same steps and rewrites the same ``best.pt`` and ``step_<n>.pt``; a kill after it
+    finds every file that ``last.pt`` relies on already in place (at worst one old periodic file too many, pruned by
+    the next save). Temporary files left by a kill (``.last.pt.<random>.tmp`` ...) are never read and are removed
+    by the next save."""
+
+    TEMPORARY_PATTERNS = (".last.pt.*.tmp", ".best.pt.*.tmp", ".step_*.pt.*.tmp")  # see fileio._temp_beside
 
     def __init__(self, directory: str | Path, keep_periodic: int = 2):
         self.directory = Path(directory)
@@ -77,12 +86,19 @@ class CheckpointManager:
         paths = self.directory.glob("step_*.pt")
         return sorted(paths, key=lambda p: int(p.stem.split("_")[1]))
 
+    def stale_temporaries(self) -> list[Path]:
+        """Temporary files of this manager's checkpoints, left behind by a killed save."""
+        return sorted(p for pattern in self.TEMPORARY_PATTERNS for p in self.directory.glob(pattern))
+
     def save(self, payload: dict, step: int, *, is_best: bool = False) -> Path:
-        last = save_checkpoint(payload, self.directory / "last.pt")
+        for stale in self.stale_temporaries():
+            stale.unlink(missing_ok=True)
         if is_best:
             save_checkpoint(payload, self.directory / "best.pt")
         if self.keep_periodic > 0:
             save_checkpoint(payload, self.directory / f"step_{step}.pt")
+        last = save_checkpoint(payload, self.directory / "last.pt")
+        if self.keep_periodic > 0:
             for old in self.periodic()[:-self.keep_periodic]:
                 old.unlink(missing_ok=True)
         return last

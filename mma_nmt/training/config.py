@@ -32,12 +32,20 @@ class TrainConfig:
     keep_periodic: int = 2  # step_<n>.pt files kept
     validate_every: int = 0  # steps between validations; 0 = at the end of each epoch
     bleu_sentences: int = 200  # validation sentences translated for BLEU during training; 0 = loss only
-    max_bad_steps: int = 10  # stop after this many NaN/inf loss steps
+    max_bad_steps: int = 10  # skipped steps (NaN/inf loss or gradient, loss spike) tolerated; one more stops the run
+    loss_spike_factor: float = 0.0  # > 0: skip a step whose loss exceeds this factor x the recent mean; 0 = off
+    loss_spike_window: int = 100  # applied steps in that mean; the rule starts once this many were applied
     amp: bool = False  # float16 autocast + GradScaler (CUDA only)
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     threads: int = 0  # torch threads on CPU; 0 = torch's default
     progress: bool = True  # tqdm progress bar
     resume: bool = True  # continue from save_dir/last.pt when it exists
+
+    def __post_init__(self):
+        if not (self.loss_spike_factor == 0 or self.loss_spike_factor > 1):  # NaN fails too
+            raise ValueError(f"train.loss_spike_factor must be 0 (off) or above 1, got {self.loss_spike_factor}")
+        if self.loss_spike_window < 1:
+            raise ValueError(f"train.loss_spike_window must be at least 1, got {self.loss_spike_window}")
 
 
 @dataclass

@@ -3,6 +3,7 @@ validation loss and BLEU, atomic checkpoints with exact resumption, data-paralle
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import random
@@ -28,7 +29,8 @@ from mma_nmt.training.optim import LRSchedule, build_optimizer
 
 
 class TrainingDiverged(RuntimeError):
-    """More NaN/inf loss steps than ``train.max_bad_steps``."""
+    """More skipped steps (NaN/inf loss or gradient, loss spike) than ``train.max_bad_steps``, or parameters that are
+    no longer finite when a checkpoint is due."""
 
 
 def pick_device(name: str) -> torch.device:
@@ -118,6 +120,7 @@ class Trainer:
         self.model_config = with_vocabulary(run.model, self.train_data)
         self.pad_id = self.model_config.pad_id
         torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)  # Python's RNG is checkpointed too: seeded, two runs of one config match in full
         self.model = build_model(self.model_config).to(self.device)
         self.ddp = DistributedDataParallel(self.model) if self.info.enabled else self.model
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
@@ -129,6 +132,9 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda") if use_amp else None
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.float16)) if use_amp else contextlib.nullcontext
         self.step, self.bad_steps, self.best, self.started = 0, 0, math.inf, time.monotonic()
+        self.last_validation: tuple[int, dict] | None = None  # (step, result) of the latest validation
+        # per-token losses of the last applied updates, for the loss-spike rule (only kept when the rule is on)
+        self.recent_losses: collections.deque[float] = collections.deque(maxlen=cfg.loss_spike_window)
         self.save_dir = Path(cfg.save_dir)
         self.checkpoints = CheckpointManager(self.save_dir, keep_periodic=cfg.keep_periodic)
         self.logger = JsonLinesLogger(self.save_dir / "log.jsonl", enabled=self.info.is_main)
@@ -141,9 +147,16 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
                 "sampler": self.sampler.state_dict(), "rng": dist.all_gather_objects(capture_rng(), self.info),
                 "scaler": self.scaler.state_dict() if self.scaler else {}, "step": self.step,
-                "bad_steps": self.bad_steps, "best": self.best, "train_config": to_dict(self.run.train)}
+                "bad_steps": self.bad_steps, "best": self.best, "recent_losses": list(self.recent_losses),
+                "train_config": to_dict(self.run.train)}
 
     def save(self, *, is_best: bool = False) -> None:
+        """Writes the checkpoints of this step; refuses (TrainingDiverged) when a weight is NaN or inf, so that no
+        checkpoint ever holds corrupted parameters (all processes hold the same weights, so all raise)."""
+        bad = [name for name, param in self.model.named_parameters() if not bool(torch.isfinite(param).all())]
+        if bad:
+            raise TrainingDiverged(f"step {self.step}: parameters {bad[:5]} hold NaN or inf; no checkpoint written "
+                                   f"({self.save_dir / 'last.pt'} keeps the last good state)")
         payload = self.state_dict()  # every process takes part (RNG states are gathered)
         if self.info.is_main:
             path = self.checkpoints.save(payload, self.step, is_best=is_best)
@@ -162,6 +175,8 @@ class Trainer:
         if self.scaler and payload.get("scaler"):
             self.scaler.load_state_dict(payload["scaler"])
         self.step, self.bad_steps, self.best = payload["step"], payload["bad_steps"], payload["best"]
+        self.recent_losses.clear()
+        self.recent_losses.extend(payload.get("recent_losses", []))
         self.logger.log("resume", step=self.step, path=str(path), epoch=self.sampler.epoch)
 
     # ---- one update --------------------------------------------------------------------------------------------
@@ -173,6 +188,9 @@ class Trainer:
                                   info=self.info, autocast=self.autocast(), scaler=self.scaler)
         if totals is None:
             return self._bad_step("loss is NaN or inf")
+        spike = self._loss_spike(float(totals[0] / totals[2]))
+        if spike:
+            return self._bad_step(spike)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         clip = self.run.train.optim.clip_norm
@@ -187,15 +205,31 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.schedule.step(self.step)
+        if self.run.train.loss_spike_factor > 0:
+            self.recent_losses.append(float(totals[0] / totals[2]))
         return totals
 
+    def _loss_spike(self, loss: float) -> str | None:
+        """The reason to skip a step whose per-token loss exceeds ``loss_spike_factor`` times the mean of the last
+        ``loss_spike_window`` applied steps (only once that many steps were applied), else None."""
+        cfg = self.run.train
+        if cfg.loss_spike_factor <= 0 or len(self.recent_losses) < cfg.loss_spike_window:
+            return None
+        mean = sum(self.recent_losses) / len(self.recent_losses)
+        if loss <= cfg.loss_spike_factor * mean:
+            return None
+        return (f"loss spike: {loss:.4g} > train.loss_spike_factor={cfg.loss_spike_factor:g} x {mean:.4g} (mean of "
+                f"the last {len(self.recent_losses)} steps)")
+
     def _bad_step(self, reason: str) -> None:
+        """Drops the step's gradients (no update), counts and logs it; stops the run past ``max_bad_steps``."""
         self.optimizer.zero_grad(set_to_none=True)
         self.bad_steps += 1
         self.logger.log("bad_step", step=self.step, reason=reason, bad_steps=self.bad_steps)
         if self.bad_steps > self.run.train.max_bad_steps:
-            raise TrainingDiverged(f"{self.bad_steps} NaN/inf steps, more than train.max_bad_steps="
-                                   f"{self.run.train.max_bad_steps}; lower the learning rate or check the data")
+            raise TrainingDiverged(f"{self.bad_steps} skipped steps (NaN/inf loss or gradient, loss spikes), more "
+                                   f"than train.max_bad_steps={self.run.train.max_bad_steps}; lower the learning rate "
+                                   f"or check the data")
         return None
 
     # ---- validation --------------------------------------------------------------------------------------------
@@ -241,17 +275,19 @@ class Trainer:
         self.logger.log("valid", step=self.step, epoch=self.sampler.epoch, lr=self.optimizer.param_groups[0]["lr"],
                         **result)
         self.save(is_best=is_best)
+        self.last_validation = (self.step, result)
         return result
 
     def _after_step(self, totals, meter: Meter, bar) -> None:
         cfg = self.run.train
-        if totals is not None:
-            meter.add(totals)
-            bar.update(1)
-            postfix = {"loss": f"{float(totals[0] / totals[2]):.3f}", "tok_s": f"{meter.summary()['tokens_per_s']:.0f}"}
-            if cfg.max_minutes and not cfg.max_steps:  # tqdm has no total to estimate from: show the time left
-                postfix["left"] = f"{cfg.max_minutes - (time.monotonic() - self.started) / 60.0:.1f}min"
-            bar.set_postfix(postfix, refresh=False)
+        if totals is None:  # a skipped step: no update, so nothing new to log, validate, save or show the hooks
+            return
+        meter.add(totals)
+        bar.update(1)
+        postfix = {"loss": f"{float(totals[0] / totals[2]):.3f}", "tok_s": f"{meter.summary()['tokens_per_s']:.0f}"}
+        if cfg.max_minutes and not cfg.max_steps:  # tqdm has no total to estimate from: show the time left
+            postfix["left"] = f"{cfg.max_minutes - (time.monotonic() - self.started) / 60.0:.1f}min"
+        bar.set_postfix(postfix, refresh=False)
         if meter.steps and (self.step % cfg.log_every == 0):
             stats = meter.summary()
             self.logger.log("train", step=self.step, epoch=self.sampler.epoch,
@@ -277,7 +313,6 @@ class Trainer:
         meter = Meter(since=time.monotonic())
         bar = tqdm(total=cfg.max_steps or None, initial=self.step, unit="step", dynamic_ncols=True,
                    disable=not (cfg.progress and self.info.is_main))
-        result: dict = {}
         with bar:
             while not self._done(started):
                 epoch_done = True
@@ -287,7 +322,10 @@ class Trainer:
                         epoch_done = False
                         break
                 if epoch_done and not cfg.validate_every:
-                    result = self._validate_and_save()
-        result = self._validate_and_save() if not result or not epoch_done else result
+                    self._validate_and_save()
+        if self.last_validation is not None and self.last_validation[0] == self.step:
+            result = self.last_validation[1]  # this step was validated and saved already
+        else:
+            result = self._validate_and_save()
         self.logger.log("end", step=self.step, minutes=(time.monotonic() - started) / 60.0, **result)
         return result

@@ -95,6 +95,30 @@ def test_invalid_policy_and_missing_file_are_clear(tmp_path):
         read_parallel(path, tmp_path / "nope")
 
 
+def test_huge_line_is_dropped_alone_under_the_default_limit(tmp_path):
+    """A 4 MB line (gzip, no word break) is one line_too_long pair; the pairs around it stay aligned."""
+    huge = b"Haus" * 1_000_000
+    src = write(tmp_path / "huge.de.gz", b"eins\n" + huge + b"\ndrei\n", gz=True)
+    tgt = write(tmp_path / "huge.en", b"one\ntwo\nthree\n")
+    text = read_parallel(src, tgt)
+    assert (text.src, text.tgt) == (["eins", "drei"], ["one", "three"])
+    assert text.report.counts == {"line_too_long": 1}
+    assert text.report.messages == [f"{src}:2: line_too_long: 4000000 characters > max_line_chars=10000"]
+    with pytest.raises(DataFormatError, match=rf"^{src}:2: line_too_long: 4000000 characters"):
+        read_parallel(src, tgt, on_error="fail")
+
+
+def test_crlf_only_line_is_both_a_windows_ending_and_an_empty_line(tmp_path):
+    src = write(tmp_path / "s", b"a\r\n\r\nc\r\n")
+    tgt = write(tmp_path / "t", b"A\nB\nC\n")
+    text = read_parallel(src, tgt)
+    assert (text.src, text.tgt) == (["a", "c"], ["A", "C"])
+    assert text.report.counts == {"windows_line_ending": 3, "empty_line": 1}
+    assert f"{src}:2: empty_line: line is empty or whitespace only" in text.report.messages
+    with pytest.raises(DataFormatError, match=rf"^{src}:1: windows_line_ending"):
+        read_parallel(src, tgt, on_error="fail")
+
+
 def test_corrupt_gzip_names_the_file(tmp_path):
     good = gzip.compress(b"a\nb\n" * 1000)
     broken = write(tmp_path / "broken.gz", good[: len(good) // 2])

@@ -52,6 +52,30 @@ def test_manager_keeps_last_best_and_recent_periodic(tmp_path):
     assert load_checkpoint(tmp_path / "last.pt")["step"] == 30
 
 
+def test_manager_writes_last_pt_last_and_removes_only_its_stale_temporaries(tmp_path, monkeypatch):
+    import mma_nmt.training.checkpoint as checkpoint
+
+    written = []
+    original = checkpoint.save_checkpoint
+
+    def recording_save(payload, path):
+        written.append(path.name)
+        return original(payload, path)
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", recording_save)
+    stale = [tmp_path / name for name in (".last.pt.k2j_x.tmp", ".best.pt.abc.tmp", ".step_10.pt.q1.tmp")]
+    foreign = [tmp_path / name for name in (".other.pt.abc.tmp", "notes.tmp", ".step_10.pt")]
+    for path in stale + foreign:
+        path.write_bytes(b"half")
+    manager = CheckpointManager(tmp_path, keep_periodic=1)
+    assert manager.stale_temporaries() == sorted(stale)
+    manager.save(_payload(10.0), 10)
+    manager.save(_payload(20.0), 20, is_best=True)
+    assert written == ["step_10.pt", "last.pt", "best.pt", "step_20.pt", "last.pt"]  # last.pt is the commit point
+    assert manager.stale_temporaries() == [] and all(path.exists() for path in foreign)
+    assert sorted(p.name for p in tmp_path.glob("[!.]*.pt")) == ["best.pt", "last.pt", "step_20.pt"]
+
+
 def test_averaging_gives_the_mean_weights(tmp_path):
     paths = [save_checkpoint(_payload(v), tmp_path / f"{v}.pt") for v in (1.0, 2.0, 6.0)]
     averaged = average_checkpoints(paths)
