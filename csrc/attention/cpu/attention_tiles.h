@@ -114,26 +114,36 @@ inline void score_group(const T* rows, int64_t row_stride, int64_t n_rows, const
 }
 
 // acc[x][c..] += sum_{y in [y0, y1)} w(x, y) * mat[y][c..] for X rows x and NV vectors of columns from c, where
-// w(x, y) = weights[x * wx + y * wy]. The last vector holds `tail` valid lanes (V when the width is a multiple).
-template <typename T, int X, int NV>
+// w(x, y) = weights[x * wx + y * wy]. With kPartial the last vector holds `tail` valid lanes; without, all V (and the
+// loads carry no count test).
+template <typename T, int X, int NV, bool kPartial>
 inline void accumulate_block(const T* weights, int64_t wx, int64_t wy, int64_t y0, int64_t y1, const T* mat,
                              int64_t mat_stride, T* acc, int64_t acc_stride, int64_t tail) {
   using Vec = Vectorized<T>;
   constexpr int64_t V = Vec::size();
+  const auto load = [tail](const T* ptr, bool last) {
+    return kPartial && last ? Vec::loadu(ptr, tail) : Vec::loadu(ptr);
+  };
   Vec a[X][NV];
   for (int x = 0; x < X; ++x) {
-    for (int j = 0; j < NV; ++j) a[x][j] = Vec::loadu(acc + x * acc_stride + j * V, j + 1 == NV ? tail : V);
+    for (int j = 0; j < NV; ++j) a[x][j] = load(acc + x * acc_stride + j * V, j + 1 == NV);
   }
   for (int64_t y = y0; y < y1; ++y) {
     Vec m[NV];
-    for (int j = 0; j < NV; ++j) m[j] = Vec::loadu(mat + y * mat_stride + j * V, j + 1 == NV ? tail : V);
+    for (int j = 0; j < NV; ++j) m[j] = load(mat + y * mat_stride + j * V, j + 1 == NV);
     for (int x = 0; x < X; ++x) {
       const Vec w(weights[x * wx + y * wy]);
       for (int j = 0; j < NV; ++j) a[x][j] = at::vec::fmadd(w, m[j], a[x][j]);
     }
   }
   for (int x = 0; x < X; ++x) {
-    for (int j = 0; j < NV; ++j) a[x][j].store(acc + x * acc_stride + j * V, j + 1 == NV ? tail : V);
+    for (int j = 0; j < NV; ++j) {
+      if (kPartial && j + 1 == NV) {
+        a[x][j].store(acc + x * acc_stride + j * V, tail);
+      } else {
+        a[x][j].store(acc + x * acc_stride + j * V);
+      }
+    }
   }
 }
 
@@ -144,11 +154,13 @@ inline void accumulate_rows(const T* weights, int64_t wx, int64_t wy, int64_t y0
   constexpr int NV = Blocking<T>::kCols;
   int64_t c = 0;
   for (; c + NV * V <= width; c += NV * V) {
-    accumulate_block<T, X, NV>(weights, wx, wy, y0, y1, mat + c, mat_stride, acc + c, acc_stride, V);
+    accumulate_block<T, X, NV, false>(weights, wx, wy, y0, y1, mat + c, mat_stride, acc + c, acc_stride, V);
   }
-  for (; c < width; c += V) {
-    accumulate_block<T, X, 1>(weights, wx, wy, y0, y1, mat + c, mat_stride, acc + c, acc_stride,
-                              std::min<int64_t>(V, width - c));
+  for (; c + V <= width; c += V) {
+    accumulate_block<T, X, 1, false>(weights, wx, wy, y0, y1, mat + c, mat_stride, acc + c, acc_stride, V);
+  }
+  if (c < width) {
+    accumulate_block<T, X, 1, true>(weights, wx, wy, y0, y1, mat + c, mat_stride, acc + c, acc_stride, width - c);
   }
 }
 
