@@ -1,0 +1,227 @@
+// Vectorised building blocks of the CPU attention kernels: register-blocked products on tiles, key packing, and the
+// lane masks of the row-wise softmax. Included only from attention_kernel.h, inside the per-instruction-set namespace,
+// so each build gets its own copy. (tile_math.h holds the simpler row-at-a-time versions that the GMM kernels use.)
+//
+// Every logit is alpha * (a chain of fused multiply-adds over d = 0..D-1, in order), whatever the blocking, so forward
+// and backward recompute bit-identical logits and exp(logit - lse) is exactly 1 for a row with a single key.
+
+using at::vec::Vectorized;
+
+template <typename T>
+inline Vectorized<T> exp_vec(const Vectorized<T>& x) {
+  return x.exp();
+}
+template <>
+inline Vectorized<float> exp_vec(const Vectorized<float>& x) {
+  return x.exp_u20();  // the polynomial exp that ATen's own CPU flash attention uses; exp_u20(-inf) = 0
+}
+
+// Register blocking of the products: rows of the output per block, and vectors per output row. With 32 vector
+// registers (AVX-512) a 4 x 4 block of accumulators leaves room for the operands; with 16 (AVX2) 4 x 2.
+template <typename T>
+struct Blocking {
+  static constexpr int64_t kVec = Vectorized<T>::size();
+  static constexpr int kRows = 4;
+  static constexpr int kCols = kVec * sizeof(T) >= 64 ? 4 : 2;
+};
+
+template <typename T>
+inline int64_t round_up_to_vector(int64_t n) {
+  constexpr int64_t V = Vectorized<T>::size();
+  return (n + V - 1) / V * V;
+}
+template <typename T>
+inline int64_t round_down_to_vector(int64_t n) {
+  constexpr int64_t V = Vectorized<T>::size();
+  return n / V * V;
+}
+
+// dst (depth x ld) = src (rows x depth)^T, columns [rows, ld) zero: keys (or values) of one head laid out depth-major
+// so that a vector load reads consecutive keys.
+template <typename T>
+void pack_transposed(const T* src, int64_t rows, int64_t depth, T* dst, int64_t ld) {
+#if defined(CPU_CAPABILITY_AVX2)
+  if constexpr (std::is_same_v<T, float>) {  // AVX2 has a shuffle transpose for 8 x 8 blocks only
+    int64_t r = 0;
+    for (; r + 8 <= rows; r += 8) {
+      int64_t d = 0;
+      for (; d + 8 <= depth; d += 8) at::vec::transpose_mxn<float, 8, 8>(src + r * depth + d, depth, dst + d * ld + r, ld);
+      for (; d < depth; ++d) {
+        for (int64_t i = r; i < r + 8; ++i) dst[d * ld + i] = src[i * depth + d];
+      }
+    }
+    for (; r < rows; ++r) {
+      for (int64_t d = 0; d < depth; ++d) dst[d * ld + r] = src[r * depth + d];
+    }
+  } else
+#endif
+  {
+    if (rows > 0 && depth > 0) {
+      at::vec::transpose_mxn<T>(src, depth, dst, ld, static_cast<int>(rows), static_cast<int>(depth));
+    }
+  }
+  for (int64_t d = 0; d < depth; ++d) std::fill(dst + d * ld + rows, dst + (d + 1) * ld, T(0));
+}
+
+// out[r][c] = alpha * sum_d rows[r][d] * cols_t[d][c] for R rows and NC vectors of columns: R * NC accumulators stay in
+// registers while d runs, so every load of cols_t serves R rows.
+template <typename T, int R, int NC>
+inline void score_block(const T* rows, int64_t row_stride, const T* cols_t, int64_t col_stride, int64_t depth, T alpha,
+                        T* out, int64_t out_stride) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  Vec acc[R][NC];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < NC; ++j) acc[r][j] = Vec(T(0));
+  }
+  for (int64_t d = 0; d < depth; ++d) {
+    Vec k[NC];
+    for (int j = 0; j < NC; ++j) k[j] = Vec::loadu(cols_t + d * col_stride + j * V);
+    for (int r = 0; r < R; ++r) {
+      const Vec x(rows[r * row_stride + d]);
+      for (int j = 0; j < NC; ++j) acc[r][j] = at::vec::fmadd(x, k[j], acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < NC; ++j) (acc[r][j] * Vec(alpha)).store(out + r * out_stride + j * V);
+  }
+}
+
+// Columns [c0, c1) (vector-aligned; cols_t readable up to c1) of R rows.
+template <typename T, int R>
+inline void score_rows(const T* rows, int64_t row_stride, const T* cols_t, int64_t col_stride, int64_t c0, int64_t c1,
+                       int64_t depth, T alpha, T* out, int64_t out_stride) {
+  constexpr int64_t V = Vectorized<T>::size();
+  constexpr int NC = Blocking<T>::kCols;
+  int64_t c = c0;
+  for (; c + NC * V <= c1; c += NC * V) {
+    score_block<T, R, NC>(rows, row_stride, cols_t + c, col_stride, depth, alpha, out + c, out_stride);
+  }
+  for (; c < c1; c += V) score_block<T, R, 1>(rows, row_stride, cols_t + c, col_stride, depth, alpha, out + c, out_stride);
+}
+
+// The same for 1 <= n_rows <= Blocking::kRows rows.
+template <typename T>
+inline void score_group(const T* rows, int64_t row_stride, int64_t n_rows, const T* cols_t, int64_t col_stride,
+                        int64_t c0, int64_t c1, int64_t depth, T alpha, T* out, int64_t out_stride) {
+  static_assert(Blocking<T>::kRows == 4, "score_group dispatches on 1..4 rows");
+  switch (n_rows) {
+    case 4: return score_rows<T, 4>(rows, row_stride, cols_t, col_stride, c0, c1, depth, alpha, out, out_stride);
+    case 3: return score_rows<T, 3>(rows, row_stride, cols_t, col_stride, c0, c1, depth, alpha, out, out_stride);
+    case 2: return score_rows<T, 2>(rows, row_stride, cols_t, col_stride, c0, c1, depth, alpha, out, out_stride);
+    default: return score_rows<T, 1>(rows, row_stride, cols_t, col_stride, c0, c1, depth, alpha, out, out_stride);
+  }
+}
+
+// acc[x][c..] += sum_{y in [y0, y1)} w(x, y) * mat[y][c..] for X rows x and NV vectors of columns from c, where
+// w(x, y) = weights[x * wx + y * wy]. With kPartial the last vector holds `tail` valid lanes; without, all V (and the
+// loads carry no count test).
+template <typename T, int X, int NV, bool kPartial>
+inline void accumulate_block(const T* weights, int64_t wx, int64_t wy, int64_t y0, int64_t y1, const T* mat,
+                             int64_t mat_stride, T* acc, int64_t acc_stride, int64_t tail) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  const auto load = [tail](const T* ptr, bool last) {
+    return kPartial && last ? Vec::loadu(ptr, tail) : Vec::loadu(ptr);
+  };
+  Vec a[X][NV];
+  for (int x = 0; x < X; ++x) {
+    for (int j = 0; j < NV; ++j) a[x][j] = load(acc + x * acc_stride + j * V, j + 1 == NV);
+  }
+  for (int64_t y = y0; y < y1; ++y) {
+    Vec m[NV];
+    for (int j = 0; j < NV; ++j) m[j] = load(mat + y * mat_stride + j * V, j + 1 == NV);
+    for (int x = 0; x < X; ++x) {
+      const Vec w(weights[x * wx + y * wy]);
+      for (int j = 0; j < NV; ++j) a[x][j] = at::vec::fmadd(w, m[j], a[x][j]);
+    }
+  }
+  for (int x = 0; x < X; ++x) {
+    for (int j = 0; j < NV; ++j) {
+      if (kPartial && j + 1 == NV) {
+        a[x][j].store(acc + x * acc_stride + j * V, tail);
+      } else {
+        a[x][j].store(acc + x * acc_stride + j * V);
+      }
+    }
+  }
+}
+
+template <typename T, int X>
+inline void accumulate_rows(const T* weights, int64_t wx, int64_t wy, int64_t y0, int64_t y1, const T* mat,
+                            int64_t mat_stride, int64_t width, T* acc, int64_t acc_stride) {
+  constexpr int64_t V = Vectorized<T>::size();
+  constexpr int NV = Blocking<T>::kCols;
+  int64_t c = 0;
+  for (; c + NV * V <= width; c += NV * V) {
+    accumulate_block<T, X, NV, false>(weights, wx, wy, y0, y1, mat + c, mat_stride, acc + c, acc_stride, V);
+  }
+  for (; c + V <= width; c += V) {
+    accumulate_block<T, X, 1, false>(weights, wx, wy, y0, y1, mat + c, mat_stride, acc + c, acc_stride, V);
+  }
+  if (c < width) {
+    accumulate_block<T, X, 1, true>(weights, wx, wy, y0, y1, mat + c, mat_stride, acc + c, acc_stride, width - c);
+  }
+}
+
+// acc (nx x width) += W (nx x ny) @ mat (ny x width) with W[x][y] = weights[x * wx + y * wy]: (wx, wy) = (ld, 1) is
+// W @ mat, (1, ld) is W^T @ mat. `y_range(x0, x1)` bounds the y for which rows [x0, x1) of W may be non-zero.
+template <typename T, typename YRange>
+inline void accumulate_products(const T* weights, int64_t wx, int64_t wy, int64_t nx, YRange y_range, const T* mat,
+                                int64_t mat_stride, int64_t width, T* acc, int64_t acc_stride) {
+  constexpr int X = Blocking<T>::kRows;
+  static_assert(X == 4, "accumulate_products dispatches on 1..4 rows");
+  for (int64_t x = 0; x < nx; x += X) {
+    const int64_t rows = std::min<int64_t>(X, nx - x);
+    const KeyRange ys = y_range(x, x + rows);
+    if (ys.empty()) continue;
+    const T* w = weights + x * wx;
+    T* a = acc + x * acc_stride;
+    switch (rows) {
+      case 4: accumulate_rows<T, 4>(w, wx, wy, ys.begin, ys.end, mat, mat_stride, width, a, acc_stride); break;
+      case 3: accumulate_rows<T, 3>(w, wx, wy, ys.begin, ys.end, mat, mat_stride, width, a, acc_stride); break;
+      case 2: accumulate_rows<T, 2>(w, wx, wy, ys.begin, ys.end, mat, mat_stride, width, a, acc_stride); break;
+      default: accumulate_rows<T, 1>(w, wx, wy, ys.begin, ys.end, mat, mat_stride, width, a, acc_stride); break;
+    }
+  }
+}
+
+// Lanes of the vector at columns [c, c + V): those inside `keep` are x, the others `fill`.
+template <typename T>
+inline Vectorized<T> keep_lanes(const Vectorized<T>& x, int64_t c, KeyRange keep, T fill) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  if (c >= keep.begin && c + V <= keep.end) return x;
+  // Lane bounds relative to c, clamped so that they are small exact integers in T.
+  const T lo = T(std::max<int64_t>(keep.begin - c, -1));
+  const T hi = T(std::min<int64_t>(keep.end - c, V + 1));
+  const Vec lane = Vec::arange(T(0), T(1));
+  return Vec::blendv(Vec(fill), x, (lane >= Vec(lo)) & (lane < Vec(hi)));
+}
+
+template <typename T>
+inline void fill_zero(T* x, int64_t begin, int64_t end) {
+  if (end > begin) std::fill(x + begin, x + end, T(0));
+}
+
+template <typename T>
+inline void scale_row(T* x, int64_t n, T factor) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  for (int64_t c = 0; c < n; c += V) {
+    const int64_t count = std::min<int64_t>(V, n - c);
+    (Vec::loadu(x + c, count) * Vec(factor)).store(x + c, count);
+  }
+}
+
+template <typename T>
+inline T dot(const T* a, const T* b, int64_t n) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  Vec acc(T(0));
+  for (int64_t c = 0; c < n; c += V) {
+    const int64_t count = std::min<int64_t>(V, n - c);
+    acc = at::vec::fmadd(Vec::loadu(a + c, count), Vec::loadu(b + c, count), acc);
+  }
+  return at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc);
+}
