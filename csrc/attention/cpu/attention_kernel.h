@@ -139,10 +139,11 @@ struct ForwardScratch {
       : keys_t(head_dim * ld), scores(kQueryBlock * kKeyTile), acc(kQueryBlock * value_dim) {}
 };
 
-// The (n_rows, S) probabilities of a finished block, for return_probs.
+// The (n_rows, S) probabilities of a finished block, for return_probs: exp(logit - max) / sum from each row's finished
+// softmax state (as accurate as a softmax; exp(logit - lse) would carry lse's rounding, |lse| * eps).
 template <typename T>
 void write_block_probs(const AttentionParams& p, const BlockRanges& ranges, int64_t first_row, const T* q,
-                       const T* keys_t, int64_t ld, const T* lse, T* probs, T* scores) {
+                       const T* keys_t, int64_t ld, const OnlineSoftmax<T>* state, T* probs, T* scores) {
   const int64_t D = p.head_dim, S = p.key_len;
   for (int64_t j0 = round_down_to_vector<T>(ranges.all.begin); j0 < ranges.all.end; j0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, ranges.all.end - j0);
@@ -188,7 +189,7 @@ void forward_block(const AttentionParams& p, int64_t b, int64_t h, int64_t first
     scale_row(o, Dv, state[r].inverse_sum());
     lse[first_row + r] = state[r].log_sum_exp();
   }
-  if (probs != nullptr) write_block_probs(p, ranges, first_row, q, keys_t, ld, lse, probs, scores);
+  if (probs != nullptr) write_block_probs(p, ranges, first_row, q, keys_t, ld, state, probs, scores);
 }
 
 template <typename T>
