@@ -10,14 +10,11 @@ tensor. The default batch is 8 rather than the paper's 32 because the reference 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
-import sys
 
 import torch
 
-from benchmarks.timing import markdown_table, time_interleaved
+from benchmarks.memory import peak_growth_mib, run_child
+from benchmarks.timing import markdown_table, speedup_rows, time_interleaved
 from mma_nmt.ops import gmm_attention, gmm_conversion
 from mma_nmt.reference import gmm_attention_reference
 
@@ -58,35 +55,23 @@ def train_step_fn(impl: str, inputs: dict):
 
 
 def peak_memory_mb(impl: str, batch: int, length: int) -> float:
-    """Peak resident memory above the inputs during one forward+backward, in a fresh process. glibc is told to map
-    every block above 64 KiB on its own, so freed temporaries leave the resident set and the peak is the live peak."""
-    code = ("import sys, json; from benchmarks.bench_gmm_attention import _memory_child; "
-            f"print(json.dumps(_memory_child({impl!r}, {batch}, {length})))")
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
-def _status_mb(field: str) -> float:
-    """A memory field of /proc/self/status (VmRSS, VmHWM) in MiB. Unlike ru_maxrss, VmHWM belongs to this process's
-    own address space and does not inherit the parent's peak across fork and exec."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024.0  # kB -> MiB
-    raise RuntimeError(f"/proc/self/status has no {field}")
+    """Peak resident memory above the inputs during one forward+backward, in a fresh process (see ``memory``)."""
+    return run_child("benchmarks.bench_gmm_attention:_memory_child", impl, batch, length)
 
 
 def _memory_child(impl: str, batch: int, length: int) -> float:
     torch.set_num_threads(1)
     train_step_fn(impl, make_inputs(1, 4))()  # one-time lazy initialisation (autograd engine, thread pools)
+    return peak_growth_mib(train_step_fn(impl, make_inputs(batch, length)))
+
+
+def speedup_rows_at(batch: int, length: int, *, repeat: int, **timing) -> list[list[object]]:
+    """The suite's rows (see ``timing.speedup_rows``): the operator vs its reference, forward and forward+backward."""
     inputs = make_inputs(batch, length)
-    step = train_step_fn(impl, inputs)
-    with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")  # resets VmHWM to the current resident set
-    baseline = _status_mb("VmRSS")
-    step()
-    return _status_mb("VmHWM") - baseline
+    leaves = [t for t in inputs.values() if isinstance(t, torch.Tensor) and t.requires_grad]
+    pairs = {"gmm_attention op": (forward_fn("fused", inputs), forward_fn("reference", inputs))}
+    return speedup_rows(f"GMM B={batch} H={HEADS} K={COMPONENTS} T=S={length}", pairs, leaves, repeat=repeat,
+                        **timing)
 
 
 def measure(batch: int, length: int, repeat: int) -> list:

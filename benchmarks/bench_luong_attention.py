@@ -54,7 +54,9 @@ def _layer_step(batch, softmax_dim):
     return (*((lambda m=m: m(h_t, memory)[:2]) for m in modules), leaves)
 
 
-def _rows_for(name, batch, softmax_dim, repeat):
+def rows_for(name, batch, softmax_dim, repeat, *, whats=None, **timing):
+    """Speed-up rows of one shape; ``whats``: the subset of rows to time (default all); ``timing``: see
+    ``timing.time_interleaved``."""
     torch.manual_seed(0)
     step_fused, step_reference, step_general, step_leaves = _step_ops(batch, 1)
     all_fused, all_reference, _, all_leaves = _step_ops(batch, TGT_LEN)
@@ -66,7 +68,8 @@ def _rows_for(name, batch, softmax_dim, repeat):
         "attention layer, one step": (layer_fused, layer_reference),
         f"operator over all {TGT_LEN} steps": (all_fused, all_reference),
     }
-    return speedup_rows(name, cases, leaves, repeat=repeat)
+    cases = {what: pair for what, pair in cases.items() if whats is None or what in whats}
+    return speedup_rows(name, cases, leaves, repeat=repeat, **timing)
 
 
 def main(argv=None) -> None:
@@ -79,7 +82,7 @@ def main(argv=None) -> None:
     shapes = list(SHAPES.items())[:1] if args.quick else list(SHAPES.items())
     rows = []
     for name, shape in shapes:
-        rows += _rows_for(name, *shape, repeat=3 if args.quick else 7)
+        rows += rows_for(name, *shape, repeat=3 if args.quick else 7)
     print(f"torch threads: {torch.get_num_threads()}; dh={HIDDEN}, h={HEADS}, d_fd={FEED}, source {SRC_LEN} tokens\n")
     print(markdown_table(["shape", "what", "pass", "other ms", "fused ms", "speed-up"], rows))
 

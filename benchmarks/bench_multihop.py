@@ -26,7 +26,9 @@ SHAPES = {  # name: (sentences, tokens each, E, H)
 }
 
 
-def _rows_for(name, batch, length, embed, heads, repeat):
+def rows_for(name, batch, length, embed, heads, repeat, *, whats=None, **timing):
+    """Speed-up rows of one shape; ``whats``: the subset of rows to time (default all); ``timing``: see
+    ``timing.time_interleaved``."""
     torch.manual_seed(0)
     fused = MultiHopSelfAttention(MultiHopAttentionConfig(embed_dim=embed, num_heads=heads))
     reference = copy.deepcopy(fused)
@@ -43,7 +45,8 @@ def _rows_for(name, batch, length, embed, heads, repeat):
         "second hop (projections + gate)": (lambda: fused.second_hop(q, a)[0], lambda: reference.second_hop(q, a)[0]),
         "multi-hop self-attention module": (lambda: fused(x)[0], lambda: reference(x)[0]),
     }
-    return speedup_rows(name, pairs, leaves, repeat=repeat)
+    pairs = {what: pair for what, pair in pairs.items() if whats is None or what in whats}
+    return speedup_rows(name, pairs, leaves, repeat=repeat, **timing)
 
 
 def main(argv=None) -> None:
@@ -56,7 +59,7 @@ def main(argv=None) -> None:
     shapes = list(SHAPES.items())[1:] if args.quick else list(SHAPES.items())
     rows = []
     for name, shape in shapes:
-        rows += _rows_for(name, *shape, repeat=3 if args.quick else 7)
+        rows += rows_for(name, *shape, repeat=3 if args.quick else 7)
     print(f"torch threads: {torch.get_num_threads()}\n")
     print(markdown_table(["shape", "what", "pass", "reference ms", "fused ms", "speed-up"], rows))
 

@@ -55,22 +55,26 @@ def _core_pair(module: MultiLayerMultiheadAttention, query, features, lengths):
     return fused, reference, lambda: arranged()[0], q + k + v
 
 
-def _rows_for(name, embed, heads, variant, layers, length, repeat):
+def rows_for(name, embed, heads, variant, layers, length, repeat, *, batch=BATCH, arrangement=True, **timing):
+    """Speed-up rows of one case, plus (with ``arrangement``) the share of the fused core spent arranging the
+    projections; ``timing``: see ``timing.time_interleaved``."""
     torch.manual_seed(0)
     config = MultiLayerAttentionConfig.from_variant(variant, embed_dim=embed, num_heads=heads, num_layers=layers)
     fused_module = MultiLayerMultiheadAttention(config)
     reference_module = copy.deepcopy(fused_module)
     reference_module.config.implementation = "reference"
-    query = torch.randn(BATCH, length, embed, requires_grad=True)
-    features = [torch.randn(BATCH, length, embed, requires_grad=True) for _ in range(layers)]
-    lengths = torch.randint(length // 2, length + 1, (BATCH,))
+    query = torch.randn(batch, length, embed, requires_grad=True)
+    features = [torch.randn(batch, length, embed, requires_grad=True) for _ in range(layers)]
+    lengths = torch.randint(length // 2, length + 1, (batch,))
     fused_core, reference_core, arrange, core_inputs = _core_pair(fused_module, query, features, lengths)
     leaves = [query, *features, *core_inputs, *fused_module.parameters(), *reference_module.parameters()]
-    label = f"{name} {variant} n={layers} T=S={length}"
+    label = f"{name} {variant} n={layers} B={batch} T=S={length}"
     pairs = {"attention core": (fused_core, reference_core),
              "MLMHA sublayer": (lambda: fused_module(query, features, key_lengths=lengths)[0],
                                 lambda: reference_module(query, features, key_lengths=lengths)[0])}
-    rows = speedup_rows(label, pairs, leaves, repeat=repeat)
+    rows = speedup_rows(label, pairs, leaves, repeat=repeat, **timing)
+    if not arrangement:
+        return rows
     with torch.no_grad():
         t_arrange, t_core = time_interleaved([arrange, fused_core], repeat=repeat)
     rows.append([label, "q arrangement / fused core", "fwd", "-", f"{t_arrange * 1e3:.2f} / {t_core * 1e3:.2f}",
@@ -93,7 +97,7 @@ def main(argv=None) -> None:
     rows = []
     for length in args.lengths:
         for name, variant, layers in cases:
-            rows += _rows_for(name, *SHAPES[name], variant, layers, length, repeat=3 if args.quick else 5)
+            rows += rows_for(name, *SHAPES[name], variant, layers, length, repeat=3 if args.quick else 5)
     print(f"torch threads: {torch.get_num_threads()}; batch {BATCH} sentences\n")
     print(markdown_table(["case", "what", "pass", "reference ms", "fused ms", "speed-up"], rows))
 

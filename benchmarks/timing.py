@@ -7,6 +7,8 @@ import statistics
 import time
 from typing import Callable, Sequence
 
+import torch
+
 
 def time_interleaved(fns: Sequence[Callable[[], object]], *, repeat: int = 7, warmup: int = 2,
                      min_seconds: float = 0.05) -> list[float]:
@@ -33,30 +35,40 @@ def time_interleaved(fns: Sequence[Callable[[], object]], *, repeat: int = 7, wa
 
 
 def timed_call(fn: Callable[[], object], backward: bool, leaves: Sequence) -> Callable[[], None]:
-    """One call of ``fn``; with ``backward``, also the gradients of ``leaves``, dropped again so that no call pays for
-    accumulating into the previous call's ``.grad``. ``fn`` returns a tensor or a tuple of tensors."""
+    """One call of ``fn``: without ``backward`` under ``torch.no_grad`` (inference); with ``backward``, also the
+    gradients of ``leaves``, dropped again so that no call pays for accumulating into the previous call's ``.grad``.
+    ``fn`` returns a tensor or a tuple of tensors."""
 
     def call() -> None:
+        if not backward:
+            with torch.no_grad():
+                fn()
+            return
         out = fn()
-        if backward:
-            loss = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
-            loss.backward()
-            for leaf in leaves:
-                leaf.grad = None
+        loss = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
+        loss.backward()
+        for leaf in leaves:
+            leaf.grad = None
 
     return call
 
 
-def speedup_rows(label: str, pairs: dict, leaves: Sequence, *, repeat: int) -> list[list[object]]:
-    """For each ``what -> (fused, other)`` pair, forward and forward+backward rows of
-    ``[label, what, pass, other ms, fused ms, other / fused]``, timed side by side."""
+def speedup_rows(label: str, pairs: dict, leaves: Sequence, *, repeat: int, passes: Sequence[bool] = (False, True),
+                 **timing) -> list[list[object]]:
+    """For each ``what -> (fused, other)`` pair, forward and forward+backward rows (``passes``: with backward or not)
+    of ``[label, what, pass, other ms, fused ms, other / fused]``, timed side by side. ``timing``: more keyword
+    arguments of :func:`time_interleaved`."""
     rows: list[list[object]] = []
     for what, (fast, slow) in pairs.items():
-        for backward in (False, True):
+        for backward in passes:
             t_fast, t_slow = time_interleaved([timed_call(fast, backward, leaves), timed_call(slow, backward, leaves)],
-                                              repeat=repeat)
+                                              repeat=repeat, **timing)
             rows.append([label, what, "fwd+bwd" if backward else "fwd", t_slow * 1e3, t_fast * 1e3, t_slow / t_fast])
     return rows
+
+
+def pass_name(backward: bool) -> str:
+    return "fwd+bwd" if backward else "fwd"
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

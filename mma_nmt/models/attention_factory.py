@@ -12,6 +12,8 @@ The multi-hop, MLMHA and GMM modules get this interface through the adapters of 
 (layer selection by ``encoder.multihop_layers`` / ``decoder.gmm_layers`` is done here). MLMHA reads
 ``encoder_out.layer_states``; GMM reads ``encoder_out.lengths`` (the true source length J). :func:`pending` remains for
 kinds whose module is not merged yet: it raises ``NotImplementedError`` naming the branch.
+
+``implementation="torch"`` builds every place from ``nn.MultiheadAttention`` instead (``torch_attention``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from mma_nmt.models import torch_attention
 from mma_nmt.models.attention_adapters import (
     EncoderLayerAggregation,
     GmmCrossAttentionAdapter,
@@ -49,8 +52,6 @@ def pending(kind: str, branch: str) -> Builder:
 def mixed_attention_config(config: TransformerConfig, head_spec: str, window: int = 1) -> MixedAttentionConfig:
     return MixedAttentionConfig(embed_dim=config.d_model, num_heads=config.heads, head_spec=head_spec, window=window,
                                 dropout=config.attention_dropout, implementation=config.implementation)
-
-
 
 
 class CausalSelfAttention(nn.Module):
@@ -162,10 +163,20 @@ def _lookup(table: dict, kind: str, place: str):
 
 
 def build_encoder_self_attention(config: TransformerConfig, layer: int) -> nn.Module:
+    if config.implementation == "torch":
+        return torch_attention.build_encoder_self_attention(config, layer)
     return _lookup(ENCODER_SELF_ATTENTION, config.encoder.attention, "encoder self-")(config, layer)
 
 
+def build_decoder_self_attention(config: TransformerConfig) -> nn.Module:
+    if config.implementation == "torch":
+        return torch_attention.TorchCausalSelfAttention(config)
+    return CausalSelfAttention(config)
+
+
 def build_cross_attention(config: TransformerConfig, layer: int) -> nn.Module:
+    if config.implementation == "torch":
+        return torch_attention.build_cross_attention(config, layer)
     return _lookup(CROSS_ATTENTION, config.decoder.cross_attention, "decoder cross-")(config, layer)
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 Implementation = Literal["fused", "reference"]
+TransformerImplementation = Literal["fused", "reference", "torch"]
 
 
 @dataclass
@@ -64,7 +65,9 @@ class TransformerConfig:
     share_embeddings: bool = False  # one embedding table for source and target (needs a joint vocabulary)
     tie_output: bool = True  # output projection shares the target embedding's weight
     max_positions: int = 1024
-    implementation: Implementation = "fused"  # fused operators or plain-PyTorch reference modules (same parameters)
+    # fused operators, or plain-PyTorch reference modules (same parameters), or "torch": nn.MultiheadAttention
+    # (standard and MMA attention only; its own parameter layout), the baseline of the benchmarks
+    implementation: TransformerImplementation = "fused"
 
 
 @dataclass

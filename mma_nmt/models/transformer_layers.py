@@ -9,7 +9,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mma_nmt.models.attention_factory import CausalSelfAttention, build_cross_attention, build_encoder_self_attention
+from mma_nmt.models.attention_factory import (
+    build_cross_attention,
+    build_decoder_self_attention,
+    build_encoder_self_attention,
+)
 from mma_nmt.models.config import TransformerConfig
 from mma_nmt.models.incremental import EncoderOut, module_cache
 
@@ -72,7 +76,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, config: TransformerConfig, layer: int):
         super().__init__()
         self.name = f"decoder.{layer}"
-        self.self_attn = CausalSelfAttention(config)
+        self.self_attn = build_decoder_self_attention(config)
         self.cross_attn = build_cross_attention(config, layer)
         self.ffn = FeedForward(config)
         self.self_block = Sublayer(config)

@@ -1,0 +1,60 @@
+"""Smoke test of the benchmark suite (``python -m benchmarks``): every section runs at toy sizes and the report has
+its structure. No timing is checked (speed is measured by the suite itself, never asserted in tests)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root holds the benchmarks package
+from benchmarks.__main__ import main  # noqa: E402
+from benchmarks.suite import SECTIONS  # noqa: E402
+from benchmarks.targets import TARGETS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MMA_NMT_BENCH_CACHE", str(out / "cache"))
+        status = main(["--tiny", "--threads", "1", "--out", str(out), "--name", "smoke"])
+    return status, json.loads((out / "smoke.json").read_text()), (out / "smoke.md").read_text()
+
+
+def test_every_section_runs_and_fills_its_tables(tiny_report):
+    status, report, _ = tiny_report
+    assert status == 0
+    assert [s["name"] for s in report["sections"]] == list(SECTIONS)
+    for section in report["sections"]:
+        assert section["error"] is None, section["error"]
+        assert section["tables"], section["name"]
+        for table in section["tables"]:
+            assert table["rows"] and all(len(row) == len(table["columns"]) for row in table["rows"]), table["title"]
+
+
+def test_report_names_the_machine_and_the_build(tiny_report):
+    _, report, markdown = tiny_report
+    machine = report["machine"]
+    for key in ("cpu_model", "cores", "torch_version", "torch_threads", "load_average_start", "load_average_end"):
+        assert machine[key] not in (None, "", []), key
+    assert set(machine["mma_nmt_build"]) >= {"cuda", "torch_version", "cpu_kernel"}
+    assert report["profile"] == "tiny"
+    assert "## Targets" in markdown and machine["cpu_model"] in markdown
+
+
+def test_targets_table_has_every_target_with_a_status(tiny_report):
+    _, report, _ = tiny_report
+    assert [t["id"] for t in report["targets"]] == [t.id for t in TARGETS]
+    assert {t["status"] for t in report["targets"]} <= {"met", "**missed**", "not measured"}
+    measured = {t["id"] for t in report["targets"] if t["status"] != "not measured"}
+    # at toy sizes only the length-128 figure of section b cannot be taken
+    assert measured == {t.id for t in TARGETS} - {"mixed_vs_sdpa"}
+
+
+def test_unknown_section_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["--only", "nonsense"])
+    assert "invalid choice" in capsys.readouterr().err
