@@ -27,6 +27,9 @@ def main(data_dir: str, out: str) -> None:
     totals = forward_backward(ddp, batch, epsilon=0.1, pad_id=0, info=info)
     if info.is_main:
         torch.save({"totals": totals, "grads": {n: p.grad for n, p in model.named_parameters()}}, out)
+    # Both ranks leave together: a rank tearing gloo down while the other still saves was seen to abort it
+    # ("terminate called without an active exception", SIGABRT) on a loaded machine.
+    torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
 
