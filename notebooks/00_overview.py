@@ -29,29 +29,24 @@
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
-from IPython.display import Image, display
 
 import mma_nmt
 from mma_nmt.analysis import (head_distance_entropy, head_labels, plot_attention_grid, plot_distance_entropy,
-                              plot_relative_position_response, relative_position_response, save_figure)
+                              plot_relative_position_response, relative_position_response)
 from mma_nmt.demos.mixed_attention_maps import embed, find_multi30k, read_sentences
+from mma_nmt.demos.notebook_figures import figure_dir, figure_shower
 from mma_nmt.modules import MixedAttentionConfig, MixedMultiheadAttention
 from mma_nmt.ops import format_head_spec, fused_attention, padding_mask_from_lengths
 from mma_nmt.reference import attention_reference, visibility_mask
 
 PRESET = os.environ.get("MMA_NMT_NOTEBOOK_PRESET", "tiny")
 SENTENCES = {"tiny": 12, "full": 500}[PRESET]
-OUT = Path(os.environ.get("MMA_NMT_NOTEBOOK_OUT", "../runs/notebooks/00_overview"))
+OUT = figure_dir("00_overview")
+show = figure_shower(OUT)
 torch.manual_seed(0)
 started = time.time()
-
-
-def show(fig, name):
-    """Save the figure under OUT and display the PNG (works in Jupyter and when executed headless)."""
-    display(Image(filename=str(save_figure(fig, OUT / name))))
 
 
 print(f"preset={PRESET}, sentences={SENTENCES}, python={sys.executable}")

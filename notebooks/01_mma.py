@@ -30,29 +30,23 @@
 # all-global baseline. A trained model is cached under `runs/notebooks/cache` and loaded on the next run.
 
 # %%
-import os
 import time
-from pathlib import Path
 
 import torch
-from IPython.display import Image, display
 
 from mma_nmt.analysis import (bleu_by_source_length, head_distance_entropy, head_labels, plot_bleu_by_source_length,
-                              plot_distance_entropy, plot_sentence_attention, save_figure)
+                              plot_distance_entropy, plot_sentence_attention)
 from mma_nmt.decoding.translate import translate_dataset
+from mma_nmt.demos.notebook_figures import figure_dir, figure_shower
 from mma_nmt.demos.notebook_models import cache_dir, notebook_run, notebook_scale, train_or_load
 from mma_nmt.evaluation.force_decode import force_decode_sentences, pieces, sentence_maps
 
 SCALE = notebook_scale()
 CACHE = cache_dir()
-OUT = Path(os.environ.get("MMA_NMT_NOTEBOOK_OUT", "../runs/notebooks/01_mma"))
+OUT = figure_dir("01_mma")
+show = figure_shower(OUT)
 torch.manual_seed(0)
 started = time.time()
-
-
-def show(fig, name):
-    """Save the figure under OUT and display the PNG (works in Jupyter and when executed headless)."""
-    display(Image(filename=str(save_figure(fig, OUT / name))))
 
 
 print(SCALE)

@@ -26,31 +26,26 @@
 # Multi30k and also trains a standard Transformer to compare the encoders' distance and entropy.
 
 # %%
-import os
 import time
-from pathlib import Path
 
 import torch
-from IPython.display import Image, Markdown, display
+from IPython.display import Markdown, display
 
 from mma_nmt.analysis import (bleu_by_source_length, format_layer_masking_table, head_distance_entropy,
                               layer_masking_table, plot_bleu_by_source_length, plot_distance_entropy,
-                              plot_layer_weights, save_figure)
+                              plot_layer_weights)
 from mma_nmt.decoding.translate import translate_dataset
+from mma_nmt.demos.notebook_figures import figure_dir, figure_shower
 from mma_nmt.demos.notebook_models import cache_dir, notebook_run, notebook_scale, train_or_load
 from mma_nmt.evaluation.force_decode import force_decode_sentences, pieces
 from mma_nmt.models.layer_masking import masked_encoder_layer
 
 SCALE = notebook_scale()
 CACHE = cache_dir()
-OUT = Path(os.environ.get("MMA_NMT_NOTEBOOK_OUT", "../runs/notebooks/03_mlmha"))
+OUT = figure_dir("03_mlmha")
+show = figure_shower(OUT)
 torch.manual_seed(0)
 started = time.time()
-
-
-def show(fig, name):
-    """Save the figure under OUT and display the PNG (works in Jupyter and when executed headless)."""
-    display(Image(filename=str(save_figure(fig, OUT / name))))
 
 
 print(SCALE)

@@ -30,32 +30,26 @@
 # `MMA_NMT_NOTEBOOK_PRESET=full` trains on all of Multi30k and scores all 508 pairs.
 
 # %%
-import os
 import time
-from pathlib import Path
 
 import torch
-from IPython.display import Image, display
 
 from mma_nmt.analysis import (align_with_model, alignment_scores, bleu_by_source_length, diagonal_links,
                               entropy_by_source_length, gate_distribution, ngram_precision_gap, ngram_precisions,
                               plot_bleu_by_source_length, plot_entropy_by_source_length, plot_gate_distribution,
-                              plot_gmm_components, plot_ngram_precision_gap, read_gold_alignments, save_figure)
+                              plot_gmm_components, plot_ngram_precision_gap, read_gold_alignments)
 from mma_nmt.data.corpora import default_data_dir
 from mma_nmt.decoding.translate import translate_dataset
+from mma_nmt.demos.notebook_figures import figure_dir, figure_shower
 from mma_nmt.demos.notebook_models import cache_dir, notebook_run, notebook_scale, train_or_load
 from mma_nmt.evaluation.force_decode import alignment_attention_fn, encode_words, force_decode_sentences, pieces
 
 SCALE = notebook_scale()
 CACHE = cache_dir()
-OUT = Path(os.environ.get("MMA_NMT_NOTEBOOK_OUT", "../runs/notebooks/05_gmm"))
+OUT = figure_dir("05_gmm")
+show = figure_shower(OUT)
 torch.manual_seed(0)
 started = time.time()
-
-
-def show(fig, name):
-    """Save the figure under OUT and display the PNG (works in Jupyter and when executed headless)."""
-    display(Image(filename=str(save_figure(fig, OUT / name))))
 
 
 print(SCALE)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -44,3 +46,23 @@ def test_train_or_load_trains_once_then_loads_the_finished_run(tmp_path, shared_
     for (name, a), (_, b) in zip(first.model.state_dict().items(), second.model.state_dict().items()):
         torch.testing.assert_close(a, b, msg=name)
     assert "loaded from" in second.summary() and "trained in" in first.summary()
+
+
+def test_figures_go_to_the_notebook_folder_or_the_environment_and_are_saved_before_display(tmp_path, monkeypatch):
+    pytest.importorskip("IPython")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from mma_nmt.demos.notebook_figures import figure_dir, figure_shower
+
+    monkeypatch.delenv("MMA_NMT_NOTEBOOK_OUT", raising=False)
+    assert figure_dir("01_mma") == Path("../runs/notebooks/01_mma")
+    monkeypatch.setenv("MMA_NMT_NOTEBOOK_OUT", str(tmp_path / "figures"))
+    show = figure_shower(figure_dir("01_mma"))
+    fig, axis = plt.subplots()
+    axis.plot([0, 1], [1, 0])
+    show(fig, "line.png")
+    png = tmp_path / "figures" / "line.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
