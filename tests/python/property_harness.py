@@ -123,3 +123,30 @@ def check_against_reference(op: OperatorUnderTest, case, seed: int) -> None:
             continue
         # the rule's 1e-5 floor, relative to the size of the summed terms when they are large
         assert_close_to_double(got, low, high, f"{op.name}: {n}", floor=1e-5 * scale_of(n, high))
+
+
+def labels_drawn(strategy, label: Callable[[Any], set], max_examples: int) -> set:
+    """Every label that ``label(case)`` gives to the cases hypothesis draws from ``strategy`` in ``max_examples`` tries:
+    the evidence that a strategy can reach the edges it is meant to reach. Drawing is cheap, so callers draw more cases
+    than their property test runs; which of them a derandomized property test meets depends on its seed."""
+    from hypothesis import given, settings
+
+    seen: set = set()
+
+    @settings(max_examples=max_examples, database=None)
+    @given(case=strategy)
+    def collect(case):
+        seen.update(label(case))
+
+    collect()
+    return seen
+
+
+def size_and_length_labels(case, sizes: Sequence[str]) -> set:
+    """The names of the ``sizes`` that are 0 in ``case``, "empty sentence" / "one-key sentence" when a key length is
+    0 / 1, and the dtype (e.g. "torch.float32")."""
+    labels = {name for name in sizes if getattr(case, name) == 0} | {str(case.dtype)}
+    lengths = getattr(case, "key_lengths", None) or ()
+    labels |= {"empty sentence"} if 0 in lengths else set()
+    labels |= {"one-key sentence"} if 1 in lengths else set()
+    return labels

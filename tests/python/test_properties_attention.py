@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from mma_nmt.ops import fused_attention
 from mma_nmt.reference import attention_reference
 from mma_nmt.reference.attention import visibility_mask
-from property_harness import OperatorUnderTest, check_against_reference
+from property_harness import OperatorUnderTest, check_against_reference, labels_drawn, size_and_length_labels
 
 MAX_EXAMPLES = 300
 
@@ -176,28 +176,16 @@ def test_attention_matches_reference_on_random_cases(case, seed):
 
 def test_case_strategy_reaches_the_edges():
     """The strategy can produce every head kind, zero sizes, huge windows and offsets, and extreme magnitudes."""
-    seen = set()
 
-    @settings(max_examples=MAX_EXAMPLES, database=None)
-    @given(case=attention_cases())
-    def collect(case):
-        seen.update(f"kind{k}" for k in case.head_kinds)
-        seen.update(name for name in ("batch", "query_len", "key_len", "head_dim", "value_dim")
-                    if getattr(case, name) == 0)
-        if case.window >= 2**62:
-            seen.add("huge window")
-        if abs(case.query_offset) >= 2**60:
-            seen.add("huge offset")
-        if case.magnitude >= 1e3:
-            seen.add("extreme logits")
-        if case.dropout_p > 0:
-            seen.add("dropout")
-        if case.key_lengths and 0 in case.key_lengths:
-            seen.add("empty sentence")
-        if case.dtype == torch.float32:
-            seen.add("float32")
+    def label(case):
+        labels = size_and_length_labels(case, ("batch", "query_len", "key_len", "head_dim", "value_dim"))
+        labels |= {f"kind{k}" for k in case.head_kinds}
+        flags = {"huge window": case.window >= 2**62, "huge offset": abs(case.query_offset) >= 2**60,
+                 "extreme logits": case.magnitude >= 1e3, "dropout": case.dropout_p > 0}
+        return labels | {name for name, on in flags.items() if on}
 
-    collect()
+    seen = labels_drawn(attention_cases(), label, 5 * MAX_EXAMPLES)
     wanted = {f"kind{k}" for k in range(5)} | {"batch", "query_len", "key_len", "head_dim", "value_dim", "huge window",
-                                               "huge offset", "extreme logits", "dropout", "empty sentence", "float32"}
+                                               "huge offset", "extreme logits", "dropout", "empty sentence",
+                                               "torch.float32"}
     assert wanted <= seen, f"never drawn: {sorted(wanted - seen)}"

@@ -24,7 +24,7 @@ from gmm_cases import Shape
 from gmm_cases import make_inputs as make_gmm_inputs
 from mma_nmt.ops import gmm_attention, gmm_conversion
 from mma_nmt.reference import gmm_attention_reference
-from property_harness import OperatorUnderTest, check_against_reference
+from property_harness import OperatorUnderTest, check_against_reference, labels_drawn, size_and_length_labels
 
 MAX_EXAMPLES = 200
 QUERY_LENGTHS = [1, 2, 3, 5, 7, 13, 16, 17]
@@ -271,28 +271,14 @@ def test_gmm_attention_matches_reference_on_random_cases(case, seed):
 
 
 def test_case_strategy_reaches_the_edges():
-    seen = set()
+    def label(case):
+        labels = size_and_length_labels(case, ("batch", "heads", "query_len", "key_len", "head_dim", "value_dim"))
+        labels |= {f"K{case.components}", case.normalization, case.sigma_override}
+        flags = {"saturated network outputs": case.hat_size >= 30, "gate at 0 or 1": case.gate_size >= 30,
+                 "extreme logits": case.magnitude >= 1e3, "local": case.local}
+        return labels | {name for name, on in flags.items() if on}
 
-    @settings(max_examples=MAX_EXAMPLES, database=None)
-    @given(case=gmm_cases())
-    def collect(case):
-        seen.update(n for n in ("batch", "heads", "query_len", "key_len", "head_dim", "value_dim")
-                    if getattr(case, n) == 0)
-        seen.update({f"K{case.components}", case.normalization, case.sigma_override, str(case.dtype)})
-        if case.key_lengths and 0 in case.key_lengths:
-            seen.add("empty sentence")
-        if case.key_lengths and 1 in case.key_lengths:
-            seen.add("one-key sentence")
-        if case.hat_size >= 30:
-            seen.add("saturated network outputs")
-        if case.gate_size >= 30:
-            seen.add("gate at 0 or 1")
-        if case.magnitude >= 1e3:
-            seen.add("extreme logits")
-        if case.local:
-            seen.add("local")
-
-    collect()
+    seen = labels_drawn(gmm_cases(), label, 5 * MAX_EXAMPLES)
     wanted = ({"batch", "heads", "query_len", "key_len", "head_dim", "value_dim", "approximate", "strict",
                "unnormalised", "below floor", "huge", "empty sentence", "one-key sentence", "saturated network outputs",
                "gate at 0 or 1", "extreme logits", "local", "torch.float32", "torch.float64"}

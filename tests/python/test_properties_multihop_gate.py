@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from mma_nmt.ops import multihop_gate
 from mma_nmt.reference.multihop import head_gate_reference
-from property_harness import OperatorUnderTest, check_against_reference
+from property_harness import OperatorUnderTest, check_against_reference, labels_drawn, size_and_length_labels
 
 MAX_EXAMPLES = 200
 SIZES = [1, 2, 3, 5, 7, 13, 17, 31]
@@ -131,17 +131,13 @@ def test_multihop_gate_matches_reference_on_random_cases(case, seed):
 
 
 def test_case_strategy_reaches_the_edges():
-    seen = set()
+    def label(case):
+        labels = size_and_length_labels(case, ("batch", "query_len", "hop_dim", "value_dim"))
+        labels |= {case.layout, f"heads{case.heads}" if case.heads in (1, 64) else ""}
+        one_hot = case.v_b_magnitude >= 1e4 and case.proj_magnitude >= 1
+        return labels | ({"one-hot gate"} if one_hot else set())
 
-    @settings(max_examples=MAX_EXAMPLES, database=None)
-    @given(case=gate_cases())
-    def collect(case):
-        seen.update(n for n in ("batch", "query_len", "hop_dim", "value_dim") if getattr(case, n) == 0)
-        seen.update({case.layout, f"heads{case.heads}" if case.heads in (1, 64) else "", str(case.dtype)})
-        if case.v_b_magnitude >= 1e4 and case.proj_magnitude >= 1:
-            seen.add("one-hot gate")
-
-    collect()
+    seen = labels_drawn(gate_cases(), label, 5 * MAX_EXAMPLES)
     wanted = {"batch", "query_len", "hop_dim", "value_dim", "contiguous", "slice", "transposed", "heads1", "heads64",
               "torch.float32", "torch.float64", "one-hot gate"}
     assert wanted <= seen, f"never drawn: {sorted(wanted - seen)}"

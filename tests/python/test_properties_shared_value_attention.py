@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from mma_nmt.ops import shared_value_attention
 from mma_nmt.reference import shared_value_attention_reference
-from property_harness import OperatorUnderTest, check_against_reference
+from property_harness import OperatorUnderTest, check_against_reference, labels_drawn, size_and_length_labels
 
 MAX_EXAMPLES = 200
 LENGTHS = [1, 2, 3, 5, 7, 13, 16, 17, 31, 127, 129]
@@ -174,22 +174,12 @@ def test_shared_value_attention_matches_reference_on_random_cases(case, seed):
 
 
 def test_case_strategy_reaches_the_edges():
-    seen = set()
+    def label(case):
+        labels = size_and_length_labels(case, ("batch", "heads", "query_len", "key_len", "head_dim", "value_dim"))
+        labels |= {"transposed" if case.non_contiguous else "contiguous"}
+        return labels | ({"extreme logits"} if case.magnitude >= 1e3 else set())
 
-    @settings(max_examples=MAX_EXAMPLES, database=None)
-    @given(case=shared_value_cases())
-    def collect(case):
-        seen.update(n for n in ("batch", "heads", "query_len", "key_len", "head_dim", "value_dim")
-                    if getattr(case, n) == 0)
-        if case.key_lengths and 0 in case.key_lengths:
-            seen.add("empty sentence")
-        if case.key_lengths and 1 in case.key_lengths:
-            seen.add("one-key sentence")
-        if case.magnitude >= 1e3:
-            seen.add("extreme logits")
-        seen.update({str(case.dtype), "transposed" if case.non_contiguous else "contiguous"})
-
-    collect()
+    seen = labels_drawn(shared_value_cases(), label, 5 * MAX_EXAMPLES)
     wanted = {"batch", "heads", "query_len", "key_len", "head_dim", "value_dim", "empty sentence", "one-key sentence",
               "extreme logits", "torch.float32", "torch.float64", "transposed", "contiguous"}
     assert wanted <= seen, f"never drawn: {sorted(wanted - seen)}"
