@@ -17,20 +17,8 @@ constexpr int64_t kMaxQueryOffset = int64_t(1) << 60;  // keeps i + query_offset
 AttentionParams check_attention_args(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                      const std::optional<at::Tensor>& key_lengths, at::IntArrayRef head_kinds,
                                      int64_t window, double scale, int64_t query_offset, double dropout_p, int64_t seed) {
-  check_rank(op, "q", q, 4, "(batch, heads, query_len, head_dim)");
-  check_rank(op, "k", k, 4, "(batch, heads, key_len, head_dim)");
-  check_rank(op, "v", v, 4, "(batch, heads, key_len, value_dim)");
-  TORCH_CHECK_TYPE(at::isFloatingType(q.scalar_type()), op, ": q must be a floating-point tensor, got ",
-                   q.scalar_type());
   AttentionParams p;
-  p.batch = q.size(0);
-  p.heads = q.size(1);
-  p.query_len = q.size(2);
-  p.head_dim = q.size(3);
-  p.key_len = k.size(2);
-  p.value_dim = v.size(3);
-  check_same_layout(op, "k", k, {p.batch, p.heads, p.key_len, p.head_dim}, q);
-  check_same_layout(op, "v", v, {p.batch, p.heads, p.key_len, p.value_dim}, q);
+  static_cast<AttentionSizes&>(p) = check_query_key_value(op, q, k, v, ValueLayout::kPerHead);
   TORCH_CHECK_VALUE(static_cast<int64_t>(head_kinds.size()) == p.heads, op, ": head_kinds must give one kind per head (",
                     p.heads, "), got ", head_kinds.size());
   for (const int64_t kind : head_kinds) {

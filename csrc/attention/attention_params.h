@@ -12,13 +12,7 @@
 
 namespace mma_nmt::attention {
 
-struct AttentionParams {
-  int64_t batch = 0;
-  int64_t heads = 0;
-  int64_t query_len = 0;
-  int64_t key_len = 0;
-  int64_t head_dim = 0;   // D of q and k
-  int64_t value_dim = 0;  // D of v and of the output
+struct AttentionParams : AttentionSizes {
   std::vector<int64_t> head_kinds;  // one HeadKind per head
   int64_t window = 0;
   int64_t query_offset = 0;  // query row i sits at key position i + query_offset

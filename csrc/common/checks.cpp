@@ -18,6 +18,34 @@ void check_same_layout(const char* op, const char* name, const at::Tensor& t, at
                     like.device());
 }
 
+AttentionSizes check_query_key_value(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                     ValueLayout values) {
+  const bool shared = values == ValueLayout::kSharedByHeads;
+  check_rank(op, "q", q, 4, "(batch, heads, query_len, head_dim)");
+  check_rank(op, "k", k, 4, "(batch, heads, key_len, head_dim)");
+  if (shared) {
+    check_rank(op, "v", v, 3, "(batch, key_len, value_dim) (one value set shared by every head)");
+  } else {
+    check_rank(op, "v", v, 4, "(batch, heads, key_len, value_dim)");
+  }
+  TORCH_CHECK_TYPE(at::isFloatingType(q.scalar_type()), op, ": q must be a floating-point tensor, got ",
+                   q.scalar_type());
+  AttentionSizes s;
+  s.batch = q.size(0);
+  s.heads = q.size(1);
+  s.query_len = q.size(2);
+  s.head_dim = q.size(3);
+  s.key_len = k.size(2);
+  s.value_dim = v.size(v.dim() - 1);
+  check_same_layout(op, "k", k, {s.batch, s.heads, s.key_len, s.head_dim}, q);
+  if (shared) {
+    check_same_layout(op, "v", v, {s.batch, s.key_len, s.value_dim}, q);
+  } else {
+    check_same_layout(op, "v", v, {s.batch, s.heads, s.key_len, s.value_dim}, q);
+  }
+  return s;
+}
+
 void check_key_lengths(const char* op, const at::Tensor& lengths, const at::Tensor& q, int64_t key_len) {
   TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == q.size(0), op,
                     ": key_lengths must have shape (batch,) = (", q.size(0), ",), got ", lengths.sizes());

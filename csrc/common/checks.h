@@ -5,6 +5,25 @@
 
 namespace mma_nmt {
 
+// Sizes shared by every attention operator: q (batch, heads, query_len, head_dim), k (batch, heads, key_len, head_dim)
+// and values of value_dim (also the output's last dimension). Each operator's params struct extends it.
+struct AttentionSizes {
+  int64_t batch = 0;
+  int64_t heads = 0;
+  int64_t query_len = 0;
+  int64_t key_len = 0;
+  int64_t head_dim = 0;   // D of q and k
+  int64_t value_dim = 0;  // D of v and of the output
+};
+
+// Where the values live: one set per head, v (batch, heads, key_len, value_dim), or one set that every head shares,
+// v (batch, key_len, value_dim) (multi-head Luong attention, SPEC section 2).
+enum class ValueLayout { kPerHead, kSharedByHeads };
+
+// Checks the ranks of q, k and v, that q is floating point and that k and v match q's sizes, dtype and device.
+AttentionSizes check_query_key_value(const char* op_name, const at::Tensor& q, const at::Tensor& k,
+                                     const at::Tensor& v, ValueLayout values);
+
 // `t` must have `rank` dimensions; `layout` describes them, e.g. "(batch, heads, query_len, head_dim)".
 void check_rank(const char* op_name, const char* arg_name, const at::Tensor& t, int64_t rank, const char* layout);
 

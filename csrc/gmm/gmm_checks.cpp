@@ -26,20 +26,8 @@ GmmParams check_gmm_args(const char* op, const at::Tensor& q, const at::Tensor& 
                          const std::optional<at::Tensor>& key_lengths, const at::Tensor& omega, const at::Tensor& mu,
                          const at::Tensor& sigma, const at::Tensor& gate, const LocalBias& local, double scale,
                          int64_t normalization, double sigma_floor) {
-  check_rank(op, "q", q, 4, "(batch, heads, query_len, head_dim)");
-  check_rank(op, "k", k, 4, "(batch, heads, key_len, head_dim)");
-  check_rank(op, "v", v, 4, "(batch, heads, key_len, value_dim)");
-  TORCH_CHECK_TYPE(at::isFloatingType(q.scalar_type()), op, ": q must be a floating-point tensor, got ",
-                   q.scalar_type());
   GmmParams p;
-  p.batch = q.size(0);
-  p.heads = q.size(1);
-  p.query_len = q.size(2);
-  p.head_dim = q.size(3);
-  p.key_len = k.size(2);
-  p.value_dim = v.size(3);
-  check_same_layout(op, "k", k, {p.batch, p.heads, p.key_len, p.head_dim}, q);
-  check_same_layout(op, "v", v, {p.batch, p.heads, p.key_len, p.value_dim}, q);
+  static_cast<AttentionSizes&>(p) = check_query_key_value(op, q, k, v, ValueLayout::kPerHead);
   check_mixture(op, p, omega, mu, sigma, q);
   p.components = omega.size(3);
   check_same_layout(op, "gate", gate, {p.batch, p.heads, p.query_len}, q);

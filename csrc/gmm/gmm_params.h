@@ -6,15 +6,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "common/checks.h"
+
 namespace mma_nmt::gmm {
 
-struct GmmParams {
-  int64_t batch = 0;
-  int64_t heads = 0;
-  int64_t query_len = 0;
-  int64_t key_len = 0;
-  int64_t head_dim = 0;    // D of q and k
-  int64_t value_dim = 0;   // D of v and of the output
+struct GmmParams : AttentionSizes {
   int64_t components = 0;  // K
   double scale = 1.0;
   int64_t normalization = 0;  // gmm::Normalization

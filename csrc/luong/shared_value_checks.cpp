@@ -7,20 +7,8 @@ namespace mma_nmt::luong {
 
 SharedValueParams check_shared_value_args(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                           const std::optional<at::Tensor>& key_lengths, double scale) {
-  check_rank(op, "q", q, 4, "(batch, heads, query_len, head_dim)");
-  check_rank(op, "k", k, 4, "(batch, heads, key_len, head_dim)");
-  check_rank(op, "v", v, 3, "(batch, key_len, value_dim) (one value set shared by every head)");
-  TORCH_CHECK_TYPE(at::isFloatingType(q.scalar_type()), op, ": q must be a floating-point tensor, got ",
-                   q.scalar_type());
   SharedValueParams p;
-  p.batch = q.size(0);
-  p.heads = q.size(1);
-  p.query_len = q.size(2);
-  p.head_dim = q.size(3);
-  p.key_len = k.size(2);
-  p.value_dim = v.size(2);
-  attention::check_same_layout(op, "k", k, {p.batch, p.heads, p.key_len, p.head_dim}, q);
-  attention::check_same_layout(op, "v", v, {p.batch, p.key_len, p.value_dim}, q);
+  static_cast<AttentionSizes&>(p) = check_query_key_value(op, q, k, v, ValueLayout::kSharedByHeads);
   TORCH_CHECK_VALUE(scale > 0.0 && std::isfinite(scale), op, ": scale must be positive and finite, got ", scale);
   if (key_lengths.has_value()) check_key_lengths(op, *key_lengths, q, p.key_len);
   p.scale = scale;

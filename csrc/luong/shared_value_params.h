@@ -7,15 +7,12 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "common/checks.h"
+
 namespace mma_nmt::luong {
 
-struct SharedValueParams {
-  int64_t batch = 0;
-  int64_t heads = 0;
-  int64_t query_len = 0;  // 1 per decoder step; the target length when run over all steps
-  int64_t key_len = 0;
-  int64_t head_dim = 0;   // D of q and k
-  int64_t value_dim = 0;  // Dv of the shared values and the output
+// query_len is 1 per decoder step, or the target length when run over all steps; v is shared by the heads.
+struct SharedValueParams : AttentionSizes {
   double scale = 1.0;
 };
 
