@@ -5,34 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention_cases import assert_close_to_double, make_qkv, padded_lengths, reference_in_double
+from attention_cases import assert_fused_matches_reference, make_qkv, padded_lengths
 from conftest import cpu_kernel_builds
 from mma_nmt.ops import fused_attention, parse_head_spec
-from mma_nmt.reference import attention_reference
 
 
 def check_against_reference(q, k, v, *, head_kinds, key_lengths=None, window=1, query_offset=0, dropout_p=0.0, seed=0):
     kinds = parse_head_spec(head_kinds, q.shape[1])
-    options = dict(head_kinds=kinds, key_lengths=key_lengths, window=window, query_offset=query_offset,
-                   dropout_p=dropout_p, seed=seed)
-    result = fused_attention(q, k, v, return_probs=True, **options)
-    grad_out = torch.randn_like(result.out)
-    grads = torch.autograd.grad(result.out, (q, k, v), grad_out)
-
-    ref_out, ref_probs = attention_reference(q, k, v, **options)
-    ref_grads = torch.autograd.grad(ref_out, (q, k, v), grad_out)
-    if q.dtype == torch.float64:
-        torch.testing.assert_close(result.out, ref_out, rtol=1e-10, atol=1e-10)
-        torch.testing.assert_close(result.probs, ref_probs, rtol=1e-10, atol=1e-10)
-        for name, got, want in zip("qkv", grads, ref_grads):
-            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, msg=lambda m: f"grad_{name}: {m}")
-        return
-    double_out, double_inputs = reference_in_double(q, k, v, **options)
-    double_grads = torch.autograd.grad(double_out, double_inputs, grad_out.double())
-    assert_close_to_double(result.out, ref_out, double_out, "out")
-    for name, got, low, high in zip("qkv", grads, ref_grads, double_grads):
-        assert_close_to_double(got, low, high, f"grad_{name}")
-    torch.testing.assert_close(result.probs, ref_probs, rtol=1e-5, atol=1e-6)
+    assert_fused_matches_reference(q, k, v, head_kinds=kinds, key_lengths=key_lengths, window=window,
+                                   query_offset=query_offset, dropout_p=dropout_p, seed=seed)
 
 
 @pytest.mark.parametrize("spec", ["G", "L", "F", "B", "C", "GLFB", "GLLL", "GFFF", "GBBB"])
