@@ -34,11 +34,10 @@ import time
 
 import torch
 
-from mma_nmt.analysis import (bleu_by_source_length, head_distance_entropy, head_labels, plot_bleu_by_source_length,
-                              plot_distance_entropy, plot_sentence_attention)
-from mma_nmt.decoding.translate import translate_dataset
-from mma_nmt.demos.notebook_figures import figure_dir, figure_shower
-from mma_nmt.demos.notebook_models import cache_dir, notebook_run, notebook_scale, train_or_load
+from mma_nmt.analysis import (head_distance_entropy, head_labels, plot_distance_entropy, plot_sentence_attention)
+from mma_nmt.demos.notebook_figures import figure_dir, figure_shower, show_bleu_by_source_length
+from mma_nmt.demos.notebook_models import (cache_dir, greedy_translations, notebook_run, notebook_scale,
+                                          train_or_load)
 from mma_nmt.evaluation.force_decode import force_decode_sentences, pieces, sentence_maps
 
 SCALE = notebook_scale()
@@ -126,14 +125,8 @@ for letter in "GLFB":
 # MMA compares with a baseline (run the full preset for that).
 
 # %%
-systems = {}
-count = SCALE.test_sentences
-for name, run in trained.items():
-    hypotheses = translate_dataset(run.model, test, run.run.decode, limit=count)
-    systems[name] = bleu_by_source_length(test.src_text[:count], hypotheses, test.tgt_text[:count])
-    print(f"{name}: first hypothesis: {hypotheses[0]!r}")
-show(plot_bleu_by_source_length(systems, title=f"BLEU by source length ({count} test sentences, greedy)"),
-     "bleu_by_length.png")
-for name, rows in systems.items():
-    print(name, [(r.label, r.sentences, None if r.bleu is None else round(r.bleu, 2)) for r in rows])
+hypotheses = greedy_translations(trained, test, SCALE.test_sentences)
+for name, hyps in hypotheses.items():
+    print(f"{name}: first hypothesis: {hyps[0]!r}")
+show_bleu_by_source_length(show, test, hypotheses)
 print(f"done in {time.time() - started:.1f} s")

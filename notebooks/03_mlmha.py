@@ -31,12 +31,12 @@ import time
 import torch
 from IPython.display import Markdown, display
 
-from mma_nmt.analysis import (bleu_by_source_length, format_layer_masking_table, head_distance_entropy,
-                              layer_masking_table, plot_bleu_by_source_length, plot_distance_entropy,
-                              plot_layer_weights)
+from mma_nmt.analysis import (format_layer_masking_table, head_distance_entropy, layer_masking_table,
+                              plot_distance_entropy, plot_layer_weights)
 from mma_nmt.decoding.translate import translate_dataset
-from mma_nmt.demos.notebook_figures import figure_dir, figure_shower
-from mma_nmt.demos.notebook_models import cache_dir, notebook_run, notebook_scale, train_or_load
+from mma_nmt.demos.notebook_figures import figure_dir, figure_shower, show_bleu_by_source_length
+from mma_nmt.demos.notebook_models import (cache_dir, greedy_translations, notebook_run, notebook_scale,
+                                          train_or_load)
 from mma_nmt.evaluation.force_decode import force_decode_sentences, pieces
 from mma_nmt.models.layer_masking import masked_encoder_layer
 
@@ -128,7 +128,7 @@ for layer in range(model.config.decoder.layers):
 # %%
 count = SCALE.test_sentences
 references = test.tgt_text[:count]
-hypotheses = {name: translate_dataset(run.model, test, run.run.decode, limit=count) for name, run in trained.items()}
+hypotheses = greedy_translations(trained, test, count)
 
 
 def translate(masked_layer):
@@ -146,9 +146,5 @@ print(format_layer_masking_table(table))
 # ## BLEU by source length
 
 # %%
-systems = {name: bleu_by_source_length(test.src_text[:count], hyps, references) for name, hyps in hypotheses.items()}
-show(plot_bleu_by_source_length(systems, title=f"BLEU by source length ({count} test sentences, greedy)"),
-     "bleu_by_length.png")
-for name, rows in systems.items():
-    print(name, [(r.label, r.sentences, None if r.bleu is None else round(r.bleu, 2)) for r in rows])
+show_bleu_by_source_length(show, test, hypotheses)
 print(f"done in {time.time() - started:.1f} s")

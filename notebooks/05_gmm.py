@@ -34,14 +34,14 @@ import time
 
 import torch
 
-from mma_nmt.analysis import (align_with_model, alignment_scores, bleu_by_source_length, diagonal_links,
-                              entropy_by_source_length, gate_distribution, ngram_precision_gap, ngram_precisions,
-                              plot_bleu_by_source_length, plot_entropy_by_source_length, plot_gate_distribution,
-                              plot_gmm_components, plot_ngram_precision_gap, read_gold_alignments)
+from mma_nmt.analysis import (align_with_model, alignment_scores, diagonal_links, entropy_by_source_length,
+                              gate_distribution, ngram_precision_gap, ngram_precisions, plot_entropy_by_source_length,
+                              plot_gate_distribution, plot_gmm_components, plot_ngram_precision_gap,
+                              read_gold_alignments)
 from mma_nmt.data.corpora import default_data_dir
-from mma_nmt.decoding.translate import translate_dataset
-from mma_nmt.demos.notebook_figures import figure_dir, figure_shower
-from mma_nmt.demos.notebook_models import cache_dir, notebook_run, notebook_scale, train_or_load
+from mma_nmt.demos.notebook_figures import figure_dir, figure_shower, show_bleu_by_source_length
+from mma_nmt.demos.notebook_models import (cache_dir, greedy_translations, notebook_run, notebook_scale,
+                                          train_or_load)
 from mma_nmt.evaluation.force_decode import alignment_attention_fn, encode_words, force_decode_sentences, pieces
 
 SCALE = notebook_scale()
@@ -167,14 +167,10 @@ print(f"diagonal  : AER {diagonal.aer:.3f}, precision {diagonal.precision:.3f}, 
 # %%
 count = SCALE.test_sentences
 references = test.tgt_text[:count]
-hypotheses = {name: translate_dataset(run.model, test, run.run.decode, limit=count) for name, run in trained.items()}
+hypotheses = greedy_translations(trained, test, count)
 gap = ngram_precision_gap(hypotheses["GMM"], hypotheses["baseline"], references)
 show(plot_ngram_precision_gap(gap), "ngram_gap.png")
 for name, hyps in hypotheses.items():
     print(f"{name:9s} n-gram precision (%):", [round(p, 1) for p in ngram_precisions(hyps, references).precision])
-systems = {name: bleu_by_source_length(test.src_text[:count], hyps, references) for name, hyps in hypotheses.items()}
-show(plot_bleu_by_source_length(systems, title=f"BLEU by source length ({count} test sentences, greedy)"),
-     "bleu_by_length.png")
-for name, rows in systems.items():
-    print(name, [(r.label, r.sentences, None if r.bleu is None else round(r.bleu, 2)) for r in rows])
+show_bleu_by_source_length(show, test, hypotheses)
 print(f"done in {time.time() - started:.1f} s")

@@ -25,3 +25,18 @@ def figure_shower(out: Path) -> Callable[[object, str], None]:
         display(Image(filename=str(save_figure(fig, out / name))))
 
     return show
+
+
+def show_bleu_by_source_length(show: Callable[[object, str], None], test, hypotheses: dict[str, list[str]]) -> dict:
+    """sacreBLEU per source-length bucket of every system's ``hypotheses`` of the first sentences of ``test`` (a
+    ParallelDataset): shown as ``bleu_by_length.png``, printed per bucket, and returned (system -> bucket rows)."""
+    from mma_nmt.analysis import bleu_by_source_length, plot_bleu_by_source_length
+
+    count = len(next(iter(hypotheses.values())))
+    systems = {name: bleu_by_source_length(test.src_text[:count], hyps, test.tgt_text[:count])
+               for name, hyps in hypotheses.items()}
+    show(plot_bleu_by_source_length(systems, title=f"BLEU by source length ({count} test sentences, greedy)"),
+         "bleu_by_length.png")
+    for name, rows in systems.items():
+        print(name, [(r.label, r.sentences, None if r.bleu is None else round(r.bleu, 2)) for r in rows])
+    return systems

@@ -125,3 +125,10 @@ def train_or_load(run: RunConfig) -> TrainedModel:
     result = trainer.train()
     return TrainedModel(model=trainer.model.eval(), run=run, steps=trainer.step, from_cache=False,
                         seconds=time.monotonic() - started, valid_nll=result.get("valid_nll"))
+
+
+def greedy_translations(trained: dict[str, TrainedModel], test: ParallelDataset, count: int) -> dict[str, list[str]]:
+    """The first ``count`` sentences of ``test`` translated by every model with its run's decoding settings."""
+    from mma_nmt.decoding.translate import translate_dataset
+
+    return {name: translate_dataset(run.model, test, run.run.decode, limit=count) for name, run in trained.items()}
