@@ -185,14 +185,16 @@ def main(argv=None) -> None:
     train = ParallelDataset.load(prepared_multi30k(sizes), "train")
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(0)).tolist()
     header = f"| model | impl | step ms | " + " | ".join(ORDER) + " |"
-    rows = []
+    rows, bounds = [], []
     for name, attention, sentences in models:
         batch = collate(train, order[:sentences])
+        steps = {}
         for impl in args.impl or ("fused", "reference"):
             config = model_config(name, attention, impl, train)
             if impl == "torch" and attention == "GMM":
                 continue
             parts, top = profile(config, batch, args.steps, args.table)
+            steps[impl] = parts
             total = parts["total"]
             cells = [f"{parts.get(k, 0.0):.1f} ({100 * parts.get(k, 0.0) / total:.0f}%)" for k in ORDER]
             rows.append(f"| {name}, {attention} ({len(batch)} x {batch.src.shape[1]}/{batch.tgt_in.shape[1]}) | "
@@ -201,8 +203,26 @@ def main(argv=None) -> None:
                 print(f"\n### {name}, {attention}, {impl}: top {args.table} ops by self CPU time ({args.steps} steps)\n")
                 print(top)
             print(rows[-1], flush=True)
+        if "fused" in steps and "reference" in steps:
+            bounds.append(f"| {name}, {attention} | " + amdahl(steps["fused"], steps["reference"]) + " |")
     print("\n" + header + "\n|" + "---|" * (3 + len(ORDER)))
     print("\n".join(rows))
+    if bounds:
+        print("\n| model | attention-specific share of the reference step | fused / reference, profiled | the same "
+              "from the parts (rest of fused step as in reference) | bound (fused attention in zero time) |\n"
+              "|---|---|---|---|---|")
+        print("\n".join(bounds))
+
+
+SPECIFIC = ("attn.core",)  # the only part whose code differs between fused and reference (the rest is shared)
+
+
+def amdahl(fused: dict, reference: dict) -> str:
+    """Share of the reference step that the implementation choice can change, and the ratios it allows."""
+    ref_total, specific = reference["total"], sum(reference.get(k, 0.0) for k in SPECIFIC)
+    fused_specific = sum(fused.get(k, 0.0) for k in SPECIFIC)
+    return (f"{100 * specific / ref_total:.0f}% | {ref_total / fused['total']:.2f} | "
+            f"{ref_total / (ref_total - specific + fused_specific):.2f} | {ref_total / (ref_total - specific):.2f}")
 
 
 if __name__ == "__main__":
