@@ -42,3 +42,20 @@ def test_packed_positions_and_shape_check():
     torch.testing.assert_close(full, packed)
     with pytest.raises(ValueError, match="must agree"):
         label_smoothed_cross_entropy(logits, target[:, :2], epsilon=0.1, ignore_index=0)
+
+
+@pytest.mark.parametrize("kind", ["transformer", "lstm"])
+def test_output_mask_gives_the_logits_of_the_masked_positions(kind):
+    from nmt_fixtures import random_batch, tiny_transformer
+
+    from mma_nmt.models import build_model, preset
+
+    torch.manual_seed(0)
+    config = tiny_transformer() if kind == "transformer" else preset(
+        "lstm_tiny", src_vocab_size=37, tgt_vocab_size=41, dropout=0.0)
+    model = build_model(config).eval()
+    src, lengths, prev, tgt = random_batch()
+    tgt[1, 4:], tgt[2, 2:] = 0, 0  # target padding
+    mask = tgt != 0
+    full = model(src, lengths, prev)  # (B, T, V)
+    torch.testing.assert_close(model(src, lengths, prev, output_mask=mask), full[mask])
