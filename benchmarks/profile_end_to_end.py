@@ -184,7 +184,7 @@ def main(argv=None) -> None:
         else sizes.train_models
     train = ParallelDataset.load(prepared_multi30k(sizes), "train")
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(0)).tolist()
-    header = f"| model | impl | step ms | " + " | ".join(ORDER) + " |"
+    header = "| model | impl | step ms | " + " | ".join(ORDER) + " |"
     rows, bounds = [], []
     for name, attention, sentences in models:
         batch = collate(train, order[:sentences])
@@ -200,7 +200,8 @@ def main(argv=None) -> None:
             rows.append(f"| {name}, {attention} ({len(batch)} x {batch.src.shape[1]}/{batch.tgt_in.shape[1]}) | "
                         f"{impl} | {total:.1f} | " + " | ".join(cells) + " |")
             if args.table:
-                print(f"\n### {name}, {attention}, {impl}: top {args.table} ops by self CPU time ({args.steps} steps)\n")
+                print(f"\n### {name}, {attention}, {impl}: top {args.table} ops by self CPU time "
+                      f"({args.steps} steps)\n")
                 print(top)
             print(rows[-1], flush=True)
         if "fused" in steps and "reference" in steps:
