@@ -78,15 +78,18 @@ def supports(config) -> bool:
 
 
 def train_step_fn(config, batch, seed: int = 0):
-    """One training step (forward, label-smoothed loss, backward, Adam) of a fresh model on a fixed batch."""
+    """One training step (forward, label-smoothed loss, backward, Adam) of a fresh model on a fixed batch, as the
+    trainer does it (``training.trainer.forward_backward``)."""
     torch.manual_seed(seed)
     model = build_model(config).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
+    real = batch.tgt_out != config.pad_id  # (B, T): as in the trainer, no logits at padding
+
     def step():
         optimizer.zero_grad(set_to_none=True)
-        logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
-        loss, _ = label_smoothed_cross_entropy(logits, batch.tgt_out, epsilon=0.1, ignore_index=config.pad_id)
+        logits = model(batch.src, batch.src_lengths, batch.tgt_in, output_mask=real)  # (N, V)
+        loss, _ = label_smoothed_cross_entropy(logits, batch.tgt_out[real], epsilon=0.1, ignore_index=config.pad_id)
         (loss / batch.num_tokens).backward()
         optimizer.step()
 

@@ -64,7 +64,7 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, *, cache: dict | None = None, need_weights: bool = False):
         a = self.attn
-        q, k, v = a.split_heads(a.q_proj(x)), a.split_heads(a.k_proj(x)), a.split_heads(a.v_proj(x))  # (B, H, T, D)
+        q, k, v = a.project_self(x)  # (B, H, T, D) each
         if cache is not None:
             if "k" in cache:
                 k = torch.cat([cache["k"], k], dim=2)  # (B, H, S, D)
@@ -87,8 +87,7 @@ class StandardCrossAttention(nn.Module):
         if cache is not None and "k" in cache:
             k, v = cache["k"], cache["v"]
         else:
-            k = a.split_heads(a.k_proj(encoder_out.out))  # (B, H, S, D)
-            v = a.split_heads(a.v_proj(encoder_out.out))
+            k, v = a.project_memory(encoder_out.out)  # (B, H, S, D) each
             if cache is not None:
                 cache["k"], cache["v"] = k, v
         q = a.split_heads(a.q_proj(x))  # (B, H, T, D)

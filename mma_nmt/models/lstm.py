@@ -91,8 +91,9 @@ class LSTMModel(nn.Module):
         return self.encoder(src, src_lengths)
 
     def decode(self, prev_tokens: torch.Tensor, encoder_out: EncoderOut, incremental_state=None,
-               need_weights: bool = False):
-        """prev_tokens (B, T) -> (logits (B, T', V), [alpha (B, h, T', S)] or None); T' = 1 with a state."""
+               need_weights: bool = False, output_mask: torch.Tensor | None = None):
+        """prev_tokens (B, T) -> (logits (B, T', V), [alpha (B, h, T', S)] or None); T' = 1 with a state. With
+        ``output_mask`` (B, T') bool the logits are those of the True positions only, (N, V)."""
         if incremental_state is not None:
             if "lstm" not in incremental_state:
                 incremental_state["lstm"] = self.decoder.initial_state(encoder_out)
@@ -107,7 +108,11 @@ class LSTMModel(nn.Module):
             alphas.append(alpha)
         hidden = F.dropout(torch.stack(outputs, dim=1), self.config.dropout, self.training)  # (B, T, d_sm)
         weights = [torch.stack(alphas, dim=2)] if need_weights else None  # [(B, h, T, S)]
+        if output_mask is not None:
+            hidden = hidden[output_mask]  # (B, T, d_sm) -> (N, d_sm)
         return self.output(hidden), weights
 
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
-        return self.decode(prev_tokens, self.encode(src, src_lengths))[0]
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, prev_tokens: torch.Tensor,
+                output_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V), or (N, V) at the True positions of ``output_mask`` (B, T) bool."""
+        return self.decode(prev_tokens, self.encode(src, src_lengths), output_mask=output_mask)[0]

@@ -97,11 +97,12 @@ class TransformerModel(nn.Module):
         return EncoderOut(out=x, lengths=src_lengths, layer_states=states, extra=extra)
 
     def decode(self, prev_tokens: torch.Tensor, encoder_out: EncoderOut, incremental_state=None,
-               need_weights: bool = False):
+               need_weights: bool = False, output_mask: torch.Tensor | None = None):
         """prev_tokens (B, T) starting with BOS -> (logits (B, T', V), cross-attention weights or None).
 
         With ``incremental_state`` only the last token is fed (T' = 1). Weights are a list over decoder layers of
-        (B, H, T', S) tensors."""
+        (B, H, T', S) tensors. With ``output_mask`` (B, T') bool the logits are those of the True positions only,
+        (N, V)."""
         start = 0
         if incremental_state is not None:
             start = prev_tokens.shape[1] - 1
@@ -115,8 +116,17 @@ class TransformerModel(nn.Module):
             all_weights.append(weights)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        weight = self.tgt_embed.embedding.weight if self.output is None else self.output.weight
-        return F.linear(x, weight), (all_weights if need_weights else None)
+        if output_mask is not None:
+            x = x[output_mask]  # (B, T', E) -> (N, E)
+        return self.output_layer(x), (all_weights if need_weights else None)
 
-    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
-        return self.decode(prev_tokens, self.encode(src, src_lengths))[0]
+    def output_layer(self, x: torch.Tensor) -> torch.Tensor:
+        """Decoder states (..., E) -> logits (..., V)."""
+        weight = self.tgt_embed.embedding.weight if self.output is None else self.output.weight
+        return F.linear(x, weight)
+
+    def forward(self, src: torch.Tensor, src_lengths: torch.Tensor, prev_tokens: torch.Tensor,
+                output_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, T, V); with ``output_mask`` (B, T) bool only those of the True positions, (N, V) in row-major
+        order (training needs no logits at padding: the output layer and the loss are the largest parts of a step)."""
+        return self.decode(prev_tokens, self.encode(src, src_lengths), output_mask=output_mask)[0]

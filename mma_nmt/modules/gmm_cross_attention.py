@@ -31,7 +31,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
+from mma_nmt.modules.heads import init_attention_projections, joint_projection, merge_heads, split_heads
 from mma_nmt.ops.fused_attention import fused_attention
 from mma_nmt.ops.gmm_attention import DEFAULT_SIGMA_FLOOR, gmm_attention
 from mma_nmt.ops.padding import resolve_key_lengths
@@ -134,9 +134,12 @@ class GmmCrossAttention(nn.Module):
             return state["k"], state["v"], state["key_lengths"]
         if key is None:
             raise ValueError("key (the encoder output) is required unless incremental_state already caches it")
-        value = key if value is None else value
-        k = self.split_heads(self.k_proj(key))  # (B, H, S, D)
-        v = self.split_heads(self.v_proj(value))  # (B, H, S, D)
+        if value is None or value is key:
+            k, v = joint_projection(key, (self.k_proj, self.v_proj))  # one GEMM: 2 x (B, S, E)
+            k, v = self.split_heads(k), self.split_heads(v)  # (B, H, S, D) each
+        else:
+            k = self.split_heads(self.k_proj(key))  # (B, H, S, D)
+            v = self.split_heads(self.v_proj(value))  # (B, H, S, D)
         lengths = resolve_key_lengths(key_lengths, key_padding_mask, device)
         if lengths is None:  # the mixture needs J; without padding it is S
             lengths = torch.full((key.shape[0],), key.shape[1], dtype=torch.int64, device=device)

@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from mma_nmt.ops import gmm_conversion
 
@@ -59,15 +60,31 @@ class MixturePredictor(nn.Module):
             return self.hard_coded(q, lengths, step)
         if kind == "localness":
             return self.localness(q, lengths)
-        omega, mu, sigma = self.mixture(q, lengths, state)
-        gate = self.gate_of(q)
+        outputs = self.networks(q)
+        omega, mu, sigma = self.mixture(q, lengths, state, outputs)
+        gate = self.gate_of(q, outputs.get("gate"))
         return MixtureParams(omega, mu, sigma, gate, None, None, self.config.normalization)
 
-    def mixture(self, q, lengths, state):
+    def networks(self, q: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The outputs (B, H, T, out) of the mixture and gate networks, computed together: the hidden layers as one
+        GEMM with their stacked weights (B*H*T, D) x (D, n*D), the output layers as one with their block-diagonal
+        weights, instead of 2n small GEMMs each copying the strided q. Same parameters and values as calling each
+        network."""
+        names = [n for n in ("weight", "mean", "std", "gate") if getattr(self, n) is not None]
+        nets = [getattr(self, n) for n in names]
+        if len(nets) == 1:
+            return {names[0]: nets[0](q)}
+        hidden = torch.tanh(F.linear(q, torch.cat([n.hidden.weight for n in nets]),
+                                     torch.cat([n.hidden.bias for n in nets])))  # (B, H, T, n*D)
+        out = F.linear(hidden, torch.block_diag(*(n.out.weight for n in nets)),
+                       torch.cat([n.out.bias for n in nets]))  # (B, H, T, sum out)
+        return dict(zip(names, out.split([n.out.out_features for n in nets], dim=-1)))
+
+    def mixture(self, q, lengths, state, outputs):
         K = self.config.num_components
-        w_hat = self.weight(q).expand(*q.shape[:-1], K)  # (B, H, T, K); shared weight -> uniform omega
-        mu_hat = self.mean(q).expand(*q.shape[:-1], K)
-        sigma_hat = self.std(q).expand(*q.shape[:-1], K)
+        w_hat = outputs["weight"].expand(*q.shape[:-1], K)  # (B, H, T, K); shared weight -> uniform omega
+        mu_hat = outputs["mean"].expand(*q.shape[:-1], K)
+        sigma_hat = outputs["std"].expand(*q.shape[:-1], K)
         norm = self.config.normalization
         if norm == "approximate":
             return gmm_conversion.approximate_mixture(w_hat, mu_hat, sigma_hat, source_lengths=lengths)
@@ -79,10 +96,11 @@ class MixturePredictor(nn.Module):
             state["previous_mu"] = mu[:, :, -1:].detach()  # (B, H, 1, K)
         return omega, mu, sigma
 
-    def gate_of(self, q: torch.Tensor) -> torch.Tensor:
-        """(B, H, T): learned ``sigmoid(FFN(q))``, 0.5 for average gating, 1 for mixture-only attention."""
+    def gate_of(self, q: torch.Tensor, output: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, H, T): learned ``sigmoid(FFN(q))`` (``output`` = the network's output if already computed), 0.5 for
+        average gating, 1 for mixture-only attention."""
         if self.gate is not None:
-            return torch.sigmoid(self.gate(q)).squeeze(-1)
+            return torch.sigmoid(self.gate(q) if output is None else output).squeeze(-1)
         value = 0.5 if self.config.attention == "gmm" else 1.0
         return q.new_full(q.shape[:-1], value)
 

@@ -10,7 +10,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
+from mma_nmt.modules.heads import init_attention_projections, joint_projection, merge_heads, split_heads
 from mma_nmt.ops.fused_attention import fused_attention
 from mma_nmt.ops.head_spec import format_head_spec, parse_head_spec
 from mma_nmt.ops.padding import resolve_key_lengths
@@ -67,6 +67,16 @@ class MixedMultiheadAttention(nn.Module):
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         return split_heads(x, self.config.num_heads)  # (B, L, E) -> (B, H, L, D)
 
+    def project_self(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention's queries, keys and values, (B, L, E) -> 3 x (B, H, L, D), from one GEMM."""
+        q, k, v = joint_projection(x, (self.q_proj, self.k_proj, self.v_proj))  # 3 x (B, L, E)
+        return self.split_heads(q), self.split_heads(k), self.split_heads(v)
+
+    def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention's keys and values of the same memory, (B, S, E) -> 2 x (B, H, S, D), from one GEMM."""
+        k, v = joint_projection(memory, (self.k_proj, self.v_proj))  # 2 x (B, S, E)
+        return self.split_heads(k), self.split_heads(v)
+
     def forward(
         self,
         query: torch.Tensor,
@@ -82,11 +92,14 @@ class MixedMultiheadAttention(nn.Module):
             raise ValueError(
                 f"query must have shape (batch, len, embed_dim={self.config.embed_dim}), got {tuple(query.shape)}"
             )
-        key = query if key is None else key
-        value = key if value is None else value
-        q = self.split_heads(self.q_proj(query))  # (B, H, T, D)
-        k = self.split_heads(self.k_proj(key))  # (B, H, S, D)
-        v = self.split_heads(self.v_proj(value))  # (B, H, S, D)
+        if (key is None or key is query) and (value is None or value is query):
+            q, k, v = self.project_self(query)  # (B, H, T, D) each
+        else:
+            key = query if key is None else key
+            value = key if value is None else value
+            q = self.split_heads(self.q_proj(query))  # (B, H, T, D)
+            k = self.split_heads(self.k_proj(key))  # (B, H, S, D)
+            v = self.split_heads(self.v_proj(value))  # (B, H, S, D)
         lengths = resolve_key_lengths(key_lengths, key_padding_mask, query.device)
         out, weights = self.attend(q, k, v, lengths, need_weights=need_weights, query_offset=query_offset)
         return self.out_proj(merge_heads(out)), weights  # (B, H, T, D) -> (B, T, E)

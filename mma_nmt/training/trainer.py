@@ -53,8 +53,9 @@ def forward_backward(model, batch, *, epsilon: float, pad_id: int, info: dist.Di
     the result equals one process computing the whole global batch. Returns the global (loss, nll, tokens) sums as a
     float64 tensor, or None (and no backward) when the loss is NaN/inf on any process."""
     with autocast or contextlib.nullcontext():
-        logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
-        loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out, epsilon=epsilon, ignore_index=pad_id)
+        real = batch.tgt_out != pad_id  # (B, T): no logits are computed at padding
+        logits = model(batch.src, batch.src_lengths, batch.tgt_in, output_mask=real)  # (N, V)
+        loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out[real], epsilon=epsilon, ignore_index=pad_id)
     local = torch.tensor([loss.item(), nll.item(), float(batch.num_tokens)], dtype=torch.float64)
     totals = dist.all_reduce_sum(local, info)
     if not math.isfinite(float(totals[0])):
@@ -246,8 +247,9 @@ class Trainer:
         for indices in sampler:
             batch = collate(self.valid_data, indices).to(self.device)
             with self.autocast():
-                logits = self.model(batch.src, batch.src_lengths, batch.tgt_in)
-                loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out, epsilon=cfg.label_smoothing,
+                real = batch.tgt_out != self.pad_id  # (B, T)
+                logits = self.model(batch.src, batch.src_lengths, batch.tgt_in, output_mask=real)  # (N, V)
+                loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out[real], epsilon=cfg.label_smoothing,
                                                          ignore_index=self.pad_id)
             sums += torch.tensor([loss.item(), nll.item(), float(batch.num_tokens)], dtype=torch.float64)
         sums = dist.all_reduce_sum(sums, self.info)
