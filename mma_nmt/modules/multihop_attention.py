@@ -20,7 +20,7 @@ from torch import nn
 from mma_nmt.modules.mixed_multihead_attention import MixedAttentionConfig, MixedMultiheadAttention
 from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
 from mma_nmt.ops.fused_attention import fused_attention
-from mma_nmt.ops.second_hop import second_hop
+from mma_nmt.ops.multihop import multihop_gate
 from mma_nmt.ops.padding import resolve_key_lengths
 from mma_nmt.reference.attention import attention_reference
 from mma_nmt.reference.multihop import head_gate_reference
@@ -137,16 +137,28 @@ class MultiHopSelfAttention(nn.Module):
         """``a'_h = beta_h U_c_h a_h`` from the queries ``q`` and first-hop outputs ``a`` (both (B, H, T, D)).
 
         Returns ``(a' (B, H, T, D), beta (B, H, T))``. The projections are GEMMs; the rest is one fused operator.
-        ``q`` is best the head view of the (B, T, E) query projection (what :meth:`forward` passes): its GEMM then
-        reads it in place.
         """
         if self.config.implementation == "reference":
             query_proj = torch.einsum("bhtd,ed->bhte", q, self.w_b)  # (B, H, T, Db), W_b shared by the heads
             head_proj = torch.einsum("bhtd,hed->bhte", a, self.u_b)  # (B, H, T, Db)
             value_proj = torch.einsum("bhtd,hcd->bhtc", a, self.u_c)  # (B, H, T, D)
             return head_gate_reference(query_proj, head_proj, value_proj, self.v_b)
-        # projections and gate as one autograd function in the position-major layout (mma_nmt/ops/second_hop.py)
-        return second_hop(q, a, self.w_b, self.u_b, self.u_c, self.v_b)
+        batch, heads, length, dim = a.shape
+        # q is a (B, H, T, D) view of the (B, T, H, D) projection: one GEMM on that layout, handed over as a view
+        query_proj = torch.matmul(q.transpose(1, 2), self.w_b.t()).transpose(1, 2)  # (B, H, T, Db)
+        # U_b_h a_h and U_c_h a_h as batched GEMMs over heads on one (H, B*T, D) copy of a; the operator reads the
+        # (B, H, T, ·) views in place (it needs only the last dimension contiguous). Two GEMMs rather than one on
+        # [U_b; U_c]: slicing one output would cost two zero-filled gradient buffers in backward.
+        per_head = a.transpose(0, 1).reshape(heads, batch * length, dim)  # (H, B*T, D)
+
+        def per_head_projection(weight: torch.Tensor) -> torch.Tensor:  # (H, out, D) -> (B, H, T, out) view
+            return torch.bmm(per_head, weight.transpose(1, 2)).view(heads, batch, length, -1).transpose(0, 1)
+
+        # On the CPU the operator stores out (and backward the projections' gradients) position-major, (B, T, H, ·):
+        # merge_heads in forward is then a view, and the GEMMs' gradients reach the GEMMs' backward without copies.
+        # (One autograd function over [U_b; U_c] in that layout was tried and measured ~10% slower: GEMMs on row
+        # strides of H*(Db+Dc) lose more than the copies they save; benchmarks/results/bench_multihop.cpu-1thread.md.)
+        return multihop_gate(query_proj, per_head_projection(self.u_b), per_head_projection(self.u_c), self.v_b)
 
 
 def encoder_self_attention(config: MultiHopAttentionConfig, placement: MultiHopPlacement, layer: int) -> nn.Module:

@@ -19,7 +19,6 @@ __all__ = [
 
 # ---- multi-hop attention and multi-head Luong attention (SPEC sections 2 and 4) ----
 from mma_nmt.ops.multihop import HeadGateResult, multihop_gate  # noqa: E402
-from mma_nmt.ops.second_hop import second_hop  # noqa: E402
 from mma_nmt.ops.shared_value_attention import SharedValueResult, shared_value_attention  # noqa: E402
 
-__all__ += ["HeadGateResult", "SharedValueResult", "multihop_gate", "second_hop", "shared_value_attention"]
+__all__ += ["HeadGateResult", "SharedValueResult", "multihop_gate", "shared_value_attention"]

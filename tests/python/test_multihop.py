@@ -7,7 +7,7 @@ import torch
 
 from mma_nmt.modules import (MixedMultiheadAttention, MultiHopAttentionConfig, MultiHopPlacement, MultiHopSelfAttention,
                              encoder_self_attention, second_hop_parameter_count)
-from mma_nmt.ops import multihop_gate, second_hop
+from mma_nmt.ops import multihop_gate
 from mma_nmt.reference import head_gate_reference, second_hop_reference
 
 SHAPES = [  # (B, H, T, Db, Dc)
@@ -122,6 +122,22 @@ def test_head_gate_rejects_bad_input(change, match):
         multihop_gate(*change(inputs))
 
 
+def test_head_gate_cpu_results_are_position_major():
+    """out and the projections' gradients are (B, T, H, ·) in memory behind (B, H, T, ·) views (merging the heads is
+    a view); backward reads a strided grad_out in place."""
+    inputs = _inputs((2, 3, 5, 4, 6), torch.float64)
+    out, gate = multihop_gate(*inputs)
+    assert out.transpose(1, 2).is_contiguous() and gate.is_contiguous()
+    grad_out = torch.randn(2, 5, 3, 6, dtype=torch.float64).transpose(1, 2)  # as merge_heads' backward hands it over
+    grads = torch.autograd.grad(out, inputs, grad_out)
+    ref_grads = torch.autograd.grad(head_gate_reference(*inputs)[0], inputs, grad_out)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want)
+    grad_pre, grad_value, _ = torch.ops.mma_nmt.multihop_gate_backward(grad_out, None, *(t.detach() for t in inputs),
+                                                                      gate.detach())
+    assert grad_pre.transpose(1, 2).is_contiguous() and grad_value.transpose(1, 2).is_contiguous()
+
+
 def test_second_hop_reference_follows_spec_per_head():
     gen = torch.Generator().manual_seed(3)
     batch, heads, length, dim, hop = 2, 3, 4, 5, 6
@@ -136,60 +152,6 @@ def test_second_hop_reference_follows_spec_per_head():
     torch.testing.assert_close(beta, expected_beta)
     for h in range(heads):
         torch.testing.assert_close(out[:, h], expected_beta[:, h, :, None] * (a[:, h] @ u_c[h].T))
-
-
-def _second_hop_inputs(batch, heads, length, dim, hop, value, dtype, q_layout, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    make = lambda *s: torch.randn(*s, generator=gen, dtype=dtype).requires_grad_()  # noqa: E731
-    if q_layout == "module":  # the head view of a (B, T, E) projection, as MultiHopSelfAttention passes it
-        q_leaf = make(batch, length, heads * dim)
-        q = q_leaf.view(batch, length, heads, dim).transpose(1, 2)
-    else:
-        q_leaf = q = make(batch, heads, length, dim)
-    return q_leaf, (q, make(batch, heads, length, dim), make(hop, dim), make(heads, hop, dim), make(heads, value, dim),
-                    make(hop))
-
-
-@pytest.mark.parametrize("sizes", [(2, 4, 5, 8, 8, 8), (3, 5, 7, 6, 13, 11), (1, 1, 1, 1, 1, 1), (1, 3, 67, 16, 17, 33)])
-@pytest.mark.parametrize("q_layout", ["module", "contiguous"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_second_hop_matches_reference(sizes, q_layout, dtype):
-    """Projections + gate as one autograd function against SPEC's formula, values and every gradient."""
-    q_leaf, (q, *rest) = _second_hop_inputs(*sizes, dtype, q_layout)
-    out, gate = second_hop(q, *rest)
-    w_b, u_b, u_c, v_b = rest[1:]
-    ref_out, ref_gate = second_hop_reference(q, rest[0], w_b, v_b, u_b, u_c)
-    tol = dict(atol=1e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=1e-12, rtol=1e-10)
-    torch.testing.assert_close(out, ref_out, **tol)
-    torch.testing.assert_close(gate, ref_gate, **tol)
-    assert out.transpose(1, 2).is_contiguous()  # position-major: merging the heads is a view
-    grad_out, grad_gate = torch.randn_like(out), torch.randn_like(gate)
-    leaves = (q_leaf, *rest)
-    grads = torch.autograd.grad((out * grad_out).sum() + (gate * grad_gate).sum(), leaves)
-    ref_grads = torch.autograd.grad((ref_out * grad_out).sum() + (ref_gate * grad_gate).sum(), leaves)
-    for name, got, want in zip(["q", "a", "w_b", "u_b", "u_c", "v_b"], grads, ref_grads):
-        torch.testing.assert_close(got, want, **tol, msg=lambda m: f"grad of {name}: {m}")
-
-
-def test_second_hop_gradcheck_and_gate_only_loss():
-    q_leaf, inputs = _second_hop_inputs(2, 3, 4, 5, 6, 7, torch.float64, "contiguous", seed=1)
-    assert torch.autograd.gradcheck(lambda *x: tuple(second_hop(*x)), inputs)
-    _, gate = second_hop(*inputs)  # out unused: backward gets no gradient for it
-    grads = torch.autograd.grad(gate.square().sum(), inputs[:2])
-    ref_grads = torch.autograd.grad(second_hop_reference(inputs[0], inputs[1], inputs[2], inputs[5], inputs[3],
-                                                         inputs[4])[1].square().sum(), inputs[:2])
-    for got, want in zip(grads, ref_grads):
-        torch.testing.assert_close(got, want)
-
-
-def test_second_hop_names_bad_arguments():
-    _, (q, a, w_b, u_b, u_c, v_b) = _second_hop_inputs(2, 3, 4, 5, 6, 7, torch.float32, "contiguous")
-    with pytest.raises(ValueError, match="u_b"):
-        second_hop(q, a, w_b, u_b[:2], u_c, v_b)
-    with pytest.raises(ValueError, match="q must have the shape of a"):
-        second_hop(q[:1], a, w_b, u_b, u_c, v_b)
-    with pytest.raises(ValueError, match="v_b must be a 1-d"):
-        second_hop(q, a, w_b, u_b, u_c, v_b[None])
 
 
 def _module_pair(hop_dim=None):
