@@ -17,6 +17,7 @@ import torch
 
 from benchmarks.timing import markdown_table, speedup_rows
 from mma_nmt.modules import MultiHopAttentionConfig, MultiHopSelfAttention
+from mma_nmt.modules.heads import split_heads
 from mma_nmt.ops import multihop_gate
 from mma_nmt.reference import head_gate_reference
 
@@ -34,11 +35,14 @@ def rows_for(name, batch, length, embed, heads, repeat, *, whats=None, **timing)
     reference = copy.deepcopy(fused)
     reference.config.implementation = "reference"
     dim = embed // heads
-    q, a = (torch.randn(batch, heads, length, dim, requires_grad=True) for _ in range(2))
+    # q as the module hands it over: the head view of the (B, T, E) query projection; a as the first hop returns it
+    q_projection = torch.randn(batch, length, embed, requires_grad=True)
+    q = split_heads(q_projection, heads)  # (B, T, E) -> (B, H, T, D) view
+    a = torch.randn(batch, heads, length, dim, requires_grad=True)
     projections = [torch.randn(batch, heads, length, dim, requires_grad=True) for _ in range(3)]
     v_b = fused.v_b
     x = torch.randn(batch, length, embed, requires_grad=True)
-    leaves = [q, a, x, *projections, *fused.parameters(), *reference.parameters()]
+    leaves = [q_projection, a, x, *projections, *fused.parameters(), *reference.parameters()]
     pairs = {
         "head gate op": (lambda: multihop_gate(*projections, v_b).out,
                          lambda: head_gate_reference(*projections, v_b)[0]),

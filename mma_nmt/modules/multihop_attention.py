@@ -154,6 +154,10 @@ class MultiHopSelfAttention(nn.Module):
         def per_head_projection(weight: torch.Tensor) -> torch.Tensor:  # (H, out, D) -> (B, H, T, out) view
             return torch.bmm(per_head, weight.transpose(1, 2)).view(heads, batch, length, -1).transpose(0, 1)
 
+        # On the CPU the operator stores out (and backward the projections' gradients) position-major, (B, T, H, ·):
+        # merge_heads in forward is then a view, and the GEMMs' gradients reach the GEMMs' backward without copies.
+        # (One autograd function over [U_b; U_c] in that layout was tried and measured ~10% slower: GEMMs on row
+        # strides of H*(Db+Dc) lose more than the copies they save; benchmarks/results/bench_multihop.cpu-1thread.md.)
         return multihop_gate(query_proj, per_head_projection(self.u_b), per_head_projection(self.u_c), self.v_b)
 
 

@@ -6,7 +6,9 @@ Per query position, with ``query_proj[h] = W_b q_h`` and ``head_proj[h] = U_b_h 
     e_h = v_b . tanh(query_proj[h] + head_proj[h]),   gate = softmax over heads of e,   out_h = gate_h * value_proj[h]
 
 The kernels (``csrc/multihop/``) do the non-GEMM work in one pass; backward recomputes the tanh instead of storing
-it and is the ``mma_nmt::multihop_gate_backward`` operator.
+it and is the ``mma_nmt::multihop_gate_backward`` operator. On the CPU the (B, H, T, ·) results (``out`` and the
+gradients of the projections) are stored position-major, (B, T, H, ·) in memory: merging the heads afterwards is a
+view, and the projection GEMMs around the operator read them in place.
 """
 
 from __future__ import annotations
@@ -52,15 +54,24 @@ def _multihop_gate_fake(query_proj, head_proj, value_proj, v_b):
     torch._check(query_proj.dim() == 4 and value_proj.dim() == 4,
                  lambda: "query_proj and value_proj must be (batch, heads, query_len, dim)")
     batch, heads, query_len, _ = query_proj.shape
-    out = query_proj.new_empty((batch, heads, query_len, value_proj.shape[3]))
+    out = _result_like(query_proj, value_proj.shape[3])
     return out, query_proj.new_empty((batch, heads, query_len))
+
+
+def _result_like(query_proj: torch.Tensor, dim: int) -> torch.Tensor:
+    """A (B, H, T, dim) result laid out as the kernels of ``query_proj``'s device store it (CPU: (B, T, H, dim))."""
+    batch, heads, query_len, _ = query_proj.shape
+    if query_proj.device.type == "cpu":
+        return query_proj.new_empty((batch, query_len, heads, dim)).transpose(1, 2)
+    return query_proj.new_empty((batch, heads, query_len, dim))
 
 
 @torch.library.register_fake("mma_nmt::multihop_gate_backward")
 def _multihop_gate_backward_fake(grad_out, grad_gate, query_proj, head_proj, value_proj, v_b, gate):
     check_same_device("mma_nmt.multihop_gate_backward", "query_proj", query_proj, grad_out=grad_out,
                       grad_gate=grad_gate, head_proj=head_proj, value_proj=value_proj, v_b=v_b, gate=gate)
-    return torch.empty_like(query_proj), torch.empty_like(value_proj), torch.empty_like(v_b)
+    return (_result_like(query_proj, query_proj.shape[3]), _result_like(query_proj, value_proj.shape[3]),
+            torch.empty_like(v_b))
 
 
 def _setup_context(ctx, inputs, output):
@@ -73,8 +84,10 @@ def _backward(ctx, grad_out, grad_gate):
     query_proj, head_proj, value_proj, v_b, gate = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(value_proj)
-    grad_pre, grad_value_proj, grad_v_b = _BACKWARD_OP(grad_out.contiguous(), grad_gate, query_proj, head_proj,
-                                                       value_proj, v_b, gate)
+    if grad_out.device.type != "cpu":  # the CPU kernel reads grad_out through its strides
+        grad_out = grad_out.contiguous()
+    grad_pre, grad_value_proj, grad_v_b = _BACKWARD_OP(grad_out, grad_gate, query_proj, head_proj, value_proj, v_b,
+                                                       gate)
     # d(query_proj + head_proj) reaches both summands unchanged
     return grad_pre, grad_pre, grad_value_proj, grad_v_b
 

@@ -122,6 +122,22 @@ def test_head_gate_rejects_bad_input(change, match):
         multihop_gate(*change(inputs))
 
 
+def test_head_gate_cpu_results_are_position_major():
+    """out and the projections' gradients are (B, T, H, ·) in memory behind (B, H, T, ·) views (merging the heads is
+    a view); backward reads a strided grad_out in place."""
+    inputs = _inputs((2, 3, 5, 4, 6), torch.float64)
+    out, gate = multihop_gate(*inputs)
+    assert out.transpose(1, 2).is_contiguous() and gate.is_contiguous()
+    grad_out = torch.randn(2, 5, 3, 6, dtype=torch.float64).transpose(1, 2)  # as merge_heads' backward hands it over
+    grads = torch.autograd.grad(out, inputs, grad_out)
+    ref_grads = torch.autograd.grad(head_gate_reference(*inputs)[0], inputs, grad_out)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want)
+    grad_pre, grad_value, _ = torch.ops.mma_nmt.multihop_gate_backward(grad_out, None, *(t.detach() for t in inputs),
+                                                                      gate.detach())
+    assert grad_pre.transpose(1, 2).is_contiguous() and grad_value.transpose(1, 2).is_contiguous()
+
+
 def test_second_hop_reference_follows_spec_per_head():
     gen = torch.Generator().manual_seed(3)
     batch, heads, length, dim, hop = 2, 3, 4, 5, 6

@@ -47,17 +47,20 @@ T tanh_dot(const T* a, const T* b, const T* v_b, int64_t n) {
 }
 
 // Row (b, h, t) of a (B, H, T, dim) tensor whose last dimension is contiguous; other strides are free, so the module
-// can pass transposed views of batched projections without copying them.
-template <typename T>
+// can pass transposed views of batched projections without copying them, and outputs can be laid out (B, T, H, dim)
+// (what merging the heads and the projection GEMMs read) behind a (B, H, T, dim) view.
+template <typename T, typename Ptr = const T*>
 struct Rows {
-  const T* data;
+  Ptr data;
   int64_t batch_stride, head_stride, step_stride;
   explicit Rows(const at::Tensor& t)
       : data(t.data_ptr<T>()), batch_stride(t.stride(0)), head_stride(t.stride(1)), step_stride(t.stride(2)) {}
-  const T* operator()(int64_t b, int64_t h, int64_t t) const {
+  Ptr operator()(int64_t b, int64_t h, int64_t t) const {
     return data + b * batch_stride + h * head_stride + t * step_stride;
   }
 };
+template <typename T>
+using MutableRows = Rows<T, T*>;
 
 // dst[0:n] = factor * src[0:n].
 template <typename T>
@@ -74,8 +77,9 @@ template <typename T>
 void forward_typed(const HeadGateParams& p, HeadGateForward& t) {
   const int64_t H = p.heads, T_len = p.query_len, Dc = p.value_dim;
   const Rows<T> wq(t.query_proj), ua(t.head_proj), uc(t.value_proj);
+  const MutableRows<T> out(t.out);
   const T* v_b = t.v_b.data_ptr<T>();
-  T *out = t.out.data_ptr<T>(), *gate = t.gate.data_ptr<T>();
+  T* gate = t.gate.data_ptr<T>();
   at::parallel_for(0, p.positions(), kPositionBlock, [&](int64_t begin, int64_t end) {
     T beta[kMaxHeads];
     for (int64_t n = begin; n < end; ++n) {
@@ -83,9 +87,8 @@ void forward_typed(const HeadGateParams& p, HeadGateForward& t) {
       for (int64_t h = 0; h < H; ++h) beta[h] = tanh_dot(wq(b, h, i), ua(b, h, i), v_b, p.hop_dim);  // e_h
       softmax_over_heads(beta, H);
       for (int64_t h = 0; h < H; ++h) {
-        const int64_t row = head_row(n, h, H, T_len);
-        gate[row] = beta[h];
-        scaled_copy(uc(b, h, i), beta[h], out + row * Dc, Dc);
+        gate[head_row(n, h, H, T_len)] = beta[h];
+        scaled_copy(uc(b, h, i), beta[h], out(b, h, i), Dc);
       }
     }
   });
@@ -121,23 +124,22 @@ T dot(const T* a, const T* b, int64_t n) {
 template <typename T>
 void backward_block(const HeadGateParams& p, const HeadGateBackward& t, int64_t begin, int64_t end, T* v_b_grad) {
   const int64_t H = p.heads, T_len = p.query_len, Db = p.hop_dim, Dc = p.value_dim;
-  const Rows<T> wq(t.query_proj), ua(t.head_proj), uc(t.value_proj);
-  const T *dout = t.grad_out.data_ptr<T>(), *v_b = t.v_b.data_ptr<T>(), *gate = t.gate.data_ptr<T>();
+  const Rows<T> wq(t.query_proj), ua(t.head_proj), uc(t.value_proj), dout(t.grad_out);
+  const MutableRows<T> dpre(t.grad_pre), duc(t.grad_value_proj);
+  const T *v_b = t.v_b.data_ptr<T>(), *gate = t.gate.data_ptr<T>();
   const T* dgate = t.grad_gate.defined() ? t.grad_gate.data_ptr<T>() : nullptr;
-  T *dpre = t.grad_pre.data_ptr<T>(), *duc = t.grad_value_proj.data_ptr<T>();
   T beta[kMaxHeads], de[kMaxHeads];
   for (int64_t n = begin; n < end; ++n) {
     const int64_t b = n / T_len, i = n % T_len;
     for (int64_t h = 0; h < H; ++h) {
       const int64_t row = head_row(n, h, H, T_len);
       beta[h] = gate[row];
-      de[h] = dot(dout + row * Dc, uc(b, h, i), Dc) + (dgate ? dgate[row] : T(0));  // dL/dbeta_h
-      scaled_copy(dout + row * Dc, beta[h], duc + row * Dc, Dc);
+      de[h] = dot(dout(b, h, i), uc(b, h, i), Dc) + (dgate ? dgate[row] : T(0));  // dL/dbeta_h
+      scaled_copy(dout(b, h, i), beta[h], duc(b, h, i), Dc);
     }
     softmax_over_heads_backward(beta, de, H);  // dL/de_h
     for (int64_t h = 0; h < H; ++h) {
-      const int64_t row = head_row(n, h, H, T_len);
-      pre_activation_backward(wq(b, h, i), ua(b, h, i), v_b, de[h], Db, dpre + row * Db, v_b_grad);
+      pre_activation_backward(wq(b, h, i), ua(b, h, i), v_b, de[h], Db, dpre(b, h, i), v_b_grad);
     }
   }
 }

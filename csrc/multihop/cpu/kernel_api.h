@@ -8,8 +8,8 @@
 
 namespace mma_nmt::multihop::cpu {
 
-// Shapes as in multihop_params.h. query_proj, head_proj and value_proj need only a contiguous last dimension;
-// every other tensor is contiguous.
+// Shapes as in multihop_params.h. query_proj, head_proj, value_proj, grad_out and the (B, H, T, dim) results (out,
+// grad_pre, grad_value_proj) need only a contiguous last dimension; gate, grad_gate and v_b are contiguous.
 struct HeadGateForward {
   at::Tensor query_proj, head_proj, value_proj, v_b;
   at::Tensor out, gate;  // (B, H, T, Dc), (B, H, T)

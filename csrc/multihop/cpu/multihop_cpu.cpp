@@ -15,6 +15,12 @@ namespace {
 // The kernels read rows through strides; only the last dimension has to be contiguous.
 at::Tensor rows_contiguous(const at::Tensor& t) { return t.stride(-1) == 1 || t.size(-1) <= 1 ? t : t.contiguous(); }
 
+// A (B, H, T, dim) result stored position-major, (B, T, H, dim) in memory: merging the heads afterwards is a view, and
+// the projection GEMMs around the operator (rows = positions x heads) read and write it in place.
+at::Tensor position_major(const HeadGateParams& p, int64_t dim, const at::Tensor& like) {
+  return at::empty({p.batch, p.query_len, p.heads, dim}, like.options()).transpose(1, 2);
+}
+
 void check_cpu_dtype(const char* op, const at::Tensor& query_proj) {
   TORCH_CHECK_TYPE(query_proj.scalar_type() == at::kFloat || query_proj.scalar_type() == at::kDouble, op,
                    ": on the CPU query_proj must be float32 or float64, got ", query_proj.scalar_type());
@@ -27,7 +33,7 @@ std::tuple<at::Tensor, at::Tensor> multihop_gate_cpu(const at::Tensor& query_pro
   check_cpu_dtype(op, query_proj);
   HeadGateForward t{rows_contiguous(query_proj), rows_contiguous(head_proj), rows_contiguous(value_proj),
                     v_b.contiguous(),
-                    at::empty({p.batch, p.heads, p.query_len, p.value_dim}, query_proj.options()),
+                    position_major(p, p.value_dim, query_proj),
                     at::empty({p.batch, p.heads, p.query_len}, query_proj.options())};
   if (p.positions() == 0) return {t.out, t.gate};
   MMA_NMT_CPU_DISPATCH(head_gate_forward, p, t);
@@ -41,15 +47,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_gate_backward_cpu(
   const HeadGateParams p = check_head_gate_args(op, query_proj, head_proj, value_proj, v_b);
   check_head_gate_backward_extras(op, p, query_proj, grad_out, grad_gate, gate);
   check_cpu_dtype(op, query_proj);
-  HeadGateBackward t{grad_out.contiguous(),
+  HeadGateBackward t{rows_contiguous(grad_out),
                      grad_gate.has_value() ? grad_gate->contiguous() : at::Tensor(),
                      rows_contiguous(query_proj),
                      rows_contiguous(head_proj),
                      rows_contiguous(value_proj),
                      v_b.contiguous(),
                      gate.contiguous(),
-                     at::empty({p.batch, p.heads, p.query_len, p.hop_dim}, query_proj.options()),
-                     at::empty({p.batch, p.heads, p.query_len, p.value_dim}, query_proj.options()),
+                     position_major(p, p.hop_dim, query_proj),
+                     position_major(p, p.value_dim, query_proj),
                      at::zeros({p.hop_dim}, query_proj.options())};
   if (p.positions() == 0) return {t.grad_pre, t.grad_value_proj, t.grad_v_b};
   MMA_NMT_CPU_DISPATCH(head_gate_backward, p, t);
