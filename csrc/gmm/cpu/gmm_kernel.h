@@ -32,7 +32,7 @@ constexpr int64_t kKeyTile = 128;    // keys scored at once
 // Pointers of one (sentence, head) slice of the forward tensors.
 template <typename T>
 struct ForwardHead {
-  const T *q, *kt, *v, *omega, *mu, *sigma, *gate, *center, *width;
+  const T *q, *k, *v, *omega, *mu, *sigma, *gate, *center, *width;
   T *out, *lse, *log_mass, *ctx_a, *ctx_b, *alpha, *beta;
 };
 
@@ -43,11 +43,11 @@ T* slice_or_null(const at::Tensor& t, int64_t offset) {
 }
 
 template <typename T>
-ForwardHead<T> forward_head(const GmmParams& p, const ForwardTensors& t, const at::Tensor& keys_t, int64_t bh) {
+ForwardHead<T> forward_head(const GmmParams& p, const ForwardTensors& t, int64_t bh) {
   const int64_t T_len = p.query_len, S = p.key_len, K = p.components;
   ForwardHead<T> h;
   h.q = t.q.data_ptr<T>() + bh * T_len * p.head_dim;
-  h.kt = keys_t.data_ptr<T>() + bh * p.head_dim * S;
+  h.k = t.k.data_ptr<T>() + bh * S * p.head_dim;
   h.v = t.v.data_ptr<T>() + bh * S * p.value_dim;
   h.omega = t.omega.data_ptr<T>() + bh * T_len * K;
   h.mu = t.mu.data_ptr<T>() + bh * T_len * K;
@@ -68,10 +68,21 @@ ForwardHead<T> forward_head(const GmmParams& p, const ForwardTensors& t, const a
 template <typename T>
 struct ForwardScratch {
   std::vector<T> scores, betas, acc_a, acc_b;
+  std::vector<T> kt;     // (D, ld) the keys of head `kt_head` transposed, zero beyond its real keys
+  int64_t ld;            // padded(key_len)
+  int64_t kt_head = -1;  // (sentence, head) whose keys kt holds
   BlockSetup<T> setup;
   ForwardScratch(const GmmParams& p)
-      : scores(kQueryBlock * kKeyTile), betas(kQueryBlock * kKeyTile), acc_a(kQueryBlock * p.value_dim),
-        acc_b(kQueryBlock * p.value_dim), setup(p.components) {}
+      : scores(kQueryBlock * kKeyTile), betas(kQueryBlock * kKeyTile), acc_a(padded<T>(kQueryBlock * p.value_dim)),
+        acc_b(padded<T>(kQueryBlock * p.value_dim)), kt(p.head_dim * padded<T>(p.key_len)), ld(padded<T>(p.key_len)),
+        setup(p.components) {}
+
+  // The transposed keys of head bh (tasks of one thread take a head's query blocks in turn: one copy per head).
+  const T* keys_of(const GmmParams& p, const ForwardHead<T>& h, int64_t bh, int64_t n_keys) {
+    if (kt_head != bh) transpose_padded(h.k, n_keys, p.head_dim, kt.data(), ld);
+    kt_head = bh;
+    return kt.data();
+  }
 };
 
 // Contexts, output and row statistics of a finished block.
@@ -102,7 +113,9 @@ void write_weights(const GmmParams& p, const ForwardHead<T>& h, const T* pos, in
   const int64_t S = p.key_len, D = p.head_dim, K = p.components;
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, n_keys - j0);
-    tile_product<T>(h.q + first_row * D, D, n_rows, h.kt + j0, S, n, D, T(p.scale), w.scores.data(), kKeyTile);
+    const int64_t n_pad = padded<T>(n);
+    tile_product<T>(h.q + first_row * D, D, n_rows, w.kt.data() + j0, w.ld, n_pad, D, T(p.scale), w.scores.data(),
+                    kKeyTile);
     for (int64_t r = 0; r < n_rows; ++r) {
       const int64_t i = first_row + r;
       T* s = w.scores.data() + r * kKeyTile;
@@ -111,33 +124,35 @@ void write_weights(const GmmParams& p, const ForwardHead<T>& h, const T* pos, in
       exp_shifted_sum(s, n, state[r].max);
       scale_row(s, n, state[r].inverse_sum());
       std::copy(s, s + n, h.alpha + i * S + j0);
-      T* beta = h.beta + i * S + j0;
+      T* beta = w.betas.data() + r * kKeyTile;  // padded(n) values
       mixture_row(w.setup.comps.data() + r * K, K, pos + j0, n, beta);
       scale_row(beta, n, w.setup.beta_scale[r]);
+      std::copy(beta, beta + n, h.beta + i * S + j0);
     }
   }
 }
 
 // One block of query rows of one (sentence, head): the forward pass.
 template <typename T>
-void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* pos, int64_t first_row, int64_t n_rows,
-                   int64_t n_keys, ForwardScratch<T>& w) {
-  const int64_t D = p.head_dim, Dv = p.value_dim, S = p.key_len, K = p.components;
+void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* kt, const T* pos, int64_t first_row,
+                   int64_t n_rows, int64_t n_keys, ForwardScratch<T>& w) {
+  const int64_t D = p.head_dim, Dv = p.value_dim, K = p.components;
   w.setup.load(p, h.omega, h.mu, h.sigma, h.center, h.width, first_row, n_rows, n_keys);
   OnlineSoftmax<T> state[kQueryBlock];
   T mass[kQueryBlock] = {};
-  std::fill(w.acc_a.begin(), w.acc_a.begin() + n_rows * Dv, T(0));
-  std::fill(w.acc_b.begin(), w.acc_b.begin() + n_rows * Dv, T(0));
+  zero_vectors(w.acc_a.data(), padded<T>(n_rows * Dv));
+  zero_vectors(w.acc_b.data(), padded<T>(n_rows * Dv));
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
-    const int64_t n = std::min(kKeyTile, n_keys - j0);
-    // (n_rows, n) = q_block (n_rows, D) @ keys_t[:, j0:j0+n] (D, n)
-    tile_product<T>(h.q + first_row * D, D, n_rows, h.kt + j0, S, n, D, T(p.scale), w.scores.data(), kKeyTile);
+    const int64_t n = std::min(kKeyTile, n_keys - j0), n_pad = padded<T>(n);
+    // (n_rows, n_pad) = q_block (n_rows, D) @ kt[:, j0:j0+n_pad] (D, n_pad); columns from n on are zero keys
+    tile_product<T>(h.q + first_row * D, D, n_rows, kt + j0, w.ld, n_pad, D, T(p.scale), w.scores.data(), kKeyTile);
     for (int64_t r = 0; r < n_rows; ++r) {
       T* s = w.scores.data() + r * kKeyTile;
-      if (p.has_local_bias) add_local_bias(w.setup.local[r], pos + j0, n, s);
-      const T factor = state[r].raise_max(row_max(s, n));
+      if (p.has_local_bias) add_local_bias(w.setup.local[r], pos + j0, n_pad, s);
+      fill_tail(s, n, negative_infinity<T>());  // weight exp(-inf) = 0 for the columns past the real keys
+      const T factor = state[r].raise_max(row_max(s, n_pad));
       if (factor != T(1)) scale_row(w.acc_a.data() + r * Dv, Dv, factor);
-      state[r].add(exp_shifted_sum(s, n, state[r].max));
+      state[r].add(exp_shifted_sum(s, n_pad, state[r].max));
       mass[r] += mixture_row(w.setup.comps.data() + r * K, K, pos + j0, n, w.betas.data() + r * kKeyTile);
     }
     // acc (n_rows, Dv) += weights (n_rows, n) @ v[j0:j0+n] (n, Dv), for both attentions
@@ -150,7 +165,6 @@ void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* pos, in
 
 template <typename T>
 void forward_typed(const GmmParams& p, ForwardTensors& t) {
-  const at::Tensor keys_t = t.k.transpose(-1, -2).contiguous();  // (B, H, D, S)
   const std::vector<T> pos = key_positions<T>(p.key_len);
   const int64_t* lengths = t.key_lengths.defined() ? t.key_lengths.data_ptr<int64_t>() : nullptr;
   const int64_t blocks = (p.query_len + kQueryBlock - 1) / kQueryBlock;
@@ -159,9 +173,9 @@ void forward_typed(const GmmParams& p, ForwardTensors& t) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / blocks, first_row = (task % blocks) * kQueryBlock;
       const int64_t n_rows = std::min(kQueryBlock, p.query_len - first_row);
-      const ForwardHead<T> h = forward_head<T>(p, t, keys_t, bh);
-      forward_block<T>(p, h, pos.data(), first_row, n_rows, keys_of_sentence(lengths, bh / p.heads, p.key_len),
-                       scratch);
+      const ForwardHead<T> h = forward_head<T>(p, t, bh);
+      const int64_t n_keys = keys_of_sentence(lengths, bh / p.heads, p.key_len);
+      forward_block<T>(p, h, scratch.keys_of(p, h, bh, n_keys), pos.data(), first_row, n_rows, n_keys, scratch);
     }
   });
 }

@@ -2,12 +2,46 @@
 // moments that give the mixture parameters' gradients. Included only from gmm_kernel.h, inside the per-instruction-set
 // namespace, after tile_math.h.
 
-// Key positions 0, 1, ..., S-1 as T, so that a tile's positions load as a vector.
+// Width of n keys rounded up to whole vectors. Key tiles start at multiples of kKeyTile, itself a multiple of every
+// vector width, so a tile's columns [n, padded(n)) stay inside a row of padded(key_len) and are computed (on zero keys)
+// and then ignored or masked: every load and store of a row is a whole vector, with no partial-vector copies.
+template <typename T>
+int64_t padded(int64_t n) {
+  constexpr int64_t V = Vectorized<T>::size();
+  return (n + V - 1) / V * V;
+}
+
+// Key positions 0, 1, ..., padded(key_len)-1 as T, so that a tile's positions load as whole vectors.
 template <typename T>
 std::vector<T> key_positions(int64_t key_len) {
-  std::vector<T> pos(key_len);
-  for (int64_t j = 0; j < key_len; ++j) pos[j] = T(j);
+  std::vector<T> pos(padded<T>(key_len));
+  for (int64_t j = 0; j < static_cast<int64_t>(pos.size()); ++j) pos[j] = T(j);
   return pos;
+}
+
+// dst (depth, ld) = src (n, depth) transposed, for the first n columns; columns [n, padded(n)) are zero.
+// One head's keys (or values) at a time, into a task's scratch: cheaper than a transposed copy of the whole tensor.
+template <typename T>
+void transpose_padded(const T* src, int64_t n, int64_t depth, T* dst, int64_t ld) {
+  const int64_t width = padded<T>(n);
+  for (int64_t j = 0; j < n; ++j) {
+    const T* row = src + j * depth;
+    for (int64_t d = 0; d < depth; ++d) dst[d * ld + j] = row[d];
+  }
+  for (int64_t d = 0; d < depth; ++d) std::fill(dst + d * ld + n, dst + d * ld + width, T(0));
+}
+
+// x[c] = value for c in [n, padded(n)): the tail of a row's last vector.
+template <typename T>
+void fill_tail(T* x, int64_t n, T value) {
+  for (int64_t c = n; c < padded<T>(n); ++c) x[c] = value;
+}
+
+// x[0..n) = 0 with vector stores (n a multiple of the vector width).
+template <typename T>
+void zero_vectors(T* x, int64_t n) {
+  using Vec = Vectorized<T>;
+  for (int64_t c = 0; c < n; c += Vec::size()) Vec(T(0)).store(x + c);
 }
 
 // Factor turning the accumulated u_j into beta_j: 1 / sum over the sentence in strict mode (0 for an empty one), else 1.
@@ -45,24 +79,27 @@ struct BlockSetup {
   }
 };
 
-// out[c] = u at positions pos[0..n) = sum_k omega_k exp(a_k - (pos[c] - mu_k)^2 c_k). Returns the sum of out.
+// out[c] = u at positions pos[0..n) = sum_k omega_k exp(a_k - (pos[c] - mu_k)^2 c_k), and out[c] = 0 for c in
+// [n, padded(n)) (pos must hold padded(n) positions). Returns the sum of out. Each vector of out is summed over the
+// components in registers and stored once.
 template <typename T>
 T mixture_row(const Component<T>* comps, int64_t K, const T* pos, int64_t n, T* out) {
   using Vec = Vectorized<T>;
   constexpr int64_t V = Vec::size();
-  std::fill(out, out + n, T(0));
-  for (int64_t k = 0; k < K; ++k) {
-    const Vec mu(comps[k].mu), inv(comps[k].inv_2var), a(comps[k].log_coeff), omega(comps[k].omega);
-    for (int64_t c = 0; c < n; c += V) {
-      const int64_t count = std::min<int64_t>(V, n - c);
-      const Vec d = Vec::loadu(pos + c, count) - mu;
-      const Vec e = exp_vec(a - d * d * inv);
-      at::vec::fmadd(omega, e, Vec::loadu(out + c, count)).store(out + c, count);
+  Vec total(T(0));
+  for (int64_t c = 0; c < n; c += V) {
+    const Vec position = Vec::loadu(pos + c);
+    Vec u(T(0));
+    for (int64_t k = 0; k < K; ++k) {
+      const Vec d = position - Vec(comps[k].mu);
+      const Vec e = exp_vec(Vec(comps[k].log_coeff) - d * d * Vec(comps[k].inv_2var));
+      u = at::vec::fmadd(Vec(comps[k].omega), e, u);
     }
+    if (c + V > n) u = Vec::set(Vec(T(0)), u, n - c);  // the first n - c lanes of u, zeros after
+    u.store(out + c);
+    total = total + u;
   }
-  T total = 0;
-  for (int64_t c = 0; c < n; ++c) total += out[c];
-  return total;
+  return at::vec::vec_reduce_all<T>([](Vec& a, Vec& b) { return a + b; }, total);
 }
 
 // s[c] += -(pos[c] - center)^2 / (2 width^2): the localness-Gaussian logit bias.
@@ -97,7 +134,9 @@ void add_centered_moments(const T* x, const T* pos, int64_t n, T center, T* m) {
 }
 
 // For one row and tile: with w[c] = dL/du at pos[c], adds component k's moments (m0, m1, m2 of gmm_math.h) to
-// moments[3k..3k+2], and adds `beta_factor` * u (the row's beta, scaled) to gamma[c].
+// moments[3k..3k+2], and adds `beta_factor` * u (the row's beta, scaled) to gamma[c]. Works on padded(n) columns (pos,
+// w and gamma hold that many); the columns from n on are left out of the moments (their term may overflow: in strict
+// mode a narrow component just past the last real key has a huge coefficient) and get unspecified gamma.
 template <typename T>
 void mixture_backward_row(const Component<T>* comps, int64_t K, const T* pos, int64_t n, const T* w, T beta_factor,
                           T* moments, T* gamma) {
@@ -109,15 +148,15 @@ void mixture_backward_row(const Component<T>* comps, int64_t K, const T* pos, in
     const Vec to_gamma(beta_factor * comps[k].omega);
     Vec m0(T(0)), m1(T(0)), m2(T(0));
     for (int64_t c = 0; c < n; c += V) {
-      const int64_t count = std::min<int64_t>(V, n - c);
-      const Vec d = Vec::loadu(pos + c, count) - mu;
+      const Vec d = Vec::loadu(pos + c) - mu;
       const Vec e = exp_vec(a - d * d * inv);
-      const Vec we = Vec::loadu(w + c, count) * e;
+      Vec we = Vec::loadu(w + c) * e;
+      if (c + V > n) we = Vec::set(Vec(T(0)), we, n - c);
       m0 = m0 + we;
       const Vec wed = we * d;
       m1 = m1 + wed;
       m2 = at::vec::fmadd(wed, d, m2);
-      at::vec::fmadd(to_gamma, e, Vec::loadu(gamma + c, count)).store(gamma + c, count);
+      at::vec::fmadd(to_gamma, e, Vec::loadu(gamma + c)).store(gamma + c);
     }
     moments[3 * k] += at::vec::vec_reduce_all<T>(sum, m0);
     moments[3 * k + 1] += at::vec::vec_reduce_all<T>(sum, m1);
