@@ -89,20 +89,39 @@ struct ForwardScratch {
 template <typename T>
 void finish_block(const GmmParams& p, const ForwardHead<T>& h, int64_t first_row, int64_t n_rows,
                   const OnlineSoftmax<T>* state, const T* mass, ForwardScratch<T>& w) {
+  using Vec = Vectorized<T>;
+  static_assert(kQueryBlock % Vec::size() == 0, "a block's row statistics are whole vectors");
   const int64_t Dv = p.value_dim;
+  // log of each row's softmax sum and mixture mass, vectorised over the block (1 for rows without keys or mass)
+  T log_sum[kQueryBlock], log_mass[kQueryBlock];
+  for (int64_t r = 0; r < kQueryBlock; ++r) {
+    log_sum[r] = r < n_rows && state[r].sum > T(0) ? state[r].sum : T(1);
+    log_mass[r] = r < n_rows && mass[r] > T(0) ? mass[r] : T(1);
+  }
+  for (int64_t r = 0; r < kQueryBlock; r += Vec::size()) {
+    Vec::loadu(log_sum + r).log().store(log_sum + r);
+    Vec::loadu(log_mass + r).log().store(log_mass + r);
+  }
   for (int64_t r = 0; r < n_rows; ++r) {
     const int64_t i = first_row + r;
     const T inv_a = state[r].inverse_sum();
     const T inv_b = w.setup.beta_scale[r] = beta_scale(p, mass[r]);
     const T g = h.gate[i];
-    for (int64_t c = 0; c < Dv; ++c) {
+    int64_t c = 0;
+    for (; c + Vec::size() <= Dv; c += Vec::size()) {
+      const Vec ca = Vec::loadu(&w.acc_a[r * Dv + c]) * Vec(inv_a), cb = Vec::loadu(&w.acc_b[r * Dv + c]) * Vec(inv_b);
+      ca.store(h.ctx_a + i * Dv + c);
+      cb.store(h.ctx_b + i * Dv + c);
+      (Vec(T(1) - g) * ca + Vec(g) * cb).store(h.out + i * Dv + c);
+    }
+    for (; c < Dv; ++c) {
       const T ca = w.acc_a[r * Dv + c] * inv_a, cb = w.acc_b[r * Dv + c] * inv_b;
       h.ctx_a[i * Dv + c] = ca;
       h.ctx_b[i * Dv + c] = cb;
       h.out[i * Dv + c] = (T(1) - g) * ca + g * cb;
     }
-    h.lse[i] = state[r].log_sum_exp();
-    h.log_mass[i] = mass[r] > T(0) ? w.setup.shift[r] + log_of(mass[r]) : negative_infinity<T>();
+    h.lse[i] = state[r].sum > T(0) ? state[r].max + log_sum[r] : negative_infinity<T>();  // OnlineSoftmax::log_sum_exp
+    h.log_mass[i] = mass[r] > T(0) ? w.setup.shift[r] + log_mass[r] : negative_infinity<T>();
   }
 }
 
@@ -156,8 +175,8 @@ void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* kt, con
       mass[r] += mixture_row(w.setup.comps.data() + r * K, K, pos + j0, n, w.betas.data() + r * kKeyTile);
     }
     // acc (n_rows, Dv) += weights (n_rows, n) @ v[j0:j0+n] (n, Dv), for both attentions
-    accumulate_products<T>(w.scores.data(), kKeyTile, 1, n_rows, n, h.v + j0 * Dv, Dv, Dv, w.acc_a.data(), Dv);
-    accumulate_products<T>(w.betas.data(), kKeyTile, 1, n_rows, n, h.v + j0 * Dv, Dv, Dv, w.acc_b.data(), Dv);
+    accumulate_pair<T>(w.scores.data(), w.betas.data(), kKeyTile, n_rows, n, h.v + j0 * Dv, Dv, w.acc_a.data(),
+                       w.acc_b.data());
   }
   finish_block(p, h, first_row, n_rows, state, mass, w);
   if (h.alpha != nullptr) write_weights(p, h, pos, first_row, n_rows, n_keys, state, w);

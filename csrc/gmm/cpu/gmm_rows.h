@@ -28,7 +28,9 @@ void transpose_padded(const T* src, int64_t n, int64_t depth, T* dst, int64_t ld
     const T* row = src + j * depth;
     for (int64_t d = 0; d < depth; ++d) dst[d * ld + j] = row[d];
   }
-  for (int64_t d = 0; d < depth; ++d) std::fill(dst + d * ld + n, dst + d * ld + width, T(0));
+  for (int64_t j = n; j < width; ++j) {  // at most a vector's width of columns: strided stores, not a memset per row
+    for (int64_t d = 0; d < depth; ++d) dst[d * ld + j] = T(0);
+  }
 }
 
 // x[c] = value for c in [n, padded(n)): the tail of a row's last vector.
@@ -55,22 +57,31 @@ T beta_scale(const GmmParams& p, T mass) {
 template <typename T>
 struct BlockSetup {
   std::vector<Component<T>> comps;  // (kQueryBlock, K)
+  std::vector<T> log_sigma;         // (kQueryBlock * K) padded to whole vectors: log of the floored sigmas
   T shift[kQueryBlock];             // strict-mode shift of each row (gmm_math.h), else 0
   T beta_scale[kQueryBlock];        // set when the row's mass is known
   LocalBiasRow<T> local[kQueryBlock];
 
-  explicit BlockSetup(int64_t components) : comps(kQueryBlock * components) {}
+  explicit BlockSetup(int64_t components)
+      : comps(kQueryBlock * components), log_sigma(padded<T>(kQueryBlock * components), T(1)) {}
 
   // Pointers are the (sentence, head) slices: omega/mu/sigma (T, K), center/width (T,) or null.
   void load(const GmmParams& p, const T* omega, const T* mu, const T* sigma, const T* center, const T* width,
             int64_t first_row, int64_t n_rows, int64_t n_keys) {
+    using Vec = Vectorized<T>;
     const int64_t K = p.components;
     const T floor = T(p.sigma_floor);
+    if (p.normalization != kUnnormalised) {  // the logs of the block's sigmas at once (scalar logs were most of this)
+      const T* first = sigma + first_row * K;
+      for (int64_t x = 0; x < n_rows * K; ++x) log_sigma[x] = floored(first[x], floor);
+      for (int64_t x = 0; x < n_rows * K; x += Vec::size()) Vec::loadu(&log_sigma[x]).log().store(&log_sigma[x]);
+    }
     for (int64_t r = 0; r < n_rows; ++r) {
       const int64_t row = (first_row + r) * K;
       Component<T>* c = comps.data() + r * K;
       for (int64_t k = 0; k < K; ++k) {
-        c[k] = make_component<T>(omega[row + k], mu[row + k], sigma[row + k], floor, p.normalization);
+        c[k] = make_component_from_log<T>(omega[row + k], mu[row + k], sigma[row + k], floor, p.normalization,
+                                          log_sigma[r * K + k]);
       }
       shift[r] = (p.normalization == kStrict && n_keys > 0) ? strict_shift(c, K, n_keys) : T(0);
       if (shift[r] != T(0)) apply_shift(c, K, shift[r]);
@@ -100,6 +111,61 @@ T mixture_row(const Component<T>* comps, int64_t K, const T* pos, int64_t n, T* 
     total = total + u;
   }
   return at::vec::vec_reduce_all<T>([](Vec& a, Vec& b) { return a + b; }, total);
+}
+
+// acc_a[x][:] += sum_y wa[x][y] mat[y][:] and acc_b[x][:] += sum_y wb[x][y] mat[y][:] (weights with row stride ld;
+// acc rows `width` apart): tile_math's accumulate_products for two weight tiles over the same values, which loads each
+// vector of mat once for both (the forward's alpha v and beta v).
+template <typename T>
+void accumulate_pair(const T* wa, const T* wb, int64_t ld, int64_t nx, int64_t ny, const T* mat, int64_t width,
+                     T* acc_a, T* acc_b) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  for (int64_t x = 0; x < nx; ++x) {
+    T* a_row = acc_a + x * width;
+    T* b_row = acc_b + x * width;
+    const T* wa_row = wa + x * ld;
+    const T* wb_row = wb + x * ld;
+    int64_t c = 0;
+    for (; c + 4 * V <= width; c += 4 * V) {
+      Vec a0 = Vec::loadu(a_row + c), a1 = Vec::loadu(a_row + c + V);
+      Vec a2 = Vec::loadu(a_row + c + 2 * V), a3 = Vec::loadu(a_row + c + 3 * V);
+      Vec b0 = Vec::loadu(b_row + c), b1 = Vec::loadu(b_row + c + V);
+      Vec b2 = Vec::loadu(b_row + c + 2 * V), b3 = Vec::loadu(b_row + c + 3 * V);
+      for (int64_t y = 0; y < ny; ++y) {
+        const T* m = mat + y * width + c;
+        const Vec m0 = Vec::loadu(m), m1 = Vec::loadu(m + V), m2 = Vec::loadu(m + 2 * V), m3 = Vec::loadu(m + 3 * V);
+        const Vec wa_y(wa_row[y]), wb_y(wb_row[y]);
+        a0 = at::vec::fmadd(wa_y, m0, a0);
+        a1 = at::vec::fmadd(wa_y, m1, a1);
+        a2 = at::vec::fmadd(wa_y, m2, a2);
+        a3 = at::vec::fmadd(wa_y, m3, a3);
+        b0 = at::vec::fmadd(wb_y, m0, b0);
+        b1 = at::vec::fmadd(wb_y, m1, b1);
+        b2 = at::vec::fmadd(wb_y, m2, b2);
+        b3 = at::vec::fmadd(wb_y, m3, b3);
+      }
+      a0.store(a_row + c);
+      a1.store(a_row + c + V);
+      a2.store(a_row + c + 2 * V);
+      a3.store(a_row + c + 3 * V);
+      b0.store(b_row + c);
+      b1.store(b_row + c + V);
+      b2.store(b_row + c + 2 * V);
+      b3.store(b_row + c + 3 * V);
+    }
+    for (; c < width; c += V) {
+      const int64_t count = std::min<int64_t>(V, width - c);
+      Vec a = Vec::loadu(a_row + c, count), b = Vec::loadu(b_row + c, count);
+      for (int64_t y = 0; y < ny; ++y) {
+        const Vec m = Vec::loadu(mat + y * width + c, count);
+        a = at::vec::fmadd(Vec(wa_row[y]), m, a);
+        b = at::vec::fmadd(Vec(wb_row[y]), m, b);
+      }
+      a.store(a_row + c, count);
+      b.store(b_row + c, count);
+    }
+  }
 }
 
 // s[c] += -(pos[c] - center)^2 / (2 width^2): the localness-Gaussian logit bias.
