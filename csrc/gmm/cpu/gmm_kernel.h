@@ -159,8 +159,10 @@ void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* kt, con
   w.setup.load(p, h.omega, h.mu, h.sigma, h.center, h.width, first_row, n_rows, n_keys);
   OnlineSoftmax<T> state[kQueryBlock];
   T mass[kQueryBlock] = {};
-  zero_vectors(w.acc_a.data(), padded<T>(n_rows * Dv));
-  zero_vectors(w.acc_b.data(), padded<T>(n_rows * Dv));
+  if (n_keys == 0) {  // a sentence without keys: zero contexts (otherwise the first tile writes the accumulators)
+    std::fill(w.acc_a.begin(), w.acc_a.begin() + n_rows * Dv, T(0));
+    std::fill(w.acc_b.begin(), w.acc_b.begin() + n_rows * Dv, T(0));
+  }
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, n_keys - j0), n_pad = padded<T>(n);
     // (n_rows, n_pad) = q_block (n_rows, D) @ kt[:, j0:j0+n_pad] (D, n_pad); columns from n on are zero keys
@@ -170,13 +172,13 @@ void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* kt, con
       if (p.has_local_bias) add_local_bias(w.setup.local[r], pos + j0, n_pad, s);
       fill_tail(s, n, negative_infinity<T>());  // weight exp(-inf) = 0 for the columns past the real keys
       const T factor = state[r].raise_max(row_max(s, n_pad));
-      if (factor != T(1)) scale_row(w.acc_a.data() + r * Dv, Dv, factor);
+      if (factor != T(1) && j0 > 0) scale_row(w.acc_a.data() + r * Dv, Dv, factor);  // acc is unset before tile 0
       state[r].add(exp_shifted_sum(s, n_pad, state[r].max));
       mass[r] += mixture_row(w.setup.comps.data() + r * K, K, pos + j0, n, w.betas.data() + r * kKeyTile);
     }
     // acc (n_rows, Dv) += weights (n_rows, n) @ v[j0:j0+n] (n, Dv), for both attentions
     accumulate_pair<T>(w.scores.data(), w.betas.data(), kKeyTile, n_rows, n, h.v + j0 * Dv, Dv, w.acc_a.data(),
-                       w.acc_b.data());
+                       w.acc_b.data(), j0 == 0);
   }
   finish_block(p, h, first_row, n_rows, state, mass, w);
   if (h.alpha != nullptr) write_weights(p, h, pos, first_row, n_rows, n_keys, state, w);

@@ -115,10 +115,11 @@ T mixture_row(const Component<T>* comps, int64_t K, const T* pos, int64_t n, T* 
 
 // acc_a[x][:] += sum_y wa[x][y] mat[y][:] and acc_b[x][:] += sum_y wb[x][y] mat[y][:] (weights with row stride ld;
 // acc rows `width` apart): tile_math's accumulate_products for two weight tiles over the same values, which loads each
-// vector of mat once for both (the forward's alpha v and beta v).
+// vector of mat once for both (the forward's alpha v and beta v). With `first`, acc_a and acc_b are written, not read
+// (their previous contents are ignored: no zeroing pass before a sentence's first key tile).
 template <typename T>
 void accumulate_pair(const T* wa, const T* wb, int64_t ld, int64_t nx, int64_t ny, const T* mat, int64_t width,
-                     T* acc_a, T* acc_b) {
+                     T* acc_a, T* acc_b, bool first) {
   using Vec = Vectorized<T>;
   constexpr int64_t V = Vec::size();
   for (int64_t x = 0; x < nx; ++x) {
@@ -128,10 +129,13 @@ void accumulate_pair(const T* wa, const T* wb, int64_t ld, int64_t nx, int64_t n
     const T* wb_row = wb + x * ld;
     int64_t c = 0;
     for (; c + 4 * V <= width; c += 4 * V) {
-      Vec a0 = Vec::loadu(a_row + c), a1 = Vec::loadu(a_row + c + V);
-      Vec a2 = Vec::loadu(a_row + c + 2 * V), a3 = Vec::loadu(a_row + c + 3 * V);
-      Vec b0 = Vec::loadu(b_row + c), b1 = Vec::loadu(b_row + c + V);
-      Vec b2 = Vec::loadu(b_row + c + 2 * V), b3 = Vec::loadu(b_row + c + 3 * V);
+      Vec a0(T(0)), a1(T(0)), a2(T(0)), a3(T(0)), b0(T(0)), b1(T(0)), b2(T(0)), b3(T(0));
+      if (!first) {
+        a0 = Vec::loadu(a_row + c), a1 = Vec::loadu(a_row + c + V);
+        a2 = Vec::loadu(a_row + c + 2 * V), a3 = Vec::loadu(a_row + c + 3 * V);
+        b0 = Vec::loadu(b_row + c), b1 = Vec::loadu(b_row + c + V);
+        b2 = Vec::loadu(b_row + c + 2 * V), b3 = Vec::loadu(b_row + c + 3 * V);
+      }
       for (int64_t y = 0; y < ny; ++y) {
         const T* m = mat + y * width + c;
         const Vec m0 = Vec::loadu(m), m1 = Vec::loadu(m + V), m2 = Vec::loadu(m + 2 * V), m3 = Vec::loadu(m + 3 * V);
@@ -156,7 +160,7 @@ void accumulate_pair(const T* wa, const T* wb, int64_t ld, int64_t nx, int64_t n
     }
     for (; c < width; c += V) {
       const int64_t count = std::min<int64_t>(V, width - c);
-      Vec a = Vec::loadu(a_row + c, count), b = Vec::loadu(b_row + c, count);
+      Vec a = first ? Vec(T(0)) : Vec::loadu(a_row + c, count), b = first ? Vec(T(0)) : Vec::loadu(b_row + c, count);
       for (int64_t y = 0; y < ny; ++y) {
         const Vec m = Vec::loadu(mat + y * width + c, count);
         a = at::vec::fmadd(Vec(wa_row[y]), m, a);
