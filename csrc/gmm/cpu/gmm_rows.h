@@ -24,11 +24,20 @@ std::vector<T> key_positions(int64_t key_len) {
 template <typename T>
 void transpose_padded(const T* src, int64_t n, int64_t depth, T* dst, int64_t ld) {
   const int64_t width = padded<T>(n);
-  for (int64_t j = 0; j < n; ++j) {
+  constexpr int64_t B = 8;  // ATen's 8 x 8 register transpose (AVX2 float; a scalar loop for other types and builds)
+  int64_t j = 0;
+  for (; j + B <= n; j += B) {
+    int64_t d = 0;
+    for (; d + B <= depth; d += B) at::vec::transpose_mxn<T, B, B>(src + j * depth + d, depth, dst + d * ld + j, ld);
+    for (; d < depth; ++d) {
+      for (int64_t x = j; x < j + B; ++x) dst[d * ld + x] = src[x * depth + d];
+    }
+  }
+  for (; j < n; ++j) {
     const T* row = src + j * depth;
     for (int64_t d = 0; d < depth; ++d) dst[d * ld + j] = row[d];
   }
-  for (int64_t j = n; j < width; ++j) {  // at most a vector's width of columns: strided stores, not a memset per row
+  for (j = n; j < width; ++j) {  // at most a vector's width of columns: strided stores, not a memset per row
     for (int64_t d = 0; d < depth; ++d) dst[d * ld + j] = T(0);
   }
 }
