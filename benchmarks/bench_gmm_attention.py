@@ -4,7 +4,7 @@ forward+backward, measured in a fresh subprocess (growth of VmHWM over VmRSS), n
 tensor. The default batch is 8 rather than the paper's 32 because the reference is slow on a small shared machine;
 ``--batch 32`` runs the paper's size.
 
-    python -m benchmarks.bench_gmm_attention [--quick] [--batch 8] [--lengths 16 64 256] [--threads 1]
+    python -m benchmarks.bench_gmm_attention [--quick] [--batch 8] [--lengths 16 64 256] [--threads 1] [--no-memory]
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def speedup_rows_at(batch: int, length: int, *, repeat: int, **timing) -> list[l
                         **timing)
 
 
-def measure(batch: int, length: int, repeat: int) -> list:
+def measure(batch: int, length: int, repeat: int, memory: bool = True) -> list:
     inputs = make_inputs(batch, length)
     with torch.no_grad():
         fwd_fused, fwd_ref = time_interleaved([forward_fn("fused", inputs), forward_fn("reference", inputs)],
@@ -82,7 +82,8 @@ def measure(batch: int, length: int, repeat: int) -> list:
     both_fused, both_ref = time_interleaved([train_step_fn("fused", inputs), train_step_fn("reference", inputs)],
                                             repeat=repeat, warmup=1, min_seconds=0.2)
     tsk_mb = batch * HEADS * length * length * COMPONENTS * 4 / 2**20
-    mem_ref, mem_fused = peak_memory_mb("reference", batch, length), peak_memory_mb("fused", batch, length)
+    mem_ref, mem_fused = ((peak_memory_mb("reference", batch, length), peak_memory_mb("fused", batch, length)) if memory
+                          else ("-", "-"))
     return [length, batch, fwd_ref * 1e3, fwd_fused * 1e3, fwd_ref / fwd_fused, both_ref * 1e3, both_fused * 1e3,
             both_ref / both_fused, mem_ref, mem_fused, tsk_mb]
 
@@ -94,11 +95,12 @@ def main(argv=None) -> str:
     parser.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64, 128, 256])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses (times only)")
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     batch, lengths, repeat = (2, [16, 64], 3) if args.quick else (args.batch, args.lengths, args.repeat)
-    rows = [measure(batch, length, repeat) for length in lengths]
+    rows = [measure(batch, length, repeat, memory=not args.no_memory) for length in lengths]
     header = ["T=S", "batch", "fwd ref ms", "fwd fused ms", "fwd x", "fwd+bwd ref ms", "fwd+bwd fused ms",
               "fwd+bwd x", "peak MiB ref", "peak MiB fused", "one TxSxK f32 MiB"]
     table = markdown_table(header, rows)

@@ -39,9 +39,11 @@ struct Component {
   bool density;     // Z = sqrt(2 pi) sigma (true) or 1
 };
 
+// As make_component, given log(floored(sigma, floor)) (unused in unnormalised mode): the CPU kernels take the logs of a
+// block's sigmas with one vectorised call.
 template <typename acc_t>
-MMA_HOST_DEVICE Component<acc_t> make_component(acc_t omega, acc_t mu, acc_t sigma, acc_t floor,
-                                                int64_t normalization) {
+MMA_HOST_DEVICE Component<acc_t> make_component_from_log(acc_t omega, acc_t mu, acc_t sigma, acc_t floor,
+                                                         int64_t normalization, acc_t log_floored_sigma) {
   Component<acc_t> c;
   c.omega = omega;
   c.mu = mu;
@@ -50,8 +52,15 @@ MMA_HOST_DEVICE Component<acc_t> make_component(acc_t omega, acc_t mu, acc_t sig
   c.inv_2var = acc_t(0.5) / (c.sigma * c.sigma);
   c.density = normalization != kUnnormalised;
   // log(sqrt(2 pi)) = 0.9189385332046727
-  c.log_coeff = c.density ? -(acc_t(0.9189385332046727) + log_of(c.sigma)) : acc_t(0);
+  c.log_coeff = c.density ? -(acc_t(0.9189385332046727) + log_floored_sigma) : acc_t(0);
   return c;
+}
+
+template <typename acc_t>
+MMA_HOST_DEVICE Component<acc_t> make_component(acc_t omega, acc_t mu, acc_t sigma, acc_t floor,
+                                                int64_t normalization) {
+  const acc_t log_sigma = normalization != kUnnormalised ? log_of(floored(sigma, floor)) : acc_t(0);
+  return make_component_from_log(omega, mu, sigma, floor, normalization, log_sigma);
 }
 
 // exp(a_k - (j - mu_k)^2 c_k): component k's unweighted term at key position j.

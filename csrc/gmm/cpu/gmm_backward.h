@@ -9,20 +9,18 @@
 // Pointers of one (sentence, head) slice of the backward tensors.
 template <typename T>
 struct BackwardHead {
-  const T *dout, *q, *k, *kt, *vt, *omega, *mu, *sigma, *gate, *center, *width, *lse, *log_mass, *ctx_a, *ctx_b;
+  const T *dout, *q, *k, *v, *omega, *mu, *sigma, *gate, *center, *width, *lse, *log_mass, *ctx_a, *ctx_b;
   T *dq, *dk, *dv, *domega, *dmu, *dsigma, *dgate, *dcenter, *dwidth;
 };
 
 template <typename T>
-BackwardHead<T> backward_head_slice(const GmmParams& p, const BackwardTensors& t, const at::Tensor& keys_t,
-                                    const at::Tensor& values_t, int64_t bh) {
+BackwardHead<T> backward_head_slice(const GmmParams& p, const BackwardTensors& t, int64_t bh) {
   const int64_t T_len = p.query_len, S = p.key_len, D = p.head_dim, Dv = p.value_dim, K = p.components;
   BackwardHead<T> h;
   h.dout = t.grad_out.data_ptr<T>() + bh * T_len * Dv;
   h.q = t.q.data_ptr<T>() + bh * T_len * D;
   h.k = t.k.data_ptr<T>() + bh * S * D;
-  h.kt = keys_t.data_ptr<T>() + bh * D * S;
-  h.vt = values_t.data_ptr<T>() + bh * Dv * S;
+  h.v = t.v.data_ptr<T>() + bh * S * Dv;
   h.omega = t.omega.data_ptr<T>() + bh * T_len * K;
   h.mu = t.mu.data_ptr<T>() + bh * T_len * K;
   h.sigma = t.sigma.data_ptr<T>() + bh * T_len * K;
@@ -49,35 +47,49 @@ BackwardHead<T> backward_head_slice(const GmmParams& p, const BackwardTensors& t
 template <typename T>
 struct BackwardScratch {
   std::vector<T> probs, grad_logits, gamma, grad_u, grad_q, delta_a, delta_b, moments, local_moments;
+  std::vector<T> kt, vt;  // (D, ld) and (Dv, ld): the head's keys and values transposed, zero beyond its real keys
+  int64_t ld;             // padded(key_len)
   BlockSetup<T> setup;
   BackwardScratch(const GmmParams& p)
       : probs(kQueryBlock * kKeyTile), grad_logits(kQueryBlock * kKeyTile), gamma(kQueryBlock * kKeyTile),
-        grad_u(kKeyTile), grad_q(kQueryBlock * p.head_dim), delta_a(p.query_len), delta_b(p.query_len),
-        moments(kQueryBlock * 3 * p.components), local_moments(kQueryBlock * 2), setup(p.components) {}
+        grad_u(kKeyTile), grad_q(padded<T>(kQueryBlock * p.head_dim)), delta_a(p.query_len), delta_b(p.query_len),
+        moments(kQueryBlock * 3 * p.components), local_moments(kQueryBlock * 2),
+        kt(p.head_dim * padded<T>(p.key_len)), vt(p.value_dim * padded<T>(p.key_len)), ld(padded<T>(p.key_len)),
+        setup(p.components) {}
 };
 
 // One row of one tile. In: w.probs = logits, w.grad_logits = dO . v_j. Out: probs = alpha, grad_logits = d(q.k),
 // gamma = the weights that multiply dO in dv; mixture and local moments accumulated.
+// Rows are processed over padded(n) columns, whole vectors: the columns from n on hold zero keys and values, get
+// probability exp(-inf) = 0, so they add nothing to d(q.k); mixture_backward_row leaves them out of the moments; their
+// gamma is never read.
 template <typename T>
 void backward_row(const GmmParams& p, const BackwardHead<T>& h, const T* pos, int64_t i, int64_t r, int64_t n,
                   BackwardScratch<T>& w) {
-  const int64_t K = p.components;
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  const int64_t K = p.components, n_pad = padded<T>(n);
   T* prob = w.probs.data() + r * kKeyTile;
   T* grad = w.grad_logits.data() + r * kKeyTile;
   T* gamma = w.gamma.data() + r * kKeyTile;
   const T g = h.gate[i], inv_u = w.setup.beta_scale[r];
-  if (p.has_local_bias) add_local_bias(w.setup.local[r], pos, n, prob);
-  exp_shifted_sum(prob, n, h.lse[i]);
+  if (p.has_local_bias) add_local_bias(w.setup.local[r], pos, n_pad, prob);
+  fill_tail(prob, n, negative_infinity<T>());
+  exp_shifted(prob, n_pad, h.lse[i]);
   const T beta_delta = p.normalization == kStrict ? w.delta_b[i] : T(0);
-  for (int64_t c = 0; c < n; ++c) {
-    w.grad_u[c] = g * (grad[c] - beta_delta) * inv_u;
-    gamma[c] = (T(1) - g) * prob[c];
-    grad[c] = (T(1) - g) * prob[c] * (grad[c] - w.delta_a[i]);
+  const Vec u_factor(g * inv_u), u_shift(beta_delta), one_minus_g(T(1) - g), delta_a(w.delta_a[i]);
+  for (int64_t c = 0; c < n_pad; c += V) {
+    const Vec x = Vec::loadu(grad + c), a = one_minus_g * Vec::loadu(prob + c);
+    ((x - u_shift) * u_factor).store(w.grad_u.data() + c);
+    a.store(gamma + c);
+    (a * (x - delta_a)).store(grad + c);
   }
   mixture_backward_row(w.setup.comps.data() + r * K, K, pos, n, w.grad_u.data(), g * inv_u,
                        w.moments.data() + r * 3 * K, gamma);
-  if (p.has_local_bias) add_centered_moments(grad, pos, n, w.setup.local[r].center, w.local_moments.data() + 2 * r);
-  scale_row(grad, n, T(p.scale));
+  if (p.has_local_bias) {
+    add_centered_moments(grad, pos, n_pad, w.setup.local[r].center, w.local_moments.data() + 2 * r);
+  }
+  scale_row(grad, n_pad, T(p.scale));
 }
 
 // Writes the gradients of the per-row inputs of a finished block.
@@ -105,7 +117,7 @@ void write_row_grads(const GmmParams& p, const BackwardHead<T>& h, int64_t first
 template <typename T>
 void backward_block(const GmmParams& p, const BackwardHead<T>& h, const T* pos, int64_t first_row, int64_t n_rows,
                     int64_t n_keys, BackwardScratch<T>& w) {
-  const int64_t S = p.key_len, D = p.head_dim, Dv = p.value_dim, K = p.components;
+  const int64_t D = p.head_dim, Dv = p.value_dim, K = p.components;
   w.setup.load(p, h.omega, h.mu, h.sigma, h.center, h.width, first_row, n_rows, n_keys);
   for (int64_t r = 0; r < n_rows; ++r) {
     T mass = 0;
@@ -123,13 +135,15 @@ void backward_block(const GmmParams& p, const BackwardHead<T>& h, const T* pos, 
     }
     w.setup.beta_scale[r] = beta_scale(p, mass);
   }
-  std::fill(w.grad_q.begin(), w.grad_q.begin() + n_rows * D, T(0));
+  zero_vectors(w.grad_q.data(), padded<T>(n_rows * D));
   std::fill(w.moments.begin(), w.moments.begin() + n_rows * 3 * K, T(0));
   std::fill(w.local_moments.begin(), w.local_moments.begin() + n_rows * 2, T(0));
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
-    const int64_t n = std::min(kKeyTile, n_keys - j0);
-    tile_product<T>(h.q + first_row * D, D, n_rows, h.kt + j0, S, n, D, T(p.scale), w.probs.data(), kKeyTile);
-    tile_product<T>(h.dout + first_row * Dv, Dv, n_rows, h.vt + j0, S, n, Dv, T(1), w.grad_logits.data(), kKeyTile);
+    const int64_t n = std::min(kKeyTile, n_keys - j0), n_pad = padded<T>(n);
+    tile_product<T>(h.q + first_row * D, D, n_rows, w.kt.data() + j0, w.ld, n_pad, D, T(p.scale), w.probs.data(),
+                    kKeyTile);
+    tile_product<T>(h.dout + first_row * Dv, Dv, n_rows, w.vt.data() + j0, w.ld, n_pad, Dv, T(1),
+                    w.grad_logits.data(), kKeyTile);
     for (int64_t r = 0; r < n_rows; ++r) backward_row(p, h, pos + j0, first_row + r, r, n, w);
     // grad_v[j0:j0+n] (n, Dv) += gamma^T (n, n_rows) @ dO_block (n_rows, Dv)
     accumulate_products<T>(w.gamma.data(), 1, kKeyTile, n, n_rows, h.dout + first_row * Dv, Dv, Dv, h.dv + j0 * Dv, Dv);
@@ -144,21 +158,21 @@ void backward_block(const GmmParams& p, const BackwardHead<T>& h, const T* pos, 
 
 template <typename T>
 void backward_typed(const GmmParams& p, BackwardTensors& t) {
-  const at::Tensor keys_t = t.k.transpose(-1, -2).contiguous();    // (B, H, D, S)
-  const at::Tensor values_t = t.v.transpose(-1, -2).contiguous();  // (B, H, Dv, S)
   const std::vector<T> pos = key_positions<T>(p.key_len);
   const int64_t* lengths = t.key_lengths.defined() ? t.key_lengths.data_ptr<int64_t>() : nullptr;
   const int64_t T_len = p.query_len, Dv = p.value_dim;
   at::parallel_for(0, p.batch * p.heads, 1, [&](int64_t begin, int64_t end) {
     BackwardScratch<T> w(p);
     for (int64_t bh = begin; bh < end; ++bh) {
-      const BackwardHead<T> h = backward_head_slice<T>(p, t, keys_t, values_t, bh);
+      const BackwardHead<T> h = backward_head_slice<T>(p, t, bh);
       for (int64_t i = 0; i < T_len; ++i) {
         w.delta_a[i] = dot(h.dout + i * Dv, h.ctx_a + i * Dv, Dv);  // dO . A
         w.delta_b[i] = dot(h.dout + i * Dv, h.ctx_b + i * Dv, Dv);  // dO . B
         h.dgate[i] = w.delta_b[i] - w.delta_a[i];
       }
       const int64_t n_keys = keys_of_sentence(lengths, bh / p.heads, p.key_len);
+      transpose_padded(h.k, n_keys, p.head_dim, w.kt.data(), w.ld);
+      transpose_padded(h.v, n_keys, Dv, w.vt.data(), w.ld);
       for (int64_t first_row = 0; first_row < T_len; first_row += kQueryBlock) {
         backward_block<T>(p, h, pos.data(), first_row, std::min(kQueryBlock, T_len - first_row), n_keys, w);
       }

@@ -32,7 +32,7 @@ constexpr int64_t kKeyTile = 128;    // keys scored at once
 // Pointers of one (sentence, head) slice of the forward tensors.
 template <typename T>
 struct ForwardHead {
-  const T *q, *kt, *v, *omega, *mu, *sigma, *gate, *center, *width;
+  const T *q, *k, *v, *omega, *mu, *sigma, *gate, *center, *width;
   T *out, *lse, *log_mass, *ctx_a, *ctx_b, *alpha, *beta;
 };
 
@@ -43,11 +43,11 @@ T* slice_or_null(const at::Tensor& t, int64_t offset) {
 }
 
 template <typename T>
-ForwardHead<T> forward_head(const GmmParams& p, const ForwardTensors& t, const at::Tensor& keys_t, int64_t bh) {
+ForwardHead<T> forward_head(const GmmParams& p, const ForwardTensors& t, int64_t bh) {
   const int64_t T_len = p.query_len, S = p.key_len, K = p.components;
   ForwardHead<T> h;
   h.q = t.q.data_ptr<T>() + bh * T_len * p.head_dim;
-  h.kt = keys_t.data_ptr<T>() + bh * p.head_dim * S;
+  h.k = t.k.data_ptr<T>() + bh * S * p.head_dim;
   h.v = t.v.data_ptr<T>() + bh * S * p.value_dim;
   h.omega = t.omega.data_ptr<T>() + bh * T_len * K;
   h.mu = t.mu.data_ptr<T>() + bh * T_len * K;
@@ -68,30 +68,60 @@ ForwardHead<T> forward_head(const GmmParams& p, const ForwardTensors& t, const a
 template <typename T>
 struct ForwardScratch {
   std::vector<T> scores, betas, acc_a, acc_b;
+  std::vector<T> kt;     // (D, ld) the keys of head `kt_head` transposed, zero beyond its real keys
+  int64_t ld;            // padded(key_len)
+  int64_t kt_head = -1;  // (sentence, head) whose keys kt holds
   BlockSetup<T> setup;
   ForwardScratch(const GmmParams& p)
-      : scores(kQueryBlock * kKeyTile), betas(kQueryBlock * kKeyTile), acc_a(kQueryBlock * p.value_dim),
-        acc_b(kQueryBlock * p.value_dim), setup(p.components) {}
+      : scores(kQueryBlock * kKeyTile), betas(kQueryBlock * kKeyTile), acc_a(padded<T>(kQueryBlock * p.value_dim)),
+        acc_b(padded<T>(kQueryBlock * p.value_dim)), kt(p.head_dim * padded<T>(p.key_len)), ld(padded<T>(p.key_len)),
+        setup(p.components) {}
+
+  // The transposed keys of head bh (tasks of one thread take a head's query blocks in turn: one copy per head).
+  const T* keys_of(const GmmParams& p, const ForwardHead<T>& h, int64_t bh, int64_t n_keys) {
+    if (kt_head != bh) transpose_padded(h.k, n_keys, p.head_dim, kt.data(), ld);
+    kt_head = bh;
+    return kt.data();
+  }
 };
 
 // Contexts, output and row statistics of a finished block.
 template <typename T>
 void finish_block(const GmmParams& p, const ForwardHead<T>& h, int64_t first_row, int64_t n_rows,
                   const OnlineSoftmax<T>* state, const T* mass, ForwardScratch<T>& w) {
+  using Vec = Vectorized<T>;
+  static_assert(kQueryBlock % Vec::size() == 0, "a block's row statistics are whole vectors");
   const int64_t Dv = p.value_dim;
+  // log of each row's softmax sum and mixture mass, vectorised over the block (1 for rows without keys or mass)
+  T log_sum[kQueryBlock], log_mass[kQueryBlock];
+  for (int64_t r = 0; r < kQueryBlock; ++r) {
+    log_sum[r] = r < n_rows && state[r].sum > T(0) ? state[r].sum : T(1);
+    log_mass[r] = r < n_rows && mass[r] > T(0) ? mass[r] : T(1);
+  }
+  for (int64_t r = 0; r < kQueryBlock; r += Vec::size()) {
+    Vec::loadu(log_sum + r).log().store(log_sum + r);
+    Vec::loadu(log_mass + r).log().store(log_mass + r);
+  }
   for (int64_t r = 0; r < n_rows; ++r) {
     const int64_t i = first_row + r;
     const T inv_a = state[r].inverse_sum();
     const T inv_b = w.setup.beta_scale[r] = beta_scale(p, mass[r]);
     const T g = h.gate[i];
-    for (int64_t c = 0; c < Dv; ++c) {
+    int64_t c = 0;
+    for (; c + Vec::size() <= Dv; c += Vec::size()) {
+      const Vec ca = Vec::loadu(&w.acc_a[r * Dv + c]) * Vec(inv_a), cb = Vec::loadu(&w.acc_b[r * Dv + c]) * Vec(inv_b);
+      ca.store(h.ctx_a + i * Dv + c);
+      cb.store(h.ctx_b + i * Dv + c);
+      (Vec(T(1) - g) * ca + Vec(g) * cb).store(h.out + i * Dv + c);
+    }
+    for (; c < Dv; ++c) {
       const T ca = w.acc_a[r * Dv + c] * inv_a, cb = w.acc_b[r * Dv + c] * inv_b;
       h.ctx_a[i * Dv + c] = ca;
       h.ctx_b[i * Dv + c] = cb;
       h.out[i * Dv + c] = (T(1) - g) * ca + g * cb;
     }
-    h.lse[i] = state[r].log_sum_exp();
-    h.log_mass[i] = mass[r] > T(0) ? w.setup.shift[r] + log_of(mass[r]) : negative_infinity<T>();
+    h.lse[i] = state[r].sum > T(0) ? state[r].max + log_sum[r] : negative_infinity<T>();  // OnlineSoftmax::log_sum_exp
+    h.log_mass[i] = mass[r] > T(0) ? w.setup.shift[r] + log_mass[r] : negative_infinity<T>();
   }
 }
 
@@ -102,7 +132,9 @@ void write_weights(const GmmParams& p, const ForwardHead<T>& h, const T* pos, in
   const int64_t S = p.key_len, D = p.head_dim, K = p.components;
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, n_keys - j0);
-    tile_product<T>(h.q + first_row * D, D, n_rows, h.kt + j0, S, n, D, T(p.scale), w.scores.data(), kKeyTile);
+    const int64_t n_pad = padded<T>(n);
+    tile_product<T>(h.q + first_row * D, D, n_rows, w.kt.data() + j0, w.ld, n_pad, D, T(p.scale), w.scores.data(),
+                    kKeyTile);
     for (int64_t r = 0; r < n_rows; ++r) {
       const int64_t i = first_row + r;
       T* s = w.scores.data() + r * kKeyTile;
@@ -111,38 +143,42 @@ void write_weights(const GmmParams& p, const ForwardHead<T>& h, const T* pos, in
       exp_shifted_sum(s, n, state[r].max);
       scale_row(s, n, state[r].inverse_sum());
       std::copy(s, s + n, h.alpha + i * S + j0);
-      T* beta = h.beta + i * S + j0;
+      T* beta = w.betas.data() + r * kKeyTile;  // padded(n) values
       mixture_row(w.setup.comps.data() + r * K, K, pos + j0, n, beta);
       scale_row(beta, n, w.setup.beta_scale[r]);
+      std::copy(beta, beta + n, h.beta + i * S + j0);
     }
   }
 }
 
 // One block of query rows of one (sentence, head): the forward pass.
 template <typename T>
-void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* pos, int64_t first_row, int64_t n_rows,
-                   int64_t n_keys, ForwardScratch<T>& w) {
-  const int64_t D = p.head_dim, Dv = p.value_dim, S = p.key_len, K = p.components;
+void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* kt, const T* pos, int64_t first_row,
+                   int64_t n_rows, int64_t n_keys, ForwardScratch<T>& w) {
+  const int64_t D = p.head_dim, Dv = p.value_dim, K = p.components;
   w.setup.load(p, h.omega, h.mu, h.sigma, h.center, h.width, first_row, n_rows, n_keys);
   OnlineSoftmax<T> state[kQueryBlock];
   T mass[kQueryBlock] = {};
-  std::fill(w.acc_a.begin(), w.acc_a.begin() + n_rows * Dv, T(0));
-  std::fill(w.acc_b.begin(), w.acc_b.begin() + n_rows * Dv, T(0));
+  if (n_keys == 0) {  // a sentence without keys: zero contexts (otherwise the first tile writes the accumulators)
+    std::fill(w.acc_a.begin(), w.acc_a.begin() + n_rows * Dv, T(0));
+    std::fill(w.acc_b.begin(), w.acc_b.begin() + n_rows * Dv, T(0));
+  }
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
-    const int64_t n = std::min(kKeyTile, n_keys - j0);
-    // (n_rows, n) = q_block (n_rows, D) @ keys_t[:, j0:j0+n] (D, n)
-    tile_product<T>(h.q + first_row * D, D, n_rows, h.kt + j0, S, n, D, T(p.scale), w.scores.data(), kKeyTile);
+    const int64_t n = std::min(kKeyTile, n_keys - j0), n_pad = padded<T>(n);
+    // (n_rows, n_pad) = q_block (n_rows, D) @ kt[:, j0:j0+n_pad] (D, n_pad); columns from n on are zero keys
+    tile_product<T>(h.q + first_row * D, D, n_rows, kt + j0, w.ld, n_pad, D, T(p.scale), w.scores.data(), kKeyTile);
     for (int64_t r = 0; r < n_rows; ++r) {
       T* s = w.scores.data() + r * kKeyTile;
-      if (p.has_local_bias) add_local_bias(w.setup.local[r], pos + j0, n, s);
-      const T factor = state[r].raise_max(row_max(s, n));
-      if (factor != T(1)) scale_row(w.acc_a.data() + r * Dv, Dv, factor);
-      state[r].add(exp_shifted_sum(s, n, state[r].max));
+      if (p.has_local_bias) add_local_bias(w.setup.local[r], pos + j0, n_pad, s);
+      fill_tail(s, n, negative_infinity<T>());  // weight exp(-inf) = 0 for the columns past the real keys
+      const T factor = state[r].raise_max(row_max(s, n_pad));
+      if (factor != T(1) && j0 > 0) scale_row(w.acc_a.data() + r * Dv, Dv, factor);  // acc is unset before tile 0
+      state[r].add(exp_shifted_sum(s, n_pad, state[r].max));
       mass[r] += mixture_row(w.setup.comps.data() + r * K, K, pos + j0, n, w.betas.data() + r * kKeyTile);
     }
     // acc (n_rows, Dv) += weights (n_rows, n) @ v[j0:j0+n] (n, Dv), for both attentions
-    accumulate_products<T>(w.scores.data(), kKeyTile, 1, n_rows, n, h.v + j0 * Dv, Dv, Dv, w.acc_a.data(), Dv);
-    accumulate_products<T>(w.betas.data(), kKeyTile, 1, n_rows, n, h.v + j0 * Dv, Dv, Dv, w.acc_b.data(), Dv);
+    accumulate_pair<T>(w.scores.data(), w.betas.data(), kKeyTile, n_rows, n, h.v + j0 * Dv, Dv, w.acc_a.data(),
+                       w.acc_b.data(), j0 == 0);
   }
   finish_block(p, h, first_row, n_rows, state, mass, w);
   if (h.alpha != nullptr) write_weights(p, h, pos, first_row, n_rows, n_keys, state, w);
@@ -150,7 +186,6 @@ void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* pos, in
 
 template <typename T>
 void forward_typed(const GmmParams& p, ForwardTensors& t) {
-  const at::Tensor keys_t = t.k.transpose(-1, -2).contiguous();  // (B, H, D, S)
   const std::vector<T> pos = key_positions<T>(p.key_len);
   const int64_t* lengths = t.key_lengths.defined() ? t.key_lengths.data_ptr<int64_t>() : nullptr;
   const int64_t blocks = (p.query_len + kQueryBlock - 1) / kQueryBlock;
@@ -159,9 +194,9 @@ void forward_typed(const GmmParams& p, ForwardTensors& t) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / blocks, first_row = (task % blocks) * kQueryBlock;
       const int64_t n_rows = std::min(kQueryBlock, p.query_len - first_row);
-      const ForwardHead<T> h = forward_head<T>(p, t, keys_t, bh);
-      forward_block<T>(p, h, pos.data(), first_row, n_rows, keys_of_sentence(lengths, bh / p.heads, p.key_len),
-                       scratch);
+      const ForwardHead<T> h = forward_head<T>(p, t, bh);
+      const int64_t n_keys = keys_of_sentence(lengths, bh / p.heads, p.key_len);
+      forward_block<T>(p, h, scratch.keys_of(p, h, bh, n_keys), pos.data(), first_row, n_rows, n_keys, scratch);
     }
   });
 }
