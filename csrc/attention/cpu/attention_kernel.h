@@ -21,14 +21,18 @@ namespace {
 
 #include "attention/cpu/attention_tiles.h"
 
-constexpr int64_t kQueryBlock = 16;  // query rows that share one pass over a key tile
-constexpr int64_t kKeyTile = 128;    // keys scored at once (a multiple of every vector width)
+constexpr int64_t kQueryBlock = 16;     // forward: query rows that share one pass over a key tile
+constexpr int64_t kBackwardBlock = 32;  // backward: the same; larger, so each read-modify-write of a grad_k/grad_v
+                                        // register block serves 32 query rows instead of 16
+constexpr int64_t kKeyTile = 128;       // keys scored at once (a multiple of every vector width)
 static_assert(kKeyTile % 16 == 0, "key tiles start on vector boundaries");
+static_assert(kBackwardBlock >= kQueryBlock, "BlockRanges holds up to kBackwardBlock rows");
 
-// Visible key intervals of a block of query rows. For every head kind both ends of the interval grow with the row, so
-// the rows that see a given run of keys are themselves a run.
+// Visible key intervals of a block of query rows. For every head kind both ends of the interval are non-decreasing in
+// the row (head_mask.h), so the rows that see a given run of keys are themselves a run, found by binary search. Rows
+// that see no key keep their (empty, still monotone) interval from visible_keys: begin >= n_keys or end <= 0.
 struct BlockRanges {
-  KeyRange rows[kQueryBlock];
+  KeyRange rows[kBackwardBlock];
   KeyRange all{0, 0};  // union of the rows' intervals
   int64_t n_rows;
 
@@ -37,8 +41,8 @@ struct BlockRanges {
     int64_t begin = n_keys, end = 0;
     for (int64_t r = 0; r < n_rows; ++r) {
       rows[r] = visible_keys(kind, first_row + r + p.query_offset, p.window, n_keys);
-      if (rows[r].empty()) rows[r] = KeyRange{0, 0};
-      begin = std::min(begin, rows[r].empty() ? begin : rows[r].begin);
+      if (rows[r].empty()) continue;
+      begin = std::min(begin, rows[r].begin);
       end = std::max(end, rows[r].end);
     }
     all = begin < end ? KeyRange{begin, end} : KeyRange{0, 0};
@@ -58,16 +62,12 @@ struct BlockRanges {
     }
     return begin < end ? KeyRange{begin, end} : KeyRange{0, 0};
   }
-  // Rows (a run [first, last + 1)) that see at least one key of [k0, k1).
+  // Rows (a run [first, last)) that see at least one key of [k0, k1), k0 < k1: those with end > k0 and begin < k1.
+  // Both conditions hold on a suffix and a prefix of the rows, as the ends are monotone; an empty row fails one.
   KeyRange rows_seeing(int64_t k0, int64_t k1) const {
-    int64_t first = n_rows, last = -1;
-    for (int64_t r = 0; r < n_rows; ++r) {
-      if (rows[r].begin < k1 && rows[r].end > k0 && !rows[r].empty()) {
-        first = std::min(first, r);
-        last = r;
-      }
-    }
-    return KeyRange{first, last + 1};
+    const KeyRange* first = std::partition_point(rows, rows + n_rows, [k0](const KeyRange& r) { return r.end <= k0; });
+    const KeyRange* last = std::partition_point(first, rows + n_rows, [k1](const KeyRange& r) { return r.begin < k1; });
+    return KeyRange{first - rows, last - rows};
   }
 };
 
@@ -228,8 +228,8 @@ template <typename T>
 struct BackwardScratch {
   std::vector<T> keys_t, values_t, weights, grad_scores, grad_q, delta;
   BackwardScratch(int64_t head_dim, int64_t value_dim, int64_t ld, int64_t query_len)
-      : keys_t(head_dim * ld), values_t(value_dim * ld), weights(kQueryBlock * kKeyTile),
-        grad_scores(kQueryBlock * kKeyTile), grad_q(kQueryBlock * head_dim), delta(query_len) {}
+      : keys_t(head_dim * ld), values_t(value_dim * ld), weights(kBackwardBlock * kKeyTile),
+        grad_scores(kBackwardBlock * kKeyTile), grad_q(kBackwardBlock * head_dim), delta(query_len) {}
 };
 
 // One row of a tile in the backward pass. In: logits `prob` and dO . v `grad`. Out: the weights the output used (P z)
@@ -278,10 +278,10 @@ void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_key
   pack_transposed(k, n_keys, D, w.keys_t.data(), ld);     // (D, ld)
   pack_transposed(v, n_keys, Dv, w.values_t.data(), ld);  // (Dv, ld)
   for (int64_t i = 0; i < T_len; ++i) w.delta[i] = dot(dout + i * Dv, out + i * Dv, Dv);  // rowsum(dO * O)
-  T* prob = w.weights.data();     // (kQueryBlock, kKeyTile): logits in, dropped probabilities out
-  T* grad = w.grad_scores.data();  // (kQueryBlock, kKeyTile): dO . v in, d(logit) * scale out
-  for (int64_t first_row = 0; first_row < T_len; first_row += kQueryBlock) {
-    const int64_t n_rows = std::min(kQueryBlock, T_len - first_row);
+  T* prob = w.weights.data();     // (kBackwardBlock, kKeyTile): logits in, dropped probabilities out
+  T* grad = w.grad_scores.data();  // (kBackwardBlock, kKeyTile): dO . v in, d(logit) * scale out
+  for (int64_t first_row = 0; first_row < T_len; first_row += kBackwardBlock) {
+    const int64_t n_rows = std::min(kBackwardBlock, T_len - first_row);
     const BlockRanges ranges(p, p.head_kinds[h], first_row, n_rows, n_keys);
     std::fill(w.grad_q.begin(), w.grad_q.begin() + n_rows * D, T(0));
     for (int64_t j0 = round_down_to_vector<T>(ranges.all.begin); j0 < ranges.all.end; j0 += kKeyTile) {
