@@ -195,7 +195,7 @@ void forward_block(const AttentionParams& p, int64_t b, int64_t h, int64_t first
 template <typename T>
 void forward_typed(const AttentionParams& p, ForwardTensors& t) {
   const int64_t T_len = p.query_len, S = p.key_len, D = p.head_dim, Dv = p.value_dim;
-  const int64_t ld = round_up_to_vector<T>(S);  // row length of the packed keys
+  const int64_t ld = packed_row_length<T>(S);  // row length of the packed keys
   const int64_t* lengths = t.key_lengths.defined() ? t.key_lengths.data_ptr<int64_t>() : nullptr;
   const int64_t blocks = (T_len + kQueryBlock - 1) / kQueryBlock;
   const T* q = t.q.data_ptr<T>();
@@ -273,7 +273,7 @@ template <typename T>
 void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_keys, const T* dout, const T* q,
                    const T* k, const T* v, const T* out, const T* lse, T* dq, T* dk, T* dv, BackwardScratch<T>& w) {
   const int64_t T_len = p.query_len, S = p.key_len, D = p.head_dim, Dv = p.value_dim;
-  const int64_t ld = round_up_to_vector<T>(S);
+  const int64_t ld = packed_row_length<T>(S);
   const T scale = T(p.scale);
   pack_transposed(k, n_keys, D, w.keys_t.data(), ld);     // (D, ld)
   pack_transposed(v, n_keys, Dv, w.values_t.data(), ld);  // (Dv, ld)
@@ -315,7 +315,7 @@ void backward_typed(const AttentionParams& p, BackwardTensors& t) {
   const T* lse = t.lse.data_ptr<T>();
   T *dq = t.grad_q.data_ptr<T>(), *dk = t.grad_k.data_ptr<T>(), *dv = t.grad_v.data_ptr<T>();
   at::parallel_for(0, p.batch * p.heads, 1, [&](int64_t begin, int64_t end) {
-    BackwardScratch<T> scratch(D, Dv, round_up_to_vector<T>(S), T_len);
+    BackwardScratch<T> scratch(D, Dv, packed_row_length<T>(S), T_len);
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / p.heads, h = bh % p.heads;
       backward_head<T>(p, b, h, keys_of_sentence(lengths, b, S), dout + bh * T_len * Dv, q + bh * T_len * D,
