@@ -5,16 +5,7 @@
 // Every logit is alpha * (a chain of fused multiply-adds over d = 0..D-1, in order), whatever the blocking, so forward
 // and backward recompute bit-identical logits and exp(logit - lse) is exactly 1 for a row with a single key.
 
-using at::vec::Vectorized;
-
-template <typename T>
-inline Vectorized<T> exp_vec(const Vectorized<T>& x) {
-  return x.exp();
-}
-template <>
-inline Vectorized<float> exp_vec(const Vectorized<float>& x) {
-  return x.exp_u20();  // the polynomial exp that ATen's own CPU flash attention uses; exp_u20(-inf) = 0
-}
+#include "attention/cpu/row_math.h"
 
 // Register blocking of the products: rows of the output per block, and vectors per output row. With 32 vector
 // registers (AVX-512) a 4 x 4 block of accumulators leaves room for the operands; with 16 (AVX2) 4 x 2.
@@ -217,26 +208,4 @@ inline Vectorized<T> keep_lanes(const Vectorized<T>& x, int64_t c, KeyRange keep
 template <typename T>
 inline void fill_zero(T* x, int64_t begin, int64_t end) {
   if (end > begin) std::fill(x + begin, x + end, T(0));
-}
-
-template <typename T>
-inline void scale_row(T* x, int64_t n, T factor) {
-  using Vec = Vectorized<T>;
-  constexpr int64_t V = Vec::size();
-  for (int64_t c = 0; c < n; c += V) {
-    const int64_t count = std::min<int64_t>(V, n - c);
-    (Vec::loadu(x + c, count) * Vec(factor)).store(x + c, count);
-  }
-}
-
-template <typename T>
-inline T dot(const T* a, const T* b, int64_t n) {
-  using Vec = Vectorized<T>;
-  constexpr int64_t V = Vec::size();
-  Vec acc(T(0));
-  for (int64_t c = 0; c < n; c += V) {
-    const int64_t count = std::min<int64_t>(V, n - c);
-    acc = at::vec::fmadd(Vec::loadu(a + c, count), Vec::loadu(b + c, count), acc);
-  }
-  return at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc);
 }

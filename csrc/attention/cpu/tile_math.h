@@ -1,16 +1,8 @@
-// Vectorised building blocks of the CPU attention kernels: small dense products on tiles and row-wise softmax pieces.
-// Included only from attention_kernel.h, inside the per-instruction-set namespace, so each build gets its own copy.
+// Vectorised building blocks of the GMM CPU kernels: small dense products on tiles and row-wise softmax pieces (the
+// attention kernels use the register-blocked versions of attention_tiles.h). Included only from gmm_kernel.h, inside
+// the per-instruction-set namespace, so each build gets its own copy.
 
-using at::vec::Vectorized;
-
-template <typename T>
-inline Vectorized<T> exp_vec(const Vectorized<T>& x) {
-  return x.exp();
-}
-template <>
-inline Vectorized<float> exp_vec(const Vectorized<float>& x) {
-  return x.exp_u20();  // the polynomial exp that ATen's own CPU flash attention uses
-}
+#include "attention/cpu/row_math.h"
 
 // out[r][c] = alpha * sum_d rows[r][d] * cols_t[d][c] for R rows at once: 2*R vector accumulators stay in registers.
 template <typename T, int R>
@@ -146,37 +138,4 @@ inline void exp_shifted(T* x, int64_t n, T shift) {
   int64_t c = 0;
   for (; c + V <= n; c += V) exp_vec(Vec::loadu(x + c) - Vec(shift)).store(x + c);
   for (; c < n; ++c) x[c] = exp_of(x[c] - shift);
-}
-
-// grad[c] = prob[c] * (grad[c] - delta): the softmax backward of one row.
-template <typename T>
-inline void softmax_grad_row(const T* prob, T* grad, int64_t n, T delta) {
-  using Vec = Vectorized<T>;
-  constexpr int64_t V = Vec::size();
-  for (int64_t c = 0; c < n; c += V) {
-    const int64_t count = std::min<int64_t>(V, n - c);
-    (Vec::loadu(prob + c, count) * (Vec::loadu(grad + c, count) - Vec(delta))).store(grad + c, count);
-  }
-}
-
-template <typename T>
-inline void scale_row(T* x, int64_t n, T factor) {
-  using Vec = Vectorized<T>;
-  constexpr int64_t V = Vec::size();
-  for (int64_t c = 0; c < n; c += V) {
-    const int64_t count = std::min<int64_t>(V, n - c);
-    (Vec::loadu(x + c, count) * Vec(factor)).store(x + c, count);
-  }
-}
-
-template <typename T>
-inline T dot(const T* a, const T* b, int64_t n) {
-  using Vec = Vectorized<T>;
-  constexpr int64_t V = Vec::size();
-  Vec acc(T(0));
-  for (int64_t c = 0; c < n; c += V) {
-    const int64_t count = std::min<int64_t>(V, n - c);
-    acc = at::vec::fmadd(Vec::loadu(a + c, count), Vec::loadu(b + c, count), acc);
-  }
-  return at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc);
 }
