@@ -23,6 +23,20 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def last_level_cache_bytes(default: int = 32 * 2 ** 20) -> int:
+    """Size of the largest CPU cache (Linux sysfs; ``default`` where it cannot be read)."""
+    sizes = {}
+    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            text = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        units = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}
+        sizes[level] = int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+    return sizes[max(sizes)] if sizes else default
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -51,5 +65,6 @@ def machine_info() -> dict:
         "python": platform.python_version(),
         "mma_nmt_build": dict(_C.build_info()),
         "git_commit": git_commit(),
+        "last_level_cache_mib": last_level_cache_bytes() / 2 ** 20,
         "load_average_start": load_average(),
     }

@@ -52,7 +52,8 @@ def _machine_lines(machine: dict) -> list[str]:
     load_start, load_end = machine.get("load_average_start"), machine.get("load_average_end")
     return [
         f"- CPU: {machine.get('cpu_model')} ({machine.get('cores')} cores usable, {machine.get('cpu_capability')} "
-        f"kernels in torch); torch {machine.get('torch_version')}, {machine.get('torch_threads')} intra-op threads",
+        f"kernels in torch, last-level cache {machine.get('last_level_cache_mib', '?')} MiB); torch "
+        f"{machine.get('torch_version')}, {machine.get('torch_threads')} intra-op threads",
         f"- mma_nmt build: CPU kernel `{build.get('cpu_kernel')}`, CUDA {build.get('cuda')}, built against torch "
         f"{build.get('torch_version')}; commit {machine.get('git_commit')}",
         f"- load average (1, 5, 15 min) at start {load_start}, at end {load_end} — the machine is shared, so absolute "

@@ -4,12 +4,14 @@ operator, SDPA with a boolean mask and the reference (in fresh processes, see ``
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
 import torch
 
 from benchmarks.bench_attention import make_case, runners
+from benchmarks.machine import last_level_cache_bytes
 from benchmarks.memory import peak_growth_mib, run_child
 from benchmarks.profiles import TIMING
 from benchmarks.report import Section, Table
@@ -42,20 +44,37 @@ def log_slope(lengths, seconds) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
-def time_rows(sizes: Sizes, spec: str, backward: bool, timing: dict) -> tuple[list[list], float]:
-    """Rows [kind, pass, T, ms, µs per query position, ratio to that at the shortest length], and the log-log slope
-    over the upper half of the lengths (where fixed per-call costs no longer dominate)."""
-    calls = []
-    for length in sizes.lengths:
-        case = make_case(sizes.batch, sizes.heads, length, HEAD_DIM, spec, WINDOW, backward)
-        calls.append(runners(case, WINDOW, backward, ("fused",))[0])
+def case_copies(sizes: Sizes, length: int, backward: bool) -> int:
+    """How many independent input sets a "cold" timing cycles through: enough that together they span twice the
+    last-level cache, so every call reads its inputs from memory whatever the length."""
+    tensors = 8 if backward else 4  # q, k, v, out (+ grad_out and the three input gradients)
+    case_bytes = tensors * sizes.batch * sizes.heads * length * HEAD_DIM * 4
+    return max(2, math.ceil(2 * last_level_cache_bytes() / case_bytes))
+
+
+def hot_and_cold_calls(sizes: Sizes, length: int, spec: str, backward: bool) -> tuple:
+    """(hot, cold): ``hot`` runs the fused operator on the same inputs every time (they stay in cache when small
+    enough); ``cold`` takes the next of ``case_copies`` input sets in turn (they never do)."""
+    calls = [runners(make_case(sizes.batch, sizes.heads, length, HEAD_DIM, spec, WINDOW, backward), WINDOW, backward,
+                     ("fused",))[0] for _ in range(case_copies(sizes, length, backward))]
+    turn = itertools.cycle(calls)
+    return calls[0], lambda: next(turn)()
+
+
+def time_rows(sizes: Sizes, spec: str, backward: bool, timing: dict) -> tuple[list[list], float, float]:
+    """Rows [kind, pass, T, hot ms, hot µs per query position, cold ms, cold µs per query position, cold µs per query
+    relative to that at the shortest length], and the log-log slopes (hot, cold) over the upper half of the lengths
+    (where fixed per-call costs no longer dominate)."""
+    calls = [call for length in sizes.lengths for call in hot_and_cold_calls(sizes, length, spec, backward)]
     with torch.set_grad_enabled(backward):
         seconds = time_interleaved(calls, **timing)
-    per_query = [s / n for s, n in zip(seconds, sizes.lengths)]
-    rows = [[spec, pass_name(backward), n, s * 1e3, p * 1e6, p / per_query[0]]
-            for n, s, p in zip(sizes.lengths, seconds, per_query)]
+    hot, cold = seconds[0::2], seconds[1::2]
+    cold_per_query = [s / n for s, n in zip(cold, sizes.lengths)]
+    rows = [[spec, pass_name(backward), n, h * 1e3, h / n * 1e6, c * 1e3, p * 1e6, p / cold_per_query[0]]
+            for n, h, c, p in zip(sizes.lengths, hot, cold, cold_per_query)]
     upper = len(sizes.lengths) // 2
-    return rows, log_slope(sizes.lengths[upper:], seconds[upper:])
+    longer = sizes.lengths[upper:]
+    return rows, log_slope(longer, hot[upper:]), log_slope(longer, cold[upper:])
 
 
 def memory_child(contender: str, spec: str, batch: int, heads: int, lengths: list) -> list:
@@ -91,18 +110,25 @@ def run(profile: str) -> Section:
         f"Fused operator, batch {sizes.batch}, {sizes.heads} heads, head size {HEAD_DIM}, window {WINDOW}, key lengths "
         f"in [T/2, T]. Time per query should stay flat for local heads (linear cost) and grow linearly for global "
         f"heads (quadratic cost). The slope is the least-squares slope of log(time) against log(T) over the longer "
-        f"half of the lengths."))
+        f"half of the lengths. Each length is timed twice in the same rounds: *hot* on the same inputs every call, "
+        f"which stay in the last-level cache ({last_level_cache_bytes() / 2 ** 20:.0f} MiB here) at short lengths and "
+        f"not at long ones, and *cold* cycling through enough copies of the inputs to span twice that cache, so "
+        f"every length reads from memory. The hot slope mixes the kernel's cost with the step from cache to memory; "
+        f"the cold slope is the kernel's, and it is what the target reads."))
     rows, slopes = [], []
     for spec in ("local", "global"):
         for backward in (False, True):
-            kind_rows, slope = time_rows(sizes, spec, backward, timing)
+            kind_rows, hot_slope, cold_slope = time_rows(sizes, spec, backward, timing)
             rows += kind_rows
-            slopes.append([spec, pass_name(backward), slope])
+            slopes.append([spec, pass_name(backward), hot_slope, cold_slope])
             if spec == "local":
-                section.figure("local_slope", slope, f"local heads, {pass_name(backward)}, T={sizes.lengths[-1]}")
-    section.tables.append(Table("Time against length", ["heads", "pass", "T", "ms", "ms / T (µs)",
-                                                         "ms / T relative to the shortest T"], rows))
-    section.tables.append(Table("Log-log slope of time against length", ["heads", "pass", "slope"], slopes))
+                section.figure("local_slope", cold_slope,
+                               f"local heads, {pass_name(backward)}, T={sizes.lengths[-1]}, cold inputs")
+    section.tables.append(Table("Time against length", [
+        "heads", "pass", "T", "hot ms", "hot ms / T (µs)", "cold ms", "cold ms / T (µs)",
+        "cold ms / T relative to the shortest T"], rows))
+    section.tables.append(Table("Log-log slope of time against length", ["heads", "pass", "hot slope", "cold slope"],
+                                slopes))
     names = [f"{c} {s} MiB" for c, s in MEMORY_CONTENDERS]
     section.tables.append(Table(
         "Peak memory of one forward+backward against length", ["T"] + names + ["one (B,H,T,S) float32 MiB"],

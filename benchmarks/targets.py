@@ -23,7 +23,7 @@ TARGETS = (
     Target("global_fraction", "Global attention forward >= 40% of the same-run matrix-multiply GFLOP/s", 0.40, "%",
            "section c, fused GFLOP/s / the faster of a batched matmul of the same size and a square GEMM"),
     Target("local_slope", "Local heads scale linearly with length (log-log slope <= 1.2)", 1.2, "slope",
-           "section d, slope of log time against log T over the longer lengths"),
+           "section d, slope of log time against log T over the longer lengths, cold inputs (hot slope in the table)"),
     Target("gmm", "GMM >= 3x its reference", 3.0, "x", "section a, gmm_attention op, fwd and fwd+bwd"),
     Target("mlmha_joint", "MLMHA joint weights >= 2x", 2.0, "x", "section a, attention core M-00/M-01, n = 4"),
     Target("second_hop", "Multi-hop second hop >= 1.5x", 1.5, "x", "section a, projections + head gate"),

@@ -38,7 +38,8 @@ def test_every_section_runs_and_fills_its_tables(tiny_report):
 def test_report_names_the_machine_and_the_build(tiny_report):
     _, report, markdown = tiny_report
     machine = report["machine"]
-    for key in ("cpu_model", "cores", "torch_version", "torch_threads", "load_average_start", "load_average_end"):
+    for key in ("cpu_model", "cores", "torch_version", "torch_threads", "last_level_cache_mib", "load_average_start",
+                "load_average_end"):
         assert machine[key] not in (None, "", []), key
     assert set(machine["mma_nmt_build"]) >= {"cuda", "torch_version", "cpu_kernel"}
     assert report["profile"] == "tiny"
@@ -52,6 +53,21 @@ def test_targets_table_has_every_target_with_a_status(tiny_report):
     measured = {t["id"] for t in report["targets"] if t["status"] != "not measured"}
     # at toy sizes only the length-128 figure of section b cannot be taken
     assert measured == {t.id for t in TARGETS} - {"mixed_vs_sdpa"}
+
+
+def test_cold_timings_cycle_through_inputs_spanning_twice_the_cache():
+    from benchmarks.machine import last_level_cache_bytes
+    from benchmarks.section_scaling import SIZES, case_copies
+
+    cache = last_level_cache_bytes()
+    assert cache >= 2 ** 20
+    sizes = SIZES["full"]
+    for length in sizes.lengths:
+        for backward, tensors in ((False, 4), (True, 8)):
+            case_bytes = tensors * sizes.batch * sizes.heads * length * 64 * 4
+            copies = case_copies(sizes, length, backward)
+            assert copies >= 2 and copies * case_bytes >= 2 * cache
+            assert (copies - 1) * case_bytes < 2 * cache or copies == 2  # no more than needed
 
 
 def test_unknown_section_is_refused(capsys):
