@@ -37,7 +37,12 @@ def time_interleaved(fns: Sequence[Callable[[], object]], *, repeat: int = 7, wa
 def timed_call(fn: Callable[[], object], backward: bool, leaves: Sequence) -> Callable[[], None]:
     """One call of ``fn``: without ``backward`` under ``torch.no_grad`` (inference); with ``backward``, also the
     gradients of ``leaves``, dropped again so that no call pays for accumulating into the previous call's ``.grad``.
-    ``fn`` returns a tensor or a tuple of tensors."""
+    ``fn`` returns a tensor or a tuple of tensors.
+
+    The backward pass starts from fixed random output gradients (drawn at the first call), as a real loss gives: the
+    gradient of ``out.sum()`` would be an expanded stride-0 tensor, which some kernels must first copy and others
+    can exploit, and neither happens in training."""
+    grads: list[torch.Tensor] = []
 
     def call() -> None:
         if not backward:
@@ -45,8 +50,10 @@ def timed_call(fn: Callable[[], object], backward: bool, leaves: Sequence) -> Ca
                 fn()
             return
         out = fn()
-        loss = sum(o.sum() for o in out) if isinstance(out, tuple) else out.sum()
-        loss.backward()
+        outs = [o for o in (out if isinstance(out, tuple) else (out,)) if o.requires_grad]
+        if not grads:
+            grads.extend(torch.randn_like(o) for o in outs)
+        torch.autograd.backward(outs, grads)
         for leaf in leaves:
             leaf.grad = None
 
