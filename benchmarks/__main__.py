@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.allocator import keep_freed_memory
 from benchmarks.report import targets_table, write_report
 from benchmarks.suite import SECTIONS, run_suite
 
@@ -36,6 +37,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="report directory (default: benchmarks/results)")
     parser.add_argument("--name", help="report file stem (default: the date, plus the profile unless full)")
+    parser.add_argument("--malloc", choices=("keep", "system"), default="keep",
+                        help="keep: glibc malloc keeps freed memory for reuse (default; see benchmarks/allocator.py); "
+                             "system: glibc's defaults")
     return parser.parse_args(argv)
 
 
@@ -51,8 +55,9 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     profile = "quick" if args.quick else "tiny" if args.tiny else "full"
+    malloc = "keeps freed memory" if args.malloc == "keep" and keep_freed_memory() else "system defaults"
     command = "python -m benchmarks " + shlex.join(sys.argv[1:] if argv is None else argv)
-    report = run_suite(profile, args.only, command=command.strip())
+    report = run_suite(profile, args.only, command=command.strip(), malloc=malloc)
     md, js = write_report(report, args.out, report_name(args, profile))
     print("\n" + targets_table(report.targets))
     print(f"\nwrote {md} and {js} ({report.seconds / 60:.1f} min)")

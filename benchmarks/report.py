@@ -56,6 +56,7 @@ def _machine_lines(machine: dict) -> list[str]:
         f"{machine.get('torch_version')}, {machine.get('torch_threads')} intra-op threads",
         f"- mma_nmt build: CPU kernel `{build.get('cpu_kernel')}`, CUDA {build.get('cuda')}, built against torch "
         f"{build.get('torch_version')}; commit {machine.get('git_commit')}",
+        f"- memory: glibc malloc {machine.get('malloc', 'system defaults')} (`benchmarks/allocator.py`)",
         f"- load average (1, 5, 15 min) at start {load_start}, at end {load_end} — the machine is shared, so absolute "
         f"times are noise; only the side-by-side ratios are meant to be read",
     ]

@@ -31,7 +31,7 @@ _LUONG = tuple((name, *dims) for name, dims in bench_luong_attention.SHAPES.item
 _WMT = ("WMT base (E=512, H=8)", *bench_multilayer_attention.SHAPES["WMT base (E=512, H=8)"])
 SIZES = {
     "full": Sizes(batch=32, attention=((4, 16), (4, 64), (4, 256), (8, 16), (8, 64), (8, 128)), gmm_batch=32,
-                  gmm_lengths=(16, 32, 64), mlmha=_WMT, mlmha_lengths=(32,), multihop=_MULTIHOP, luong=_LUONG),
+                  gmm_lengths=(16, 32, 64), mlmha=_WMT, mlmha_lengths=(32, 96), multihop=_MULTIHOP, luong=_LUONG),
     "quick": Sizes(batch=32, attention=((4, 64), (8, 128)), gmm_batch=32, gmm_lengths=(32,), mlmha=_WMT,
                    mlmha_lengths=(32,), multihop=_MULTIHOP[1:], luong=_LUONG[:1]),
     "tiny": Sizes(batch=2, attention=((4, 8),), gmm_batch=2, gmm_lengths=(8,), mlmha=("tiny (E=32, H=4)", 32, 4),

@@ -42,13 +42,15 @@ def run_section(name: str, profile: str, *, log=print) -> Section:
     return section
 
 
-def run_suite(profile: str, only: list[str] | None = None, *, command: str, log=print) -> Report:
+def run_suite(profile: str, only: list[str] | None = None, *, command: str, malloc: str = "system defaults",
+              log=print) -> Report:
     check_profile(profile)
     names = list(SECTIONS) if not only else only
     unknown = [n for n in names if n not in SECTIONS]
     if unknown:
         raise ValueError(f"unknown section(s) {unknown}; known: {list(SECTIONS)}")
     machine = machine_info()
+    machine["malloc"] = malloc
     start = time.perf_counter()
     sections = [run_section(name, profile, log=log) for name in names]
     machine["load_average_end"] = load_average()

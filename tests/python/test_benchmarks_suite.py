@@ -4,6 +4,8 @@ its structure. No timing is checked (speed is measured by the suite itself, neve
 from __future__ import annotations
 
 import json
+import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +22,8 @@ def tiny_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MMA_NMT_BENCH_CACHE", str(out / "cache"))
-        status = main(["--tiny", "--threads", "1", "--out", str(out), "--name", "smoke"])
+        # glibc's defaults: "keep" would leave this pytest process holding up to 1 GiB of freed memory
+        status = main(["--tiny", "--threads", "1", "--out", str(out), "--name", "smoke", "--malloc", "system"])
     return status, json.loads((out / "smoke.json").read_text()), (out / "smoke.md").read_text()
 
 
@@ -43,6 +46,7 @@ def test_report_names_the_machine_and_the_build(tiny_report):
         assert machine[key] not in (None, "", []), key
     assert set(machine["mma_nmt_build"]) >= {"cuda", "torch_version", "cpu_kernel"}
     assert report["profile"] == "tiny"
+    assert machine["malloc"] == "system defaults"
     assert "## Targets" in markdown and machine["cpu_model"] in markdown
 
 
@@ -68,6 +72,13 @@ def test_cold_timings_cycle_through_inputs_spanning_twice_the_cache():
             copies = case_copies(sizes, length, backward)
             assert copies >= 2 and copies * case_bytes >= 2 * cache
             assert (copies - 1) * case_bytes < 2 * cache or copies == 2  # no more than needed
+
+
+def test_allocator_setting_takes_effect_under_glibc():
+    code = "from benchmarks.allocator import keep_freed_memory; print(keep_freed_memory())"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.stdout.strip() == ("True" if platform.libc_ver()[0] == "glibc" else "False")
 
 
 def test_unknown_section_is_refused(capsys):
