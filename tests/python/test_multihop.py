@@ -138,6 +138,23 @@ def test_head_gate_cpu_results_are_position_major():
     assert grad_pre.transpose(1, 2).is_contiguous() and grad_value.transpose(1, 2).is_contiguous()
 
 
+@pytest.mark.parametrize("kind", ["expanded", "every_other"])
+def test_head_gate_backward_reads_grad_out_with_any_last_stride(kind):
+    """A loss like out.sum() hands backward an expanded (stride-0) grad_out; the CPU kernel gathers such rows itself."""
+    inputs = _inputs((1, 3, 67, 17, 33), torch.float64)
+    gen = torch.Generator().manual_seed(9)
+    if kind == "expanded":
+        grad_out = torch.randn((), generator=gen, dtype=torch.float64).expand(1, 3, 67, 33)
+    else:
+        grad_out = torch.randn(1, 3, 67, 66, generator=gen, dtype=torch.float64)[..., ::2]
+    assert grad_out.stride(-1) != 1
+    out, _ = multihop_gate(*inputs)
+    grads = torch.autograd.grad(out, inputs, grad_out)
+    ref_grads = torch.autograd.grad(head_gate_reference(*inputs)[0], inputs, grad_out)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want)
+
+
 def test_second_hop_reference_follows_spec_per_head():
     gen = torch.Generator().manual_seed(3)
     batch, heads, length, dim, hop = 2, 3, 4, 5, 6

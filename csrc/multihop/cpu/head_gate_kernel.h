@@ -120,11 +120,24 @@ T dot(const T* a, const T* b, int64_t n) {
   return at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc);
 }
 
+// Row (b, h, t) of grad_out with a contiguous last dimension: the row itself, or, when the last dimension has another
+// stride (a loss like out.sum() hands over an expanded, stride-0 gradient), the row gathered into scratch[0:n] —
+// one row at a time instead of a contiguous copy of the whole tensor.
+template <typename T>
+const T* dense_row(const Rows<T>& rows, int64_t step, int64_t b, int64_t h, int64_t t, int64_t n, T* scratch) {
+  const T* row = rows(b, h, t);
+  if (step == 1) return row;
+  for (int64_t c = 0; c < n; ++c) scratch[c] = row[c * step];
+  return scratch;
+}
+
 // Backward of positions [begin, end): owns their rows of grad_pre and grad_value_proj; adds to its own v_b partial.
 template <typename T>
 void backward_block(const HeadGateParams& p, const HeadGateBackward& t, int64_t begin, int64_t end, T* v_b_grad) {
   const int64_t H = p.heads, T_len = p.query_len, Db = p.hop_dim, Dc = p.value_dim;
   const Rows<T> wq(t.query_proj), ua(t.head_proj), uc(t.value_proj), dout(t.grad_out);
+  const int64_t dout_step = t.grad_out.stride(3);
+  std::vector<T> gathered(dout_step == 1 ? 0 : Dc);
   const MutableRows<T> dpre(t.grad_pre), duc(t.grad_value_proj);
   const T *v_b = t.v_b.data_ptr<T>(), *gate = t.gate.data_ptr<T>();
   const T* dgate = t.grad_gate.defined() ? t.grad_gate.data_ptr<T>() : nullptr;
@@ -133,9 +146,10 @@ void backward_block(const HeadGateParams& p, const HeadGateBackward& t, int64_t 
     const int64_t b = n / T_len, i = n % T_len;
     for (int64_t h = 0; h < H; ++h) {
       const int64_t row = head_row(n, h, H, T_len);
+      const T* g = dense_row(dout, dout_step, b, h, i, Dc, gathered.data());
       beta[h] = gate[row];
-      de[h] = dot(dout(b, h, i), uc(b, h, i), Dc) + (dgate ? dgate[row] : T(0));  // dL/dbeta_h
-      scaled_copy(dout(b, h, i), beta[h], duc(b, h, i), Dc);
+      de[h] = dot(g, uc(b, h, i), Dc) + (dgate ? dgate[row] : T(0));  // dL/dbeta_h
+      scaled_copy(g, beta[h], duc(b, h, i), Dc);
     }
     softmax_over_heads_backward(beta, de, H);  // dL/de_h
     for (int64_t h = 0; h < H; ++h) {

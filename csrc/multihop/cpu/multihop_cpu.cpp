@@ -47,7 +47,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_gate_backward_cpu(
   const HeadGateParams p = check_head_gate_args(op, query_proj, head_proj, value_proj, v_b);
   check_head_gate_backward_extras(op, p, query_proj, grad_out, grad_gate, gate);
   check_cpu_dtype(op, query_proj);
-  HeadGateBackward t{rows_contiguous(grad_out),
+  HeadGateBackward t{grad_out,  // any strides: the kernel gathers rows whose last dimension is not contiguous
                      grad_gate.has_value() ? grad_gate->contiguous() : at::Tensor(),
                      rows_contiguous(query_proj),
                      rows_contiguous(head_proj),
