@@ -120,24 +120,37 @@ T dot(const T* a, const T* b, int64_t n) {
   return at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc);
 }
 
-// Row (b, h, t) of grad_out with a contiguous last dimension: the row itself, or, when the last dimension has another
-// stride (a loss like out.sum() hands over an expanded, stride-0 gradient), the row gathered into scratch[0:n] —
-// one row at a time instead of a contiguous copy of the whole tensor.
+// Rows of grad_out, whose last dimension may have any stride: a row with a non-unit stride is gathered into a scratch
+// row instead of copying the whole tensor first, and gathered once while consecutive rows share an address (a loss like
+// out.sum() hands over an expanded gradient: one stride-0 row everywhere).
 template <typename T>
-const T* dense_row(const Rows<T>& rows, int64_t step, int64_t b, int64_t h, int64_t t, int64_t n, T* scratch) {
-  const T* row = rows(b, h, t);
-  if (step == 1) return row;
-  for (int64_t c = 0; c < n; ++c) scratch[c] = row[c * step];
-  return scratch;
-}
+class GradRows {
+ public:
+  GradRows(const at::Tensor& grad, int64_t n)
+      : rows_(grad), step_(grad.stride(3)), n_(n), scratch_(step_ == 1 ? 0 : n) {}
+  const T* operator()(int64_t b, int64_t h, int64_t t) {
+    const T* row = rows_(b, h, t);
+    if (step_ == 1) return row;
+    if (row != gathered_from_) {
+      for (int64_t c = 0; c < n_; ++c) scratch_[c] = row[c * step_];
+      gathered_from_ = row;
+    }
+    return scratch_.data();
+  }
+
+ private:
+  Rows<T> rows_;
+  int64_t step_, n_;
+  std::vector<T> scratch_;
+  const T* gathered_from_ = nullptr;
+};
 
 // Backward of positions [begin, end): owns their rows of grad_pre and grad_value_proj; adds to its own v_b partial.
 template <typename T>
 void backward_block(const HeadGateParams& p, const HeadGateBackward& t, int64_t begin, int64_t end, T* v_b_grad) {
   const int64_t H = p.heads, T_len = p.query_len, Db = p.hop_dim, Dc = p.value_dim;
-  const Rows<T> wq(t.query_proj), ua(t.head_proj), uc(t.value_proj), dout(t.grad_out);
-  const int64_t dout_step = t.grad_out.stride(3);
-  std::vector<T> gathered(dout_step == 1 ? 0 : Dc);
+  const Rows<T> wq(t.query_proj), ua(t.head_proj), uc(t.value_proj);
+  GradRows<T> dout(t.grad_out, Dc);
   const MutableRows<T> dpre(t.grad_pre), duc(t.grad_value_proj);
   const T *v_b = t.v_b.data_ptr<T>(), *gate = t.gate.data_ptr<T>();
   const T* dgate = t.grad_gate.defined() ? t.grad_gate.data_ptr<T>() : nullptr;
@@ -146,7 +159,7 @@ void backward_block(const HeadGateParams& p, const HeadGateBackward& t, int64_t 
     const int64_t b = n / T_len, i = n % T_len;
     for (int64_t h = 0; h < H; ++h) {
       const int64_t row = head_row(n, h, H, T_len);
-      const T* g = dense_row(dout, dout_step, b, h, i, Dc, gathered.data());
+      const T* g = dout(b, h, i);
       beta[h] = gate[row];
       de[h] = dot(g, uc(b, h, i), Dc) + (dgate ? dgate[row] : T(0));  // dL/dbeta_h
       scaled_copy(g, beta[h], duc(b, h, i), Dc);
