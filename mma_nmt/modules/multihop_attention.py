@@ -19,6 +19,7 @@ from torch import nn
 
 from mma_nmt.modules.mixed_multihead_attention import MixedAttentionConfig, MixedMultiheadAttention
 from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
+from mma_nmt.modules.per_head_projections import per_head_projections
 from mma_nmt.ops.fused_attention import fused_attention
 from mma_nmt.ops.multihop import multihop_gate
 from mma_nmt.ops.padding import resolve_key_lengths
@@ -148,17 +149,18 @@ class MultiHopSelfAttention(nn.Module):
         query_proj = torch.matmul(q.transpose(1, 2), self.w_b.t()).transpose(1, 2)  # (B, H, T, Db)
         # U_b_h a_h and U_c_h a_h as batched GEMMs over heads on one (H, B*T, D) copy of a; the operator reads the
         # (B, H, T, ·) views in place (it needs only the last dimension contiguous). Two GEMMs rather than one on
-        # [U_b; U_c]: slicing one output would cost two zero-filled gradient buffers in backward.
+        # [U_b; U_c]: slicing one output would cost two zero-filled gradient buffers in backward; their backward adds
+        # both contributions to a's gradient in one buffer.
         per_head = a.transpose(0, 1).reshape(heads, batch * length, dim)  # (H, B*T, D)
-
-        def per_head_projection(weight: torch.Tensor) -> torch.Tensor:  # (H, out, D) -> (B, H, T, out) view
-            return torch.bmm(per_head, weight.transpose(1, 2)).view(heads, batch, length, -1).transpose(0, 1)
-
-        # On the CPU the operator stores out (and backward the projections' gradients) position-major, (B, T, H, ·):
-        # merge_heads in forward is then a view, and the GEMMs' gradients reach the GEMMs' backward without copies.
-        # (One autograd function over [U_b; U_c] in that layout was tried and measured ~10% slower: GEMMs on row
-        # strides of H*(Db+Dc) lose more than the copies they save; benchmarks/results/bench_multihop.cpu-1thread.md.)
-        return multihop_gate(query_proj, per_head_projection(self.u_b), per_head_projection(self.u_c), self.v_b)
+        head_proj, value_proj = (  # (H, B*T, ·) -> (B, H, T, ·) views
+            proj.view(heads, batch, length, -1).transpose(0, 1)
+            for proj in per_head_projections(per_head, self.u_b, self.u_c))
+        # On the CPU the operator stores out position-major, (B, T, H, ·): merge_heads in forward is then a view. It
+        # lays the projections' gradients out like the projections: W_b's GEMM gets its gradient position-major (as
+        # it made query_proj) and the per-head GEMMs get U_c's head-major, without copies. (One autograd function
+        # over [U_b; U_c] written position-major was tried and measured ~10% slower: GEMMs on row strides of
+        # H*(Db+Dc) lose more than the copies they save; benchmarks/results/bench_multihop.cpu-1thread.md.)
+        return multihop_gate(query_proj, head_proj, value_proj, self.v_b)
 
 
 def encoder_self_attention(config: MultiHopAttentionConfig, placement: MultiHopPlacement, layer: int) -> nn.Module:

@@ -6,9 +6,11 @@ Per query position, with ``query_proj[h] = W_b q_h`` and ``head_proj[h] = U_b_h 
     e_h = v_b . tanh(query_proj[h] + head_proj[h]),   gate = softmax over heads of e,   out_h = gate_h * value_proj[h]
 
 The kernels (``csrc/multihop/``) do the non-GEMM work in one pass; backward recomputes the tanh instead of storing
-it and is the ``mma_nmt::multihop_gate_backward`` operator. On the CPU the (B, H, T, ·) results (``out`` and the
-gradients of the projections) are stored position-major, (B, T, H, ·) in memory: merging the heads afterwards is a
-view, and the projection GEMMs around the operator read them in place.
+it and is the ``mma_nmt::multihop_gate_backward`` operator. On the CPU ``out`` is stored position-major, (B, T, H, ·) in
+memory: merging the heads afterwards is a view. The projections' gradients are laid out like the projections
+(``empty_like``; position-major where that would not leave the last dimension contiguous), so that autograd hands them
+on without copies: the projection GEMMs around the operator and contiguous leaves take them as they are. ``grad_out``
+may have any strides (a loss like ``out.sum()`` hands over an expanded one).
 """
 
 from __future__ import annotations
@@ -66,12 +68,20 @@ def _result_like(query_proj: torch.Tensor, dim: int) -> torch.Tensor:
     return query_proj.new_empty((batch, heads, query_len, dim))
 
 
+def _gradient_like(projection: torch.Tensor) -> torch.Tensor:
+    """A projection's (B, H, T, dim) gradient laid out as the kernels store it (CPU: like the projection, see
+    ``gradient_like`` in csrc/multihop/cpu/multihop_cpu.cpp)."""
+    if projection.device.type != "cpu":
+        return _result_like(projection, projection.shape[3])
+    grad = torch.empty_like(projection)
+    return grad if grad.stride(3) == 1 or grad.shape[3] <= 1 else _result_like(projection, projection.shape[3])
+
+
 @torch.library.register_fake("mma_nmt::multihop_gate_backward")
 def _multihop_gate_backward_fake(grad_out, grad_gate, query_proj, head_proj, value_proj, v_b, gate):
     check_same_device("mma_nmt.multihop_gate_backward", "query_proj", query_proj, grad_out=grad_out,
                       grad_gate=grad_gate, head_proj=head_proj, value_proj=value_proj, v_b=v_b, gate=gate)
-    return (_result_like(query_proj, query_proj.shape[3]), _result_like(query_proj, value_proj.shape[3]),
-            torch.empty_like(v_b))
+    return _gradient_like(query_proj), _gradient_like(value_proj), torch.empty_like(v_b)
 
 
 def _setup_context(ctx, inputs, output):

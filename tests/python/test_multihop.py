@@ -122,9 +122,10 @@ def test_head_gate_rejects_bad_input(change, match):
         multihop_gate(*change(inputs))
 
 
-def test_head_gate_cpu_results_are_position_major():
-    """out and the projections' gradients are (B, T, H, ·) in memory behind (B, H, T, ·) views (merging the heads is
-    a view); backward reads a strided grad_out in place."""
+def test_head_gate_cpu_out_is_position_major_and_gradients_follow_inputs():
+    """out is (B, T, H, ·) in memory behind a (B, H, T, ·) view (merging the heads is a view); the projections'
+    gradients are laid out like the projections (autograd passes them on without copies); backward reads a strided
+    grad_out in place."""
     inputs = _inputs((2, 3, 5, 4, 6), torch.float64)
     out, gate = multihop_gate(*inputs)
     assert out.transpose(1, 2).is_contiguous() and gate.is_contiguous()
@@ -133,9 +134,32 @@ def test_head_gate_cpu_results_are_position_major():
     ref_grads = torch.autograd.grad(head_gate_reference(*inputs)[0], inputs, grad_out)
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got, want)
-    grad_pre, grad_value, _ = torch.ops.mma_nmt.multihop_gate_backward(grad_out, None, *(t.detach() for t in inputs),
-                                                                      gate.detach())
+    backward = torch.ops.mma_nmt.multihop_gate_backward
+    grad_pre, grad_value, _ = backward(grad_out, None, *(t.detach() for t in inputs), gate.detach())
+    assert grad_pre.is_contiguous() and grad_value.is_contiguous()  # like the contiguous inputs
+    natural = [t.detach().transpose(1, 2).contiguous().transpose(1, 2) for t in inputs[:3]]  # (B, T, H, ·) buffers
+    grad_pre, grad_value, _ = backward(grad_out, None, *natural, inputs[3].detach(), gate.detach())
     assert grad_pre.transpose(1, 2).is_contiguous() and grad_value.transpose(1, 2).is_contiguous()
+    permuted = torch.randn(4, 2, 3, 5, dtype=torch.float64).permute(1, 2, 3, 0)  # last dimension outermost
+    grad_pre, _, _ = backward(grad_out, None, permuted, permuted, natural[2], inputs[3].detach(), gate.detach())
+    assert grad_pre.transpose(1, 2).is_contiguous()  # position-major
+
+
+@pytest.mark.parametrize("kind", ["expanded", "every_other"])
+def test_head_gate_backward_reads_grad_out_with_any_last_stride(kind):
+    """A loss like out.sum() hands backward an expanded (stride-0) grad_out; the CPU kernel gathers such rows itself."""
+    inputs = _inputs((1, 3, 67, 17, 33), torch.float64)
+    gen = torch.Generator().manual_seed(9)
+    if kind == "expanded":
+        grad_out = torch.randn((), generator=gen, dtype=torch.float64).expand(1, 3, 67, 33)
+    else:
+        grad_out = torch.randn(1, 3, 67, 66, generator=gen, dtype=torch.float64)[..., ::2]
+    assert grad_out.stride(-1) != 1
+    out, _ = multihop_gate(*inputs)
+    grads = torch.autograd.grad(out, inputs, grad_out)
+    ref_grads = torch.autograd.grad(head_gate_reference(*inputs)[0], inputs, grad_out)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want)
 
 
 def test_second_hop_reference_follows_spec_per_head():

@@ -32,18 +32,31 @@ inline Vectorized<float> tanh_vec(const Vectorized<float>& x) {
   return one - two / ((x * two).exp_u20() + one);
 }
 
+// body(d, count) for the vectors of [0, n): full ones (count = V, a constant once inlined, so loadu and store take
+// their unmasked path without a per-vector test), then one partial vector.
+template <typename T, typename Body>
+inline void for_vectors(int64_t n, const Body& body) {
+  constexpr int64_t V = Vectorized<T>::size();
+  int64_t d = 0;
+  for (; d + V <= n; d += V) body(d, V);
+  if (d < n) body(d, n - d);
+}
+
+template <typename T>
+inline T sum_lanes(const Vectorized<T>& acc) {
+  return at::vec::vec_reduce_all<T>([](Vectorized<T>& x, Vectorized<T>& y) { return x + y; }, acc);
+}
+
 // v_b . tanh(a + b) over n elements.
 template <typename T>
 T tanh_dot(const T* a, const T* b, const T* v_b, int64_t n) {
   using Vec = Vectorized<T>;
-  constexpr int64_t V = Vec::size();
   Vec acc(T(0));
-  for (int64_t d = 0; d < n; d += V) {
-    const int64_t count = std::min<int64_t>(V, n - d);
+  for_vectors<T>(n, [&](int64_t d, int64_t count) {
     const Vec u = tanh_vec(Vec::loadu(a + d, count) + Vec::loadu(b + d, count));
     acc = at::vec::fmadd(Vec::loadu(v_b + d, count), u, acc);  // lanes past count load 0 from v_b
-  }
-  return at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc);
+  });
+  return sum_lanes(acc);
 }
 
 // Row (b, h, t) of a (B, H, T, dim) tensor whose last dimension is contiguous; other strides are free, so the module
@@ -66,11 +79,8 @@ using MutableRows = Rows<T, T*>;
 template <typename T>
 void scaled_copy(const T* src, T factor, T* dst, int64_t n) {
   using Vec = Vectorized<T>;
-  constexpr int64_t V = Vec::size();
-  for (int64_t d = 0; d < n; d += V) {
-    const int64_t count = std::min<int64_t>(V, n - d);
-    (Vec::loadu(src + d, count) * Vec(factor)).store(dst + d, count);
-  }
+  const Vec f(factor);
+  for_vectors<T>(n, [&](int64_t d, int64_t count) { (Vec::loadu(src + d, count) * f).store(dst + d, count); });
 }
 
 template <typename T>
@@ -98,33 +108,59 @@ void forward_typed(const HeadGateParams& p, HeadGateForward& t) {
 template <typename T>
 void pre_activation_backward(const T* a, const T* b, const T* v_b, T de, int64_t n, T* grad_pre, T* v_b_grad) {
   using Vec = Vectorized<T>;
-  constexpr int64_t V = Vec::size();
   const Vec one(T(1)), de_vec(de);
-  for (int64_t d = 0; d < n; d += V) {
-    const int64_t count = std::min<int64_t>(V, n - d);
+  for_vectors<T>(n, [&](int64_t d, int64_t count) {
     const Vec u = tanh_vec(Vec::loadu(a + d, count) + Vec::loadu(b + d, count));
     (de_vec * Vec::loadu(v_b + d, count) * (one - u * u)).store(grad_pre + d, count);
     at::vec::fmadd(de_vec, u, Vec::loadu(v_b_grad + d, count)).store(v_b_grad + d, count);
-  }
+  });
 }
 
+// One pass over a head's grad_out row g: dst = factor * g (the value projection's gradient), returns g . v.
 template <typename T>
-T dot(const T* a, const T* b, int64_t n) {
+T dot_and_scaled_copy(const T* g, const T* v, T factor, T* dst, int64_t n) {
   using Vec = Vectorized<T>;
-  constexpr int64_t V = Vec::size();
+  const Vec f(factor);
   Vec acc(T(0));
-  for (int64_t c = 0; c < n; c += V) {
-    const int64_t count = std::min<int64_t>(V, n - c);
-    acc = at::vec::fmadd(Vec::loadu(a + c, count), Vec::loadu(b + c, count), acc);
-  }
-  return at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc);
+  for_vectors<T>(n, [&](int64_t c, int64_t count) {
+    const Vec x = Vec::loadu(g + c, count);
+    acc = at::vec::fmadd(x, Vec::loadu(v + c, count), acc);
+    (x * f).store(dst + c, count);
+  });
+  return sum_lanes(acc);
 }
+
+// Rows of grad_out, whose last dimension may have any stride: a row with a non-unit stride is gathered into a scratch
+// row instead of copying the whole tensor first, and gathered once while consecutive rows share an address (a loss like
+// out.sum() hands over an expanded gradient: one stride-0 row everywhere).
+template <typename T>
+class GradRows {
+ public:
+  GradRows(const at::Tensor& grad, int64_t n)
+      : rows_(grad), step_(grad.stride(3)), n_(n), scratch_(step_ == 1 ? 0 : n) {}
+  const T* operator()(int64_t b, int64_t h, int64_t t) {
+    const T* row = rows_(b, h, t);
+    if (step_ == 1) return row;
+    if (row != gathered_from_) {
+      for (int64_t c = 0; c < n_; ++c) scratch_[c] = row[c * step_];
+      gathered_from_ = row;
+    }
+    return scratch_.data();
+  }
+
+ private:
+  Rows<T> rows_;
+  int64_t step_, n_;
+  std::vector<T> scratch_;
+  const T* gathered_from_ = nullptr;
+};
 
 // Backward of positions [begin, end): owns their rows of grad_pre and grad_value_proj; adds to its own v_b partial.
 template <typename T>
 void backward_block(const HeadGateParams& p, const HeadGateBackward& t, int64_t begin, int64_t end, T* v_b_grad) {
   const int64_t H = p.heads, T_len = p.query_len, Db = p.hop_dim, Dc = p.value_dim;
-  const Rows<T> wq(t.query_proj), ua(t.head_proj), uc(t.value_proj), dout(t.grad_out);
+  const Rows<T> wq(t.query_proj), ua(t.head_proj), uc(t.value_proj);
+  GradRows<T> dout(t.grad_out, Dc);
   const MutableRows<T> dpre(t.grad_pre), duc(t.grad_value_proj);
   const T *v_b = t.v_b.data_ptr<T>(), *gate = t.gate.data_ptr<T>();
   const T* dgate = t.grad_gate.defined() ? t.grad_gate.data_ptr<T>() : nullptr;
@@ -133,9 +169,10 @@ void backward_block(const HeadGateParams& p, const HeadGateBackward& t, int64_t 
     const int64_t b = n / T_len, i = n % T_len;
     for (int64_t h = 0; h < H; ++h) {
       const int64_t row = head_row(n, h, H, T_len);
+      const T* g = dout(b, h, i);
       beta[h] = gate[row];
-      de[h] = dot(dout(b, h, i), uc(b, h, i), Dc) + (dgate ? dgate[row] : T(0));  // dL/dbeta_h
-      scaled_copy(dout(b, h, i), beta[h], duc(b, h, i), Dc);
+      // dL/dbeta_h, and the value projection's gradient beta_h * grad_out
+      de[h] = dot_and_scaled_copy(g, uc(b, h, i), beta[h], duc(b, h, i), Dc) + (dgate ? dgate[row] : T(0));
     }
     softmax_over_heads_backward(beta, de, H);  // dL/de_h
     for (int64_t h = 0; h < H; ++h) {

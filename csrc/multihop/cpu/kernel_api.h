@@ -8,8 +8,9 @@
 
 namespace mma_nmt::multihop::cpu {
 
-// Shapes as in multihop_params.h. query_proj, head_proj, value_proj, grad_out and the (B, H, T, dim) results (out,
-// grad_pre, grad_value_proj) need only a contiguous last dimension; gate, grad_gate and v_b are contiguous.
+// Shapes as in multihop_params.h. query_proj, head_proj, value_proj and the (B, H, T, dim) results (out, grad_pre,
+// grad_value_proj) need only a contiguous last dimension; grad_out may have any strides; gate, grad_gate and v_b are
+// contiguous.
 struct HeadGateForward {
   at::Tensor query_proj, head_proj, value_proj, v_b;
   at::Tensor out, gate;  // (B, H, T, Dc), (B, H, T)

@@ -21,6 +21,14 @@ at::Tensor position_major(const HeadGateParams& p, int64_t dim, const at::Tensor
   return at::empty({p.batch, p.query_len, p.heads, dim}, like.options()).transpose(1, 2);
 }
 
+// A projection's gradient laid out like the projection (empty_like keeps a dense input's strides and a strided input's
+// dimension order), so that autograd hands it on without a copy — AccumulateGrad of a contiguous leaf keeps it, the
+// GEMMs that made the projection read it in place; position-major if that layout's last dimension is not contiguous.
+at::Tensor gradient_like(const HeadGateParams& p, const at::Tensor& input) {
+  at::Tensor grad = at::empty_like(input);
+  return grad.stride(-1) == 1 || grad.size(-1) <= 1 ? grad : position_major(p, input.size(-1), input);
+}
+
 void check_cpu_dtype(const char* op, const at::Tensor& query_proj) {
   TORCH_CHECK_TYPE(query_proj.scalar_type() == at::kFloat || query_proj.scalar_type() == at::kDouble, op,
                    ": on the CPU query_proj must be float32 or float64, got ", query_proj.scalar_type());
@@ -47,15 +55,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_gate_backward_cpu(
   const HeadGateParams p = check_head_gate_args(op, query_proj, head_proj, value_proj, v_b);
   check_head_gate_backward_extras(op, p, query_proj, grad_out, grad_gate, gate);
   check_cpu_dtype(op, query_proj);
-  HeadGateBackward t{rows_contiguous(grad_out),
+  HeadGateBackward t{grad_out,  // any strides: the kernel gathers rows whose last dimension is not contiguous
                      grad_gate.has_value() ? grad_gate->contiguous() : at::Tensor(),
                      rows_contiguous(query_proj),
                      rows_contiguous(head_proj),
                      rows_contiguous(value_proj),
                      v_b.contiguous(),
                      gate.contiguous(),
-                     position_major(p, p.hop_dim, query_proj),
-                     position_major(p, p.value_dim, query_proj),
+                     gradient_like(p, query_proj),  // grad_pre: also head_proj's gradient
+                     gradient_like(p, value_proj),
                      at::zeros({p.hop_dim}, query_proj.options())};
   if (p.positions() == 0) return {t.grad_pre, t.grad_value_proj, t.grad_v_b};
   MMA_NMT_CPU_DISPATCH(head_gate_backward, p, t);
