@@ -174,8 +174,9 @@ void forward_block(const AttentionParams& p, int64_t b, int64_t h, int64_t first
     score_block_rows<T>(ranges, q + first_row * D, D, keys_t, ld, j0, n, T(p.scale), scores);
     for (int64_t r = 0; r < n_rows; ++r) {
       const KeyRange cols = ranges.in_tile(r, j0, n);
+      const bool nothing_yet = state[r].max == negative_infinity<T>();  // then the row of acc is still zero
       const T factor = forward_softmax_row(scores + r * kKeyTile, round_up_to_vector<T>(n), cols, state[r]);
-      if (factor != T(1)) scale_row(acc + r * Dv, Dv, factor);
+      if (factor != T(1) && !nothing_yet) scale_row(acc + r * Dv, Dv, factor);
       if (p.dropout_p > 0 && !cols.empty()) apply_dropout(p, b, h, first_row + r, j0, cols, scores + r * kKeyTile);
     }
     // acc (n_rows, Dv) += weights (n_rows, n) @ v[j0:j0+n] (n, Dv)
@@ -184,9 +185,7 @@ void forward_block(const AttentionParams& p, int64_t b, int64_t h, int64_t first
         v + j0 * Dv, Dv, Dv, acc, Dv);
   }
   for (int64_t r = 0; r < n_rows; ++r) {
-    T* o = out + (first_row + r) * Dv;
-    std::copy(acc + r * Dv, acc + (r + 1) * Dv, o);
-    scale_row(o, Dv, state[r].inverse_sum());
+    scale_row_to(acc + r * Dv, Dv, state[r].inverse_sum(), out + (first_row + r) * Dv);
     lse[first_row + r] = state[r].log_sum_exp();
   }
   if (probs != nullptr) write_block_probs(p, ranges, first_row, q, keys_t, ld, state, probs, scores);
