@@ -48,12 +48,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
   check_backward_extras(op, p, q, grad_out, out, lse);
   // Without a query row or a key all gradients are zero. A zero head_dim still has grad_v (weights are uniform).
   const bool has_work = lse.numel() > 0 && p.key_len > 0;
-  // The kernel writes every row of grad_q but accumulates into grad_k and grad_v.
+  // The kernel writes every element of the three gradients (it zeroes grad_k and grad_v per head before accumulating).
+  const auto gradient_like = [has_work](const at::Tensor& x) {
+    return has_work ? at::empty_like(x, at::MemoryFormat::Contiguous) : at::zeros_like(x, at::MemoryFormat::Contiguous);
+  };
   BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(),
                     lse.contiguous(), contiguous_lengths(key_lengths),
-                    has_work ? at::empty_like(q, at::MemoryFormat::Contiguous)
-                             : at::zeros_like(q, at::MemoryFormat::Contiguous),
-                    at::zeros_like(k, at::MemoryFormat::Contiguous), at::zeros_like(v, at::MemoryFormat::Contiguous)};
+                    gradient_like(q), gradient_like(k), gradient_like(v)};
   if (has_work) {
     MMA_NMT_CPU_DISPATCH(attention_backward, p, t);
   }

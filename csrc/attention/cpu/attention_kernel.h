@@ -167,15 +167,16 @@ void forward_block(const AttentionParams& p, int64_t b, int64_t h, int64_t first
   OnlineSoftmax<T> state[kQueryBlock];
   T* scores = w.scores.data();
   T* acc = w.acc.data();
-  std::fill(acc, acc + n_rows * Dv, T(0));
+  store_zeros(acc, n_rows * Dv);
   for (int64_t j0 = round_down_to_vector<T>(ranges.all.begin); j0 < ranges.all.end; j0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, ranges.all.end - j0);
     // (n_rows, n) = q_block (n_rows, D) @ keys_t[:, j0:j0+n] (D, n)
     score_block_rows<T>(ranges, q + first_row * D, D, keys_t, ld, j0, n, T(p.scale), scores);
     for (int64_t r = 0; r < n_rows; ++r) {
       const KeyRange cols = ranges.in_tile(r, j0, n);
+      const bool nothing_yet = state[r].max == negative_infinity<T>();  // then the row of acc is still zero
       const T factor = forward_softmax_row(scores + r * kKeyTile, round_up_to_vector<T>(n), cols, state[r]);
-      if (factor != T(1)) scale_row(acc + r * Dv, Dv, factor);
+      if (factor != T(1) && !nothing_yet) scale_row(acc + r * Dv, Dv, factor);
       if (p.dropout_p > 0 && !cols.empty()) apply_dropout(p, b, h, first_row + r, j0, cols, scores + r * kKeyTile);
     }
     // acc (n_rows, Dv) += weights (n_rows, n) @ v[j0:j0+n] (n, Dv)
@@ -184,9 +185,7 @@ void forward_block(const AttentionParams& p, int64_t b, int64_t h, int64_t first
         v + j0 * Dv, Dv, Dv, acc, Dv);
   }
   for (int64_t r = 0; r < n_rows; ++r) {
-    T* o = out + (first_row + r) * Dv;
-    std::copy(acc + r * Dv, acc + (r + 1) * Dv, o);
-    scale_row(o, Dv, state[r].inverse_sum());
+    scale_row_to(acc + r * Dv, Dv, state[r].inverse_sum(), out + (first_row + r) * Dv);
     lse[first_row + r] = state[r].log_sum_exp();
   }
   if (probs != nullptr) write_block_probs(p, ranges, first_row, q, keys_t, ld, state, probs, scores);
@@ -268,13 +267,16 @@ void backward_softmax_row(const AttentionParams& p, int64_t b, int64_t h, int64_
   fill_zero(grad, c1, width);
 }
 
-// Backward of one (sentence, head), all query rows: owns its slices of grad_k and grad_v, so no two tasks collide.
+// Backward of one (sentence, head), all query rows: owns its slices of grad_k and grad_v (zeroes them here, where they
+// stay in cache for the accumulation, rather than in a separate pass over the whole tensors), so no two tasks collide.
 template <typename T>
 void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_keys, const T* dout, const T* q,
                    const T* k, const T* v, const T* out, const T* lse, T* dq, T* dk, T* dv, BackwardScratch<T>& w) {
   const int64_t T_len = p.query_len, S = p.key_len, D = p.head_dim, Dv = p.value_dim;
   const int64_t ld = packed_row_length<T>(S);
   const T scale = T(p.scale);
+  store_zeros(dk, S * D);  // this task's slices of grad_k (S, D) and grad_v (S, Dv), padding keys included
+  store_zeros(dv, S * Dv);
   pack_transposed(k, n_keys, D, w.keys_t.data(), ld);     // (D, ld)
   pack_transposed(v, n_keys, Dv, w.values_t.data(), ld);  // (Dv, ld)
   for (int64_t i = 0; i < T_len; ++i) w.delta[i] = dot(dout + i * Dv, out + i * Dv, Dv);  // rowsum(dO * O)
@@ -283,7 +285,7 @@ void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_key
   for (int64_t first_row = 0; first_row < T_len; first_row += kBackwardBlock) {
     const int64_t n_rows = std::min(kBackwardBlock, T_len - first_row);
     const BlockRanges ranges(p, p.head_kinds[h], first_row, n_rows, n_keys);
-    std::fill(w.grad_q.begin(), w.grad_q.begin() + n_rows * D, T(0));
+    store_zeros(w.grad_q.data(), n_rows * D);
     for (int64_t j0 = round_down_to_vector<T>(ranges.all.begin); j0 < ranges.all.end; j0 += kKeyTile) {
       const int64_t n = std::min(kKeyTile, ranges.all.end - j0);
       score_block_rows<T>(ranges, q + first_row * D, D, w.keys_t.data(), ld, j0, n, scale, prob);

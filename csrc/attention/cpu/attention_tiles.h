@@ -38,31 +38,50 @@ inline int64_t packed_row_length(int64_t n) {
   return (lines % 2 == 0 ? lines + 1 : lines) * kLine;
 }
 
-// dst (depth x ld) = src (rows x depth)^T, columns [rows, ld) zero: keys (or values) of one head laid out depth-major
-// so that a vector load reads consecutive keys.
+#if defined(CPU_CAPABILITY_AVX2)
+// dst (depth x 8 columns, row stride ld) = src (n <= 8 rows x depth)^T, in 8 x 8 shuffle transposes. With kPartial the
+// n < 8 rows are first copied into a zero-padded block, so columns [n, 8) of dst become zero.
+template <bool kPartial>
+inline void transpose_rows_8(const float* src, int64_t n, int64_t depth, float* dst, int64_t ld) {
+  float block[8 * 8];
+  int64_t d = 0;
+  for (; d + 8 <= depth; d += 8) {
+    if constexpr (kPartial) {
+      std::fill(block + n * 8, block + 64, 0.0f);
+      for (int64_t i = 0; i < n; ++i) std::copy(src + i * depth + d, src + i * depth + d + 8, block + i * 8);
+      at::vec::transpose_mxn<float, 8, 8>(block, 8, dst + d * ld, ld);
+    } else {
+      at::vec::transpose_mxn<float, 8, 8>(src + d, depth, dst + d * ld, ld);
+    }
+  }
+  for (; d < depth; ++d) {
+    for (int64_t i = 0; i < n; ++i) dst[d * ld + i] = src[i * depth + d];
+  }
+}
+#endif
+
+// dst (depth x ld) = src (rows x depth)^T: keys (or values) of one head laid out depth-major so that a vector load reads
+// consecutive keys. Columns [rows, round_up_to_vector(rows)) are zero: the products read whole vectors and never
+// further (every tile starts on a vector boundary), so the rest of each row of dst is left as it was. (Zeroing up to ld
+// and copying the last rows one float at a time cost 12-14% of the instructions at 16 keys.)
 template <typename T>
 void pack_transposed(const T* src, int64_t rows, int64_t depth, T* dst, int64_t ld) {
+  using Vec = Vectorized<T>;
+  const int64_t full = round_down_to_vector<T>(rows);
+  if (full < rows) {  // the transposes below overwrite the valid columns of this last vector
+    for (int64_t d = 0; d < depth; ++d) Vec(T(0)).store(dst + d * ld + full);
+  }
 #if defined(CPU_CAPABILITY_AVX2)
   if constexpr (std::is_same_v<T, float>) {  // AVX2 has a shuffle transpose for 8 x 8 blocks only
     int64_t r = 0;
-    for (; r + 8 <= rows; r += 8) {
-      int64_t d = 0;
-      for (; d + 8 <= depth; d += 8) at::vec::transpose_mxn<float, 8, 8>(src + r * depth + d, depth, dst + d * ld + r, ld);
-      for (; d < depth; ++d) {
-        for (int64_t i = r; i < r + 8; ++i) dst[d * ld + i] = src[i * depth + d];
-      }
-    }
-    for (; r < rows; ++r) {
-      for (int64_t d = 0; d < depth; ++d) dst[d * ld + r] = src[r * depth + d];
-    }
-  } else
-#endif
-  {
-    if (rows > 0 && depth > 0) {
-      at::vec::transpose_mxn<T>(src, depth, dst, ld, static_cast<int>(rows), static_cast<int>(depth));
-    }
+    for (; r + 8 <= rows; r += 8) transpose_rows_8<false>(src + r * depth, 8, depth, dst + r, ld);
+    if (r < rows) transpose_rows_8<true>(src + r * depth, rows - r, depth, dst + r, ld);
+    return;
   }
-  for (int64_t d = 0; d < depth; ++d) std::fill(dst + d * ld + rows, dst + (d + 1) * ld, T(0));
+#endif
+  if (rows > 0 && depth > 0) {
+    at::vec::transpose_mxn<T>(src, depth, dst, ld, static_cast<int>(rows), static_cast<int>(depth));
+  }
 }
 
 // out[r][c] = alpha * sum_d rows[r][d] * cols_t[d][c] for R rows and NC vectors of columns: R * NC accumulators stay in
@@ -203,6 +222,24 @@ inline Vectorized<T> keep_lanes(const Vectorized<T>& x, int64_t c, KeyRange keep
   const T hi = T(std::min<int64_t>(keep.end - c, V + 1));
   const Vec lane = Vec::arange(T(0), T(1));
   return Vec::blendv(Vec(fill), x, (lane >= Vec(lo)) & (lane < Vec(hi)));
+}
+
+// x[0:n] = 0 in vector stores. GCC would turn this loop (and std::fill) into memset, which for 2 KiB and more runs
+// `rep stosb`: about as fast as the stores, but callgrind counts it as one instruction per byte, so that a 4 KiB fill
+// (one block's accumulators) weighed as much as the whole score product of a 16-key head. Kept a loop so that the
+// instruction counts stay a measure of the work.
+#if defined(__GNUC__) && !defined(__clang__)
+#define MMA_NMT_NO_MEMSET __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define MMA_NMT_NO_MEMSET
+#endif
+template <typename T>
+MMA_NMT_NO_MEMSET inline void store_zeros(T* x, int64_t n) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  int64_t c = 0;
+  for (; c + V <= n; c += V) Vec(T(0)).store(x + c);
+  if (c < n) Vec(T(0)).store(x + c, n - c);
 }
 
 template <typename T>

@@ -16,7 +16,7 @@ struct ForwardTensors {
 
 struct BackwardTensors {
   at::Tensor grad_out, q, k, v, out, lse, key_lengths;
-  at::Tensor grad_q, grad_k, grad_v;  // zero-initialised by the caller
+  at::Tensor grad_q, grad_k, grad_v;  // written whole by the kernel (uninitialised when it runs)
 };
 
 #define MMA_NMT_DECLARE_CPU_ATTENTION(isa)                                     \

@@ -13,26 +13,32 @@ inline Vectorized<float> exp_vec(const Vectorized<float>& x) {
   return x.exp_u20();  // the polynomial exp that ATen's own CPU flash attention uses; exp_u20(-inf) = 0
 }
 
+// out[0:n] = x[0:n] * factor (out may be x). Whole vectors first, then one partial vector: a count test on every
+// vector cost twice the instructions of the multiply at n = 64.
+template <typename T>
+inline void scale_row_to(const T* x, int64_t n, T factor, T* out) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  const Vec f(factor);
+  int64_t c = 0;
+  for (; c + V <= n; c += V) (Vec::loadu(x + c) * f).store(out + c);
+  if (c < n) (Vec::loadu(x + c, n - c) * f).store(out + c, n - c);
+}
+
 // x[0:n] *= factor.
 template <typename T>
 inline void scale_row(T* x, int64_t n, T factor) {
-  using Vec = Vectorized<T>;
-  constexpr int64_t V = Vec::size();
-  for (int64_t c = 0; c < n; c += V) {
-    const int64_t count = std::min<int64_t>(V, n - c);
-    (Vec::loadu(x + c, count) * Vec(factor)).store(x + c, count);
-  }
+  scale_row_to(x, n, factor, x);
 }
 
-// sum_c a[c] * b[c].
+// sum_c a[c] * b[c], accumulated in one vector in the order of c (whole vectors, then the zero-padded last one).
 template <typename T>
 inline T dot(const T* a, const T* b, int64_t n) {
   using Vec = Vectorized<T>;
   constexpr int64_t V = Vec::size();
   Vec acc(T(0));
-  for (int64_t c = 0; c < n; c += V) {
-    const int64_t count = std::min<int64_t>(V, n - c);
-    acc = at::vec::fmadd(Vec::loadu(a + c, count), Vec::loadu(b + c, count), acc);
-  }
+  int64_t c = 0;
+  for (; c + V <= n; c += V) acc = at::vec::fmadd(Vec::loadu(a + c), Vec::loadu(b + c), acc);
+  if (c < n) acc = at::vec::fmadd(Vec::loadu(a + c, n - c), Vec::loadu(b + c, n - c), acc);
   return at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc);
 }
