@@ -57,17 +57,22 @@ struct BackwardGrads {
   GmmBackwardResult as_tuple() const { return {q, k, v, omega, mu, sigma, gate, local_center, local_width}; }
 };
 
-// Contiguous. grad_k and grad_v are zero (kernels add into them); the per-row gradients, which a kernel writes in full,
-// are zero only when `rows_written` is false (an empty call). Local-bias gradients are (B, H, T) with the bias, else (0,).
-inline BackwardGrads allocate_backward_grads(const GmmParams& p, const at::Tensor& q, bool rows_written) {
+// Contiguous. grad_k and grad_v are zero (kernels add into them) unless `key_rows_written` (the CPU kernel zeroes each
+// head's slice itself, while it is in cache); the per-row gradients, which a kernel writes in full, are zero only when
+// `rows_written` is false (an empty call). Local-bias gradients are (B, H, T) with the bias, else (0,).
+inline BackwardGrads allocate_backward_grads(const GmmParams& p, const at::Tensor& q, bool rows_written,
+                                             bool key_rows_written = false) {
   const auto alloc = [&](std::vector<int64_t> shape) {
     return rows_written ? at::empty(shape, q.options()) : at::zeros(shape, q.options());
   };
   const int64_t B = p.batch, H = p.heads, T = p.query_len;
   BackwardGrads g;
   g.q = alloc({B, H, T, p.head_dim});
-  g.k = at::zeros({B, H, p.key_len, p.head_dim}, q.options());
-  g.v = at::zeros({B, H, p.key_len, p.value_dim}, q.options());
+  const auto alloc_keys = [&](std::vector<int64_t> shape) {
+    return rows_written && key_rows_written ? at::empty(shape, q.options()) : at::zeros(shape, q.options());
+  };
+  g.k = alloc_keys({B, H, p.key_len, p.head_dim});
+  g.v = alloc_keys({B, H, p.key_len, p.value_dim});
   g.omega = alloc({B, H, T, p.components});
   g.mu = alloc({B, H, T, p.components});
   g.sigma = alloc({B, H, T, p.components});

@@ -46,13 +46,13 @@ BackwardHead<T> backward_head_slice(const GmmParams& p, const BackwardTensors& t
 // Scratch space of one backward task.
 template <typename T>
 struct BackwardScratch {
-  std::vector<T> probs, grad_logits, gamma, grad_u, grad_q, delta_a, delta_b, moments, local_moments;
+  std::vector<T> probs, grad_logits, gamma, grad_u, delta_a, delta_b, moments, local_moments;
   std::vector<T> kt, vt;  // (D, ld) and (Dv, ld): the head's keys and values transposed, zero beyond its real keys
   int64_t ld;             // padded(key_len)
   BlockSetup<T> setup;
   BackwardScratch(const GmmParams& p)
       : probs(kQueryBlock * kKeyTile), grad_logits(kQueryBlock * kKeyTile), gamma(kQueryBlock * kKeyTile),
-        grad_u(kKeyTile), grad_q(padded<T>(kQueryBlock * p.head_dim)), delta_a(p.query_len), delta_b(p.query_len),
+        grad_u(kKeyTile), delta_a(p.query_len), delta_b(p.query_len),
         moments(kQueryBlock * 3 * p.components), local_moments(kQueryBlock * 2),
         kt(p.head_dim * padded<T>(p.key_len)), vt(p.value_dim * padded<T>(p.key_len)), ld(padded<T>(p.key_len)),
         setup(p.components) {}
@@ -135,7 +135,8 @@ void backward_block(const GmmParams& p, const BackwardHead<T>& h, const T* pos, 
     }
     w.setup.beta_scale[r] = beta_scale(p, mass);
   }
-  zero_vectors(w.grad_q.data(), padded<T>(n_rows * D));
+  T* dq = h.dq + first_row * D;  // (n_rows, D): accumulated in place
+  zero_span(dq, n_rows * D);
   std::fill(w.moments.begin(), w.moments.begin() + n_rows * 3 * K, T(0));
   std::fill(w.local_moments.begin(), w.local_moments.begin() + n_rows * 2, T(0));
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
@@ -150,9 +151,8 @@ void backward_block(const GmmParams& p, const BackwardHead<T>& h, const T* pos, 
     // grad_k[j0:j0+n] (n, D) += dS^T (n, n_rows) @ q_block (n_rows, D)
     accumulate_products<T>(w.grad_logits.data(), 1, kKeyTile, n, n_rows, h.q + first_row * D, D, D, h.dk + j0 * D, D);
     // grad_q_block (n_rows, D) += dS (n_rows, n) @ k[j0:j0+n] (n, D)
-    accumulate_products<T>(w.grad_logits.data(), kKeyTile, 1, n_rows, n, h.k + j0 * D, D, D, w.grad_q.data(), D);
+    accumulate_products<T>(w.grad_logits.data(), kKeyTile, 1, n_rows, n, h.k + j0 * D, D, D, dq, D);
   }
-  std::copy(w.grad_q.begin(), w.grad_q.begin() + n_rows * D, h.dq + first_row * D);
   write_row_grads(p, h, first_row, n_rows, w);
 }
 
@@ -170,6 +170,9 @@ void backward_typed(const GmmParams& p, BackwardTensors& t) {
         w.delta_b[i] = dot(h.dout + i * Dv, h.ctx_b + i * Dv, Dv);  // dO . B
         h.dgate[i] = w.delta_b[i] - w.delta_a[i];
       }
+      // grad_k and grad_v come uninitialised: zero this head's rows (padding rows included) while they are in cache.
+      zero_span(h.dk, p.key_len * p.head_dim);
+      zero_span(h.dv, p.key_len * Dv);
       const int64_t n_keys = keys_of_sentence(lengths, bh / p.heads, p.key_len);
       transpose_padded(h.k, n_keys, p.head_dim, w.kt.data(), w.ld);
       transpose_padded(h.v, n_keys, Dv, w.vt.data(), w.ld);

@@ -59,7 +59,7 @@ GmmBackwardResult gmm_attention_backward_cpu(
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
   // With head dim 0 the dot-product weights are uniform, and v, the mixture and the gate still get gradients.
   const bool run = p.batch * p.heads * p.query_len > 0 && p.key_len > 0;
-  BackwardGrads g = allocate_backward_grads(p, q, run);
+  BackwardGrads g = allocate_backward_grads(p, q, run, /*key_rows_written=*/true);  // the kernel zeroes them
   BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(),
                     contiguous_or_undefined(key_lengths), omega.contiguous(), mu.contiguous(), sigma.contiguous(),
                     gate.contiguous(), contiguous_or_undefined(local_center), contiguous_or_undefined(local_width),
