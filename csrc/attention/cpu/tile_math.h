@@ -58,9 +58,10 @@ inline void tile_product(const T* rows, int64_t row_stride, int64_t n_rows, cons
 
 // acc[x][:] += sum_y w(x, y) * mat[y][:] with w(x, y) = weights[x * wx + y * wy]. With (wx, wy) = (ld, 1) this is
 // acc += W @ mat; with (1, ld) it is acc += W^T @ mat. Four vectors of each acc row stay in registers over the y loop.
+// With `first`, acc is written, not read (acc = W @ mat: no zeroing pass before the first product).
 template <typename T>
 inline void accumulate_products(const T* weights, int64_t wx, int64_t wy, int64_t nx, int64_t ny, const T* mat,
-                                int64_t mat_stride, int64_t width, T* acc, int64_t acc_stride) {
+                                int64_t mat_stride, int64_t width, T* acc, int64_t acc_stride, bool first = false) {
   using Vec = Vectorized<T>;
   constexpr int64_t V = Vec::size();
   for (int64_t x = 0; x < nx; ++x) {
@@ -68,8 +69,11 @@ inline void accumulate_products(const T* weights, int64_t wx, int64_t wy, int64_
     const T* w_row = weights + x * wx;
     int64_t c = 0;
     for (; c + 4 * V <= width; c += 4 * V) {
-      Vec a0 = Vec::loadu(acc_row + c), a1 = Vec::loadu(acc_row + c + V);
-      Vec a2 = Vec::loadu(acc_row + c + 2 * V), a3 = Vec::loadu(acc_row + c + 3 * V);
+      Vec a0(T(0)), a1(T(0)), a2(T(0)), a3(T(0));
+      if (!first) {
+        a0 = Vec::loadu(acc_row + c), a1 = Vec::loadu(acc_row + c + V);
+        a2 = Vec::loadu(acc_row + c + 2 * V), a3 = Vec::loadu(acc_row + c + 3 * V);
+      }
       for (int64_t y = 0; y < ny; ++y) {
         const Vec w(w_row[y * wy]);
         const T* m = mat + y * mat_stride + c;
@@ -85,7 +89,7 @@ inline void accumulate_products(const T* weights, int64_t wx, int64_t wy, int64_
     }
     for (; c < width; c += V) {
       const int64_t count = std::min<int64_t>(V, width - c);
-      Vec a = Vec::loadu(acc_row + c, count);
+      Vec a = first ? Vec(T(0)) : Vec::loadu(acc_row + c, count);
       for (int64_t y = 0; y < ny; ++y) {
         a = at::vec::fmadd(Vec(w_row[y * wy]), Vec::loadu(mat + y * mat_stride + c, count), a);
       }

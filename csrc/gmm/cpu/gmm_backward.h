@@ -135,10 +135,11 @@ void backward_block(const GmmParams& p, const BackwardHead<T>& h, const T* pos, 
     }
     w.setup.beta_scale[r] = beta_scale(p, mass);
   }
-  T* dq = h.dq + first_row * D;  // (n_rows, D): accumulated in place
-  zero_span(dq, n_rows * D);
+  T* dq = h.dq + first_row * D;  // (n_rows, D): written by the first key tile, then accumulated in place
+  if (n_keys == 0) zero_span(dq, n_rows * D);
   std::fill(w.moments.begin(), w.moments.begin() + n_rows * 3 * K, T(0));
   std::fill(w.local_moments.begin(), w.local_moments.begin() + n_rows * 2, T(0));
+  const bool first_block = first_row == 0;  // it writes grad_k and grad_v rows [0, n_keys), not reads them
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, n_keys - j0), n_pad = padded<T>(n);
     tile_product<T>(h.q + first_row * D, D, n_rows, w.kt.data() + j0, w.ld, n_pad, D, T(p.scale), w.probs.data(),
@@ -147,11 +148,13 @@ void backward_block(const GmmParams& p, const BackwardHead<T>& h, const T* pos, 
                     w.grad_logits.data(), kKeyTile);
     for (int64_t r = 0; r < n_rows; ++r) backward_row(p, h, pos + j0, first_row + r, r, n, w);
     // grad_v[j0:j0+n] (n, Dv) += gamma^T (n, n_rows) @ dO_block (n_rows, Dv)
-    accumulate_products<T>(w.gamma.data(), 1, kKeyTile, n, n_rows, h.dout + first_row * Dv, Dv, Dv, h.dv + j0 * Dv, Dv);
+    accumulate_products<T>(w.gamma.data(), 1, kKeyTile, n, n_rows, h.dout + first_row * Dv, Dv, Dv, h.dv + j0 * Dv, Dv,
+                           first_block);
     // grad_k[j0:j0+n] (n, D) += dS^T (n, n_rows) @ q_block (n_rows, D)
-    accumulate_products<T>(w.grad_logits.data(), 1, kKeyTile, n, n_rows, h.q + first_row * D, D, D, h.dk + j0 * D, D);
+    accumulate_products<T>(w.grad_logits.data(), 1, kKeyTile, n, n_rows, h.q + first_row * D, D, D, h.dk + j0 * D, D,
+                           first_block);
     // grad_q_block (n_rows, D) += dS (n_rows, n) @ k[j0:j0+n] (n, D)
-    accumulate_products<T>(w.grad_logits.data(), kKeyTile, 1, n_rows, n, h.k + j0 * D, D, D, dq, D);
+    accumulate_products<T>(w.grad_logits.data(), kKeyTile, 1, n_rows, n, h.k + j0 * D, D, D, dq, D, j0 == 0);
   }
   write_row_grads(p, h, first_row, n_rows, w);
 }
@@ -170,10 +173,10 @@ void backward_typed(const GmmParams& p, BackwardTensors& t) {
         w.delta_b[i] = dot(h.dout + i * Dv, h.ctx_b + i * Dv, Dv);  // dO . B
         h.dgate[i] = w.delta_b[i] - w.delta_a[i];
       }
-      // grad_k and grad_v come uninitialised: zero this head's rows (padding rows included) while they are in cache.
-      zero_span(h.dk, p.key_len * p.head_dim);
-      zero_span(h.dv, p.key_len * Dv);
+      // grad_k and grad_v come uninitialised: the first query block writes the real keys' rows; the padding rows are 0.
       const int64_t n_keys = keys_of_sentence(lengths, bh / p.heads, p.key_len);
+      zero_span(h.dk + n_keys * p.head_dim, (p.key_len - n_keys) * p.head_dim);
+      zero_span(h.dv + n_keys * Dv, (p.key_len - n_keys) * Dv);
       transpose_padded(h.k, n_keys, p.head_dim, w.kt.data(), w.ld);
       transpose_padded(h.v, n_keys, Dv, w.vt.data(), w.ld);
       for (int64_t first_row = 0; first_row < T_len; first_row += kQueryBlock) {
