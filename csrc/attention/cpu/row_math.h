@@ -42,3 +42,21 @@ inline T dot(const T* a, const T* b, int64_t n) {
   if (c < n) acc = at::vec::fmadd(Vec::loadu(a + c, n - c), Vec::loadu(b + c, n - c), acc);
   return at::vec::vec_reduce_all<T>([](Vec& x, Vec& y) { return x + y; }, acc);
 }
+
+// x[0:n] = 0 in vector stores. GCC would turn this loop (and std::fill) into memset, which for 2 KiB and more runs
+// `rep stosb`: about as fast as the stores, but callgrind counts it as one instruction per byte, so that a 4 KiB fill
+// (one block's accumulators) weighed as much as the whole score product of a 16-key head. Kept a loop so that the
+// instruction counts stay a measure of the work.
+#if defined(__GNUC__) && !defined(__clang__)
+#define MMA_NMT_NO_MEMSET __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define MMA_NMT_NO_MEMSET
+#endif
+template <typename T>
+MMA_NMT_NO_MEMSET inline void store_zeros(T* x, int64_t n) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  int64_t c = 0;
+  for (; c + V <= n; c += V) Vec(T(0)).store(x + c);
+  if (c < n) Vec(T(0)).store(x + c, n - c);
+}

@@ -136,7 +136,7 @@ void backward_block(const GmmParams& p, const BackwardHead<T>& h, const T* pos, 
     w.setup.beta_scale[r] = beta_scale(p, mass);
   }
   T* dq = h.dq + first_row * D;  // (n_rows, D): written by the first key tile, then accumulated in place
-  if (n_keys == 0) zero_span(dq, n_rows * D);
+  if (n_keys == 0) store_zeros(dq, n_rows * D);
   std::fill(w.moments.begin(), w.moments.begin() + n_rows * 3 * K, T(0));
   std::fill(w.local_moments.begin(), w.local_moments.begin() + n_rows * 2, T(0));
   const bool first_block = first_row == 0;  // it writes grad_k and grad_v rows [0, n_keys), not reads them
@@ -175,8 +175,8 @@ void backward_typed(const GmmParams& p, BackwardTensors& t) {
       }
       // grad_k and grad_v come uninitialised: the first query block writes the real keys' rows; the padding rows are 0.
       const int64_t n_keys = keys_of_sentence(lengths, bh / p.heads, p.key_len);
-      zero_span(h.dk + n_keys * p.head_dim, (p.key_len - n_keys) * p.head_dim);
-      zero_span(h.dv + n_keys * Dv, (p.key_len - n_keys) * Dv);
+      store_zeros(h.dk + n_keys * p.head_dim, (p.key_len - n_keys) * p.head_dim);
+      store_zeros(h.dv + n_keys * Dv, (p.key_len - n_keys) * Dv);
       transpose_padded(h.k, n_keys, p.head_dim, w.kt.data(), w.ld);
       transpose_padded(h.v, n_keys, Dv, w.vt.data(), w.ld);
       for (int64_t first_row = 0; first_row < T_len; first_row += kQueryBlock) {

@@ -48,17 +48,6 @@ void fill_tail(T* x, int64_t n, T value) {
   for (int64_t c = n; c < padded<T>(n); ++c) x[c] = value;
 }
 
-// x[0..n) = 0 for any n: vector stores, then single elements (no memset, which valgrind counts per byte and which
-// needs a call for a few KiB).
-template <typename T>
-void zero_span(T* x, int64_t n) {
-  using Vec = Vectorized<T>;
-  constexpr int64_t V = Vec::size();
-  int64_t c = 0;
-  for (; c + V <= n; c += V) Vec(T(0)).store(x + c);
-  for (; c < n; ++c) x[c] = T(0);
-}
-
 // Factor turning the accumulated u_j into beta_j: 1 / sum over the sentence in strict mode (0 for an empty one), else 1.
 template <typename T>
 T beta_scale(const GmmParams& p, T mass) {
