@@ -56,3 +56,21 @@ TORCH_LIBRARY_FRAGMENT(mma_nmt, m) {
       "shared_value_attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, "
       "Tensor? key_lengths, float scale) -> (Tensor, Tensor, Tensor)");
 }
+
+// ---- Multi-layer multi-head attention (SPEC section 3), csrc/multilayer/ -------------------------------------------
+TORCH_LIBRARY_FRAGMENT(mma_nmt, m) {
+  // Decoder attention over the top n encoder layers, read from the per-layer projections in place (no arrangement):
+  // q[i] (B, T, E), k[i] (B, S, E) for the n layers, v[j] (B, S, Ev) for n value sets or 1 (values summed over layers,
+  // joint weights only); E and Ev split into num_heads heads. Joint weights (layer_specific false): one softmax over
+  // sum_i q_i k_i^T * scale per head; layer-specific: one per layer and head. Returns (out (B, T, sets*Ev): the
+  // concatenated contexts [c_1 .. c_sets], lse (B, heads', T), probs (B, heads', T, S) if return_probs else (0,)) with
+  // heads' = num_heads (joint) or n*num_heads (layer i's head h at i*num_heads + h). See multilayer_params.h.
+  // The backward takes the forward's probs when it has them (CPU: the weights are then not recomputed from q and k).
+  m.def(
+      "multilayer_attention(Tensor[] q, Tensor[] k, Tensor[] v, Tensor? key_lengths, int num_heads, float scale, "
+      "bool layer_specific, bool return_probs=False) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "multilayer_attention_backward(Tensor grad_out, Tensor[] q, Tensor[] k, Tensor[] v, Tensor out, Tensor lse, "
+      "Tensor? probs, Tensor? key_lengths, int num_heads, float scale, bool layer_specific) "
+      "-> (Tensor[], Tensor[], Tensor[])");
+}

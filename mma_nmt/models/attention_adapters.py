@@ -57,8 +57,8 @@ class MultiLayerCrossAttention(nn.Module):
     Weights: (B, H, T, S) for joint weights (M-0j); for layer-specific weights (M-1j) the mean over the n layers,
     also (B, H, T, S) (record mode hands out the per-layer (B, n, H, T, S) weights, see ``recording``).
 
-    Cache: the projected keys/values of the fused path (``cache["k"]``, ``cache["v"]``, batch first), computed at the
-    first step. The reference path recomputes them from ``encoder_out`` at each step (it is the check, not the fast
+    Cache: the projected keys/values of the fused path (``cache["k"]``, ``cache["v"]``: lists of per-layer (B, S, E)
+    projections, batch first), computed at the first step. The reference path recomputes them from ``encoder_out`` at each step (it is the check, not the fast
     path), which follows beam reordering because ``encoder_out`` is reordered too."""
 
     def __init__(self, config: TransformerConfig):

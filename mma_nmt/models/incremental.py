@@ -50,9 +50,11 @@ def module_cache(state: IncrementalState | None, name: str) -> dict[str, torch.T
 
 
 def reorder_incremental_state(state: IncrementalState, order: torch.Tensor) -> None:
-    """In place: keeps rows ``order`` (N,) of every tensor in ``state`` (nested dicts allowed)."""
+    """In place: keeps rows ``order`` (N,) of every tensor in ``state`` (nested dicts and lists of tensors allowed)."""
     for key, value in state.items():
         if isinstance(value, dict):
             reorder_incremental_state(value, order)
         elif isinstance(value, torch.Tensor):
             state[key] = value.index_select(0, order)
+        elif isinstance(value, list) and all(isinstance(x, torch.Tensor) for x in value):
+            state[key] = [x.index_select(0, order) for x in value]

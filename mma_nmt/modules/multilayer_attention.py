@@ -2,14 +2,12 @@
 encoder layers, each layer with its own query/key/value projections. Variants ``M-ij``: ``U0 = i`` (0 joint weights
 ``softmax(sum_i a_i)``, 1 layer-specific weights), ``U1 = j`` (0 concatenated contexts, 1 summed contexts).
 
-The fused path reuses ``mma_nmt::attention``. Joint weights: ``sum_i q_i k_i^T = [q_1..q_n][k_1..k_n]^T``, so it is
-ordinary attention on head size ``n*D`` with scale ``1/sqrt(D)``; values are summed over layers (U1 = 1) or
-concatenated along the value dimension (U1 = 0, one softmax, ``Dv = n*D``). Layer-specific weights: the ``n`` layers are
-``n*H`` independent heads. The per-layer projections are written straight into those layouts by one ``torch.stack``,
-which is the same single copy that ordinary attention spends turning ``(B, L, H, D)`` into ``(B, H, L, D)``: no extra
-concatenation pass. benchmarks/bench_multilayer_attention.py measures it (20-45% of the fused attention core at 32-96
-tokens) and the speed against the reference: on the CPU at these lengths the fused path is only about as fast as the
-plain-PyTorch formula (0.8-1.9x for the attention core; benchmarks/results/).
+The fused path is ``mma_nmt::multilayer_attention``, which reads the n per-layer projections where they are. Joint
+weights: ``sum_i q_i k_i^T = [q_1..q_n][k_1..k_n]^T``, so each head is ordinary attention on head size ``n*D`` with
+scale ``1/sqrt(D)``; values are summed over layers first when contexts are summed (``p sum_i v_i = sum_i p v_i``).
+Layer-specific weights: the ``n`` layers are ``n*H`` independent heads. The CPU kernel gathers each head's rows into
+cache; arranging the projections into one ``(B, H, L, n*D)`` tensor instead (the previous design) cost 41-51% of the
+attention core. benchmarks/bench_multilayer_attention.py measures the speed against the reference.
 """
 
 from __future__ import annotations
@@ -21,8 +19,8 @@ from typing import Literal, Sequence
 import torch
 from torch import nn
 
-from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
-from mma_nmt.ops.fused_attention import fused_attention
+from mma_nmt.modules.heads import init_attention_projections, split_heads
+from mma_nmt.ops.multilayer_attention import multilayer_attention
 from mma_nmt.ops.padding import resolve_key_lengths
 from mma_nmt.reference.multilayer_attention import multilayer_attention_reference
 
@@ -122,33 +120,15 @@ class MultiLayerMultiheadAttention(nn.Module):
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         return split_heads(x, self.config.num_heads)  # (B, L, E) -> (B, H, L, D), a view
 
-    def _arrange(self, projected: Sequence[torch.Tensor], join_heads: bool) -> torch.Tensor:
-        """One copy from n per-layer (B, L, E) projections into the layout the fused operator reads.
-
-        ``join_heads=True``: (B, H, L, n*D), layer i's head h in columns [i*D, (i+1)*D) (joint weights).
-        ``join_heads=False``: (B, n*H, L, D), layer i's head h is head i*H + h (layer-specific weights).
-        """
-        if len(projected) == 1:
-            return self._heads(projected[0])
-        views = [self._heads(p) for p in projected]  # n x (B, H, L, D) views
-        if join_heads:
-            stacked = torch.stack(views, dim=3)  # (B, H, L, n, D)
-            return stacked.flatten(3)  # (B, H, L, n*D)
-        stacked = torch.stack(views, dim=1)  # (B, n, H, L, D)
-        return stacked.flatten(1, 2)  # (B, n*H, L, D)
-
-    def project_memory(self, features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values of the fused path from ``features`` (n x (B, S, E)); see :meth:`_arrange`."""
+    def project_memory(self, features: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Keys and values of the fused path from ``features`` (n x (B, S, E)): n per-layer key projections, and n
+        value projections, or their sum (one tensor) for joint weights with summed contexts."""
         c = self.config
         keys = [proj(f) for proj, f in zip(self.k_projs, features)]
         values = [proj(f) for proj, f in zip(self.v_projs, features)]
-        joint = not c.layer_specific
-        k = self._arrange(keys, join_heads=joint)
-        if joint and c.sum_contexts:
-            v = self._heads(sum(values))  # (B, H, S, D): p (sum_i v_i) = sum_i p v_i
-        else:
-            v = self._arrange(values, join_heads=joint)
-        return k, v
+        if not c.layer_specific and c.sum_contexts:
+            values = [sum(values)]  # p (sum_i v_i) = sum_i p v_i
+        return keys, values
 
     def forward(self, query: torch.Tensor, features: Sequence[torch.Tensor], *,
                 key_padding_mask: torch.Tensor | None = None, key_lengths: torch.Tensor | None = None,
@@ -171,28 +151,17 @@ class MultiLayerMultiheadAttention(nn.Module):
             k, v = self.project_memory(features)
             if incremental_state is not None:
                 incremental_state[self._cache_key] = (k, v)
-        q = self._arrange([p(query) for p in self.q_projs], join_heads=not c.layer_specific)
-        result = fused_attention(q, k, v, key_lengths=lengths, scale=1.0 / math.sqrt(self.head_dim),
-                                 return_probs=need_weights)
-        context = self._combine(result.out, query.shape[0], query.shape[1])
+        result = multilayer_attention([p(query) for p in self.q_projs], k, v, num_heads=c.num_heads,
+                                      layer_specific=c.layer_specific, key_lengths=lengths,
+                                      scale=1.0 / math.sqrt(self.head_dim), return_probs=need_weights)
+        context = result.out  # (B, T, sets*E): [c_1 .. c_sets]
+        if c.layer_specific and c.sum_contexts:
+            batch, length = query.shape[:2]
+            context = context.view(batch, length, c.num_layers, c.embed_dim).sum(dim=2)  # (B, T, E) = sum_i c_i
         weights = result.probs
         if need_weights and c.layer_specific:
             weights = weights.view(weights.shape[0], c.num_layers, c.num_heads, *weights.shape[2:])  # (B, n, H, T, S)
         return self.out_proj(context), weights
-
-    def _combine(self, out: torch.Tensor, batch: int, length: int) -> torch.Tensor:
-        """Fused output -> ``C``: (B, T, n*E) with layers concatenated, or (B, T, E) summed over layers."""
-        c = self.config
-        n, heads, dim = c.num_layers, c.num_heads, self.head_dim
-        if not c.layer_specific:
-            if c.sum_contexts:
-                return merge_heads(out)  # (B, H, T, D) -> (B, T, E)
-            out = out.view(batch, heads, length, n, dim).permute(0, 2, 3, 1, 4)  # (B, T, n, H, D)
-            return out.reshape(batch, length, n * heads * dim)
-        out = out.view(batch, n, heads, length, dim)  # (B, n, H, T, D)
-        if c.sum_contexts:
-            return merge_heads(out.sum(dim=1))  # (B, H, T, D) -> (B, T, E)
-        return out.permute(0, 3, 1, 2, 4).reshape(batch, length, n * heads * dim)  # (B, T, n, H, D) -> (B, T, n*E)
 
     def _check_inputs(self, query: torch.Tensor, features: Sequence[torch.Tensor] | None) -> None:
         e, n = self.config.embed_dim, self.config.num_layers
@@ -211,4 +180,5 @@ class MultiLayerMultiheadAttention(nn.Module):
         """Selects sentences of the cached keys/values (beam search); ``new_order`` (B',) batch indices."""
         if self._cache_key in incremental_state:
             k, v = incremental_state[self._cache_key]
-            incremental_state[self._cache_key] = (k.index_select(0, new_order), v.index_select(0, new_order))
+            incremental_state[self._cache_key] = ([x.index_select(0, new_order) for x in k],
+                                                  [x.index_select(0, new_order) for x in v])

@@ -22,3 +22,8 @@ from mma_nmt.ops.multihop import HeadGateResult, multihop_gate  # noqa: E402
 from mma_nmt.ops.shared_value_attention import SharedValueResult, shared_value_attention  # noqa: E402
 
 __all__ += ["HeadGateResult", "SharedValueResult", "multihop_gate", "shared_value_attention"]
+
+# ---- multi-layer multi-head attention (SPEC section 3) ----
+from mma_nmt.ops.multilayer_attention import MultilayerAttentionResult, multilayer_attention  # noqa: E402
+
+__all__ += ["MultilayerAttentionResult", "multilayer_attention"]

@@ -40,3 +40,29 @@ def multilayer_attention_reference(q: Sequence[torch.Tensor], k: Sequence[torch.
     flat = [c.transpose(1, 2).reshape(batch, length, heads * dim) for c in contexts]
     combined = sum(flat) if sum_contexts else torch.cat(flat, dim=-1)
     return combined, weights
+
+
+def multilayer_attention_op_reference(q: Sequence[torch.Tensor], k: Sequence[torch.Tensor], v: Sequence[torch.Tensor],
+                                      *, num_heads: int, layer_specific: bool = False,
+                                      key_lengths: torch.Tensor | None = None, scale: float | None = None
+                                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The contract of ``mma_nmt::multilayer_attention`` (``mma_nmt.ops.multilayer_attention``) in plain PyTorch, on
+    the per-layer projections ``q_i`` (B, T, E), ``k_i`` (B, S, E) and ``v_j`` (B, S, Ev) (n of them, or one with
+    joint weights). Returns ``(out (B, T, sets*Ev) = [c_1 .. c_sets], weights (B, heads', T, S))`` with heads' =
+    num_heads (joint) or n * num_heads (layer i's head h at i * num_heads + h)."""
+    def heads(x):
+        return x.view(x.shape[0], x.shape[1], num_heads, x.shape[2] // num_heads).transpose(1, 2)  # -> (B, H, L, D)
+
+    if scale is None:
+        head_dim = q[0].shape[-1] // num_heads
+        scale = 1.0 / math.sqrt(head_dim) if head_dim > 0 else 1.0
+    logits = [torch.matmul(heads(qi), heads(ki).transpose(-1, -2)) * scale for qi, ki in zip(q, k)]  # n x (B, H, T, S)
+    if layer_specific:
+        probs = [masked_softmax(a, key_lengths) for a in logits]
+        weights = torch.cat(probs, dim=1)  # (B, n*H, T, S)
+    else:
+        weights = masked_softmax(sum(logits), key_lengths)
+        probs = [weights] * len(v)
+    contexts = [torch.matmul(p, heads(vj)) for p, vj in zip(probs, v)]  # sets x (B, H, T, Dv)
+    out = torch.cat([c.transpose(1, 2).flatten(2) for c in contexts], dim=-1)  # (B, T, sets*H*Dv)
+    return out, weights

@@ -1,5 +1,5 @@
 // Vectorised building blocks of the CPU attention kernels: register-blocked products on tiles, key packing, and the
-// lane masks of the row-wise softmax. Included only from attention_kernel.h, inside the per-instruction-set namespace,
+// lane masks of the row-wise softmax. Included only from attention_blocks.h, inside the per-instruction-set namespace,
 // so each build gets its own copy. (tile_math.h holds the simpler row-at-a-time versions that the GMM kernels use.)
 //
 // Every logit is alpha * (a chain of fused multiply-adds over d = 0..D-1, in order), whatever the blocking, so forward
@@ -39,33 +39,34 @@ inline int64_t packed_row_length(int64_t n) {
 }
 
 #if defined(CPU_CAPABILITY_AVX2)
-// dst (depth x 8 columns, row stride ld) = src (n <= 8 rows x depth)^T, in 8 x 8 shuffle transposes. With kPartial the
-// n < 8 rows are first copied into a zero-padded block, so columns [n, 8) of dst become zero.
+// dst (depth x 8 columns, row stride ld) = src (n <= 8 rows x depth, row stride src_stride)^T, in 8 x 8 shuffle
+// transposes. With kPartial the n < 8 rows are first copied into a zero-padded block, so columns [n, 8) of dst become
+// zero.
 template <bool kPartial>
-inline void transpose_rows_8(const float* src, int64_t n, int64_t depth, float* dst, int64_t ld) {
+inline void transpose_rows_8(const float* src, int64_t src_stride, int64_t n, int64_t depth, float* dst, int64_t ld) {
   float block[8 * 8];
   int64_t d = 0;
   for (; d + 8 <= depth; d += 8) {
     if constexpr (kPartial) {
       std::fill(block + n * 8, block + 64, 0.0f);
-      for (int64_t i = 0; i < n; ++i) std::copy(src + i * depth + d, src + i * depth + d + 8, block + i * 8);
+      for (int64_t i = 0; i < n; ++i) std::copy(src + i * src_stride + d, src + i * src_stride + d + 8, block + i * 8);
       at::vec::transpose_mxn<float, 8, 8>(block, 8, dst + d * ld, ld);
     } else {
-      at::vec::transpose_mxn<float, 8, 8>(src + d, depth, dst + d * ld, ld);
+      at::vec::transpose_mxn<float, 8, 8>(src + d, src_stride, dst + d * ld, ld);
     }
   }
   for (; d < depth; ++d) {
-    for (int64_t i = 0; i < n; ++i) dst[d * ld + i] = src[i * depth + d];
+    for (int64_t i = 0; i < n; ++i) dst[d * ld + i] = src[i * src_stride + d];
   }
 }
 #endif
 
-// dst (depth x ld) = src (rows x depth)^T: keys (or values) of one head laid out depth-major so that a vector load reads
-// consecutive keys. Columns [rows, round_up_to_vector(rows)) are zero: the products read whole vectors and never
-// further (every tile starts on a vector boundary), so the rest of each row of dst is left as it was. (Zeroing up to ld
-// and copying the last rows one float at a time cost 12-14% of the instructions at 16 keys.)
+// dst (depth x ld) = src (rows x depth, row stride src_stride)^T: keys (or values) of one head laid out depth-major so
+// that a vector load reads consecutive keys. Columns [rows, round_up_to_vector(rows)) are zero: the products read whole
+// vectors and never further (every tile starts on a vector boundary), so the rest of each row of dst is left as it was.
+// (Zeroing up to ld and copying the last rows one float at a time cost 12-14% of the instructions at 16 keys.)
 template <typename T>
-void pack_transposed(const T* src, int64_t rows, int64_t depth, T* dst, int64_t ld) {
+void pack_transposed(const T* src, int64_t rows, int64_t depth, int64_t src_stride, T* dst, int64_t ld) {
   using Vec = Vectorized<T>;
   const int64_t full = round_down_to_vector<T>(rows);
   if (full < rows) {  // the transposes below overwrite the valid columns of this last vector
@@ -74,13 +75,13 @@ void pack_transposed(const T* src, int64_t rows, int64_t depth, T* dst, int64_t 
 #if defined(CPU_CAPABILITY_AVX2)
   if constexpr (std::is_same_v<T, float>) {  // AVX2 has a shuffle transpose for 8 x 8 blocks only
     int64_t r = 0;
-    for (; r + 8 <= rows; r += 8) transpose_rows_8<false>(src + r * depth, 8, depth, dst + r, ld);
-    if (r < rows) transpose_rows_8<true>(src + r * depth, rows - r, depth, dst + r, ld);
+    for (; r + 8 <= rows; r += 8) transpose_rows_8<false>(src + r * src_stride, src_stride, 8, depth, dst + r, ld);
+    if (r < rows) transpose_rows_8<true>(src + r * src_stride, src_stride, rows - r, depth, dst + r, ld);
     return;
   }
 #endif
   if (rows > 0 && depth > 0) {
-    at::vec::transpose_mxn<T>(src, depth, dst, ld, static_cast<int>(rows), static_cast<int>(depth));
+    at::vec::transpose_mxn<T>(src, src_stride, dst, ld, static_cast<int>(rows), static_cast<int>(depth));
   }
 }
 

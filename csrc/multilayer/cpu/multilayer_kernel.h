@@ -1,0 +1,166 @@
+// Multi-layer attention on the CPU (SPEC section 3). Each fused head (multilayer_params.h) is an attention head whose
+// rows are pieces of the per-layer projections: the attention kernel's blocks (attention/cpu/attention_blocks.h) read
+// keys and values, and write outputs and gradients, in place in the projections' layout; only the query rows (and, in
+// the backward, the output-gradient rows), which the score products need contiguous, are gathered into cache. So the
+// projections are never arranged into a (B, H, L, n*D) tensor: in plain PyTorch that copy through memory and its
+// backward cost 41-51% of the fused attention core (benchmarks/results/2026-11-22.md).
+// Included by multilayer_kernel_<isa>.cpp after it has chosen the instruction set (CPU_CAPABILITY).
+#include "attention/cpu/attention_blocks.h"
+#include "multilayer/cpu/kernel_api.h"
+
+namespace mma_nmt::multilayer::cpu::MMA_NMT_CPU_ISA {
+namespace {
+
+namespace blocks = ::mma_nmt::attention::cpu::MMA_NMT_CPU_ISA;
+using attention::AttentionParams;
+using attention::keys_of_sentence;
+using blocks::Pieces;
+
+// Which tensors of a list make up fused head `fused_head`, and the head within them.
+struct HeadSource {
+  int64_t first = 0, count = 0;  // tensors [first, first + count)
+  int64_t head = 0;              // h: columns [h * width, (h + 1) * width) of each
+};
+
+HeadSource key_source(const MultilayerParams& p, int64_t fused_head) {
+  if (p.layer_specific) return {fused_head / p.num_heads, 1, fused_head % p.num_heads};
+  return {0, p.layers, fused_head};
+}
+
+HeadSource value_source(const MultilayerParams& p, int64_t fused_head) {
+  if (p.layer_specific) return {fused_head / p.num_heads, 1, fused_head % p.num_heads};
+  return {0, p.value_sets, fused_head};
+}
+
+// Pieces of sentence b (of `len` rows of `row_stride` values in every tensor) for the head `src` names.
+template <typename P>
+Pieces<P> pieces(const std::vector<P>& tensors, const HeadSource& src, int64_t b, int64_t len, int64_t width,
+                 int64_t row_stride) {
+  Pieces<P> out;
+  out.width = width;
+  out.stride = row_stride;
+  for (int64_t s = src.first; s < src.first + src.count; ++s) {
+    out.base.push_back(tensors[s] + b * len * row_stride + src.head * width);
+  }
+  return out;
+}
+
+// dst (rows, count * width) = rows [r0, r0 + rows) of the pieces, side by side.
+template <typename T>
+void gather_rows(const Pieces<const T*>& src, int64_t r0, int64_t rows, T* dst) {
+  const int64_t w = src.width, n = src.count();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t s = 0; s < n; ++s) {
+      const T* from = src.base[s] + (r0 + r) * src.stride;
+      std::copy(from, from + w, dst + (r * n + s) * w);
+    }
+  }
+}
+
+template <typename P>
+std::vector<P> data_pointers(const std::vector<at::Tensor>& tensors) {
+  using T = std::remove_const_t<std::remove_pointer_t<P>>;
+  std::vector<P> out;
+  for (const at::Tensor& x : tensors) out.push_back(x.data_ptr<T>());
+  return out;
+}
+
+// Column blocks [j * Ev, (j + 1) * Ev) of an output row, one per output set, as if they were separate tensors.
+template <typename P>
+std::vector<P> output_sets(P out, const MultilayerParams& p) {
+  std::vector<P> sets;
+  for (int64_t j = 0; j < p.output_sets(); ++j) sets.push_back(out + j * p.value_embed_dim());
+  return sets;
+}
+
+template <typename T>
+void forward_typed(const MultilayerParams& mp, MultilayerForward& t) {
+  const AttentionParams p = mp.fused();
+  const int64_t T_len = p.query_len, S = p.key_len, D = mp.head_dim, Dv = mp.value_head_dim;
+  const int64_t E = mp.embed_dim(), Ev = mp.value_embed_dim(), W = mp.output_sets() * Ev;
+  const int64_t Dk = p.head_dim;  // a fused head's q/k row length
+  const int64_t ld = blocks::packed_row_length<T>(S);
+  const int64_t* lengths = t.key_lengths.defined() ? t.key_lengths.data_ptr<int64_t>() : nullptr;
+  const int64_t n_blocks = (T_len + blocks::kQueryBlock - 1) / blocks::kQueryBlock;
+  const auto q = data_pointers<const T*>(t.q), k = data_pointers<const T*>(t.k), v = data_pointers<const T*>(t.v);
+  const auto out = output_sets<T*>(t.out.data_ptr<T>(), mp);
+  T* lse = t.lse.data_ptr<T>();
+  T* probs = t.probs.defined() ? t.probs.data_ptr<T>() : nullptr;
+  // Tasks are (sentence, fused head, query block), head-major, so a thread packs a head's keys once for all blocks.
+  at::parallel_for(0, p.batch * p.heads * n_blocks, 1, [&](int64_t begin, int64_t end) {
+    blocks::ForwardScratch<T> scratch(Dk, p.value_dim, ld);
+    std::vector<T> q_rows(blocks::kQueryBlock * Dk);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t bh = task / n_blocks, first_row = (task % n_blocks) * blocks::kQueryBlock;
+      const int64_t b = bh / p.heads, h = bh % p.heads;
+      const int64_t n_rows = std::min(blocks::kQueryBlock, T_len - first_row);
+      const int64_t n_keys = keys_of_sentence(lengths, b, S);
+      if (scratch.packed_head != bh) {
+        blocks::pack_pieces(pieces(k, key_source(mp, h), b, S, D, E), n_keys, scratch.keys_t.data(), ld);  // (Dk, ld)
+        scratch.packed_head = bh;
+      }
+      gather_rows(pieces(q, key_source(mp, h), b, T_len, D, E), first_row, n_rows, q_rows.data());  // (n_rows, Dk)
+      const int64_t row = bh * T_len + first_row;  // the block's first row among all (B * heads * T)
+      blocks::forward_block<T>(p, b, h, first_row, n_rows, n_keys, q_rows.data(), scratch.keys_t.data(), ld,
+                               pieces(v, value_source(mp, h), b, S, Dv, Ev),
+                               pieces(out, value_source(mp, h), b, T_len, Dv, W).from_row(first_row), lse + row,
+                               probs ? probs + row * S : nullptr, scratch);
+    }
+  });
+}
+
+template <typename T>
+void backward_typed(const MultilayerParams& mp, MultilayerBackward& t) {
+  const AttentionParams p = mp.fused();
+  const int64_t T_len = p.query_len, S = p.key_len, D = mp.head_dim, Dv = mp.value_head_dim;
+  const int64_t E = mp.embed_dim(), Ev = mp.value_embed_dim(), W = mp.output_sets() * Ev;
+  const int64_t Dk = p.head_dim, Dvk = p.value_dim;
+  const int64_t ld = blocks::packed_row_length<T>(S);
+  const int64_t* lengths = t.key_lengths.defined() ? t.key_lengths.data_ptr<int64_t>() : nullptr;
+  const auto q = data_pointers<const T*>(t.q), k = data_pointers<const T*>(t.k), v = data_pointers<const T*>(t.v);
+  const auto dq = data_pointers<T*>(t.grad_q), dk = data_pointers<T*>(t.grad_k), dv = data_pointers<T*>(t.grad_v);
+  const auto dout = output_sets<const T*>(t.grad_out.data_ptr<T>(), mp);
+  const auto out = output_sets<const T*>(t.out.data_ptr<T>(), mp);
+  const T* lse = t.lse.data_ptr<T>();
+  const T* probs = t.probs.defined() ? t.probs.data_ptr<T>() : nullptr;
+  at::parallel_for(0, p.batch * p.heads, 1, [&](int64_t begin, int64_t end) {
+    blocks::BackwardScratch<T> scratch(Dk, Dvk, ld, T_len);
+    std::vector<T> q_rows(T_len * Dk), dout_rows(T_len * Dvk);  // the head's rows, gathered
+    for (int64_t bh = begin; bh < end; ++bh) {
+      const int64_t b = bh / p.heads, h = bh % p.heads;
+      const int64_t n_keys = keys_of_sentence(lengths, b, S);
+      const HeadSource keys = key_source(mp, h), values = value_source(mp, h);
+      const auto key_rows = pieces(k, keys, b, S, D, E);
+      blocks::pack_pieces(key_rows, n_keys, scratch.keys_t.data(), ld);                                // (Dk, ld)
+      blocks::pack_pieces(pieces(v, values, b, S, Dv, Ev), n_keys, scratch.values_t.data(), ld);  // (Dvk, ld)
+      gather_rows(pieces(q, keys, b, T_len, D, E), 0, T_len, q_rows.data());                      // (T, Dk)
+      gather_rows(pieces(dout, values, b, T_len, Dv, W), 0, T_len, dout_rows.data());             // (T, Dvk)
+      const auto out_rows = pieces(out, values, b, T_len, Dv, W);
+      for (int64_t i = 0; i < T_len; ++i) {  // rowsum(dO * O)
+        T sum = T(0);
+        for (int64_t s = 0; s < out_rows.count(); ++s) {
+          sum += blocks::dot(dout_rows.data() + i * Dvk + s * Dv, out_rows.base[s] + i * W, Dv);
+        }
+        scratch.delta[i] = sum;
+      }
+      // Fused heads own disjoint pieces of the gradients (columns of a head, rows of a sentence): no collisions.
+      blocks::backward_head<T>(p, b, h, n_keys, dout_rows.data(), q_rows.data(), lse + bh * T_len,
+                               scratch.delta.data(), probs ? probs + bh * T_len * S : nullptr, key_rows, pieces(dq, keys, b, T_len, D, E),
+                               pieces(dk, keys, b, S, D, E), pieces(dv, values, b, S, Dv, Ev), scratch);
+    }
+  });
+}
+
+}  // namespace
+
+void multilayer_forward(const MultilayerParams& p, MultilayerForward& t) {
+  AT_DISPATCH_FLOATING_TYPES(t.q[0].scalar_type(), "mma_nmt::multilayer_attention cpu forward",
+                             [&] { forward_typed<scalar_t>(p, t); });
+}
+
+void multilayer_backward(const MultilayerParams& p, MultilayerBackward& t) {
+  AT_DISPATCH_FLOATING_TYPES(t.q[0].scalar_type(), "mma_nmt::multilayer_attention cpu backward",
+                             [&] { backward_typed<scalar_t>(p, t); });
+}
+
+}  // namespace mma_nmt::multilayer::cpu::MMA_NMT_CPU_ISA
