@@ -119,6 +119,11 @@ inline void score_rows(const T* rows, int64_t row_stride, const T* cols_t, int64
   for (; c + NC * V <= c1; c += NC * V) {
     score_block<T, R, NC>(rows, row_stride, cols_t + c, col_stride, depth, alpha, out + c, out_stride);
   }
+  if constexpr (NC > 2) {  // AVX-512: a 32-key tile (a sentence) is two vectors; one pass over the rows, not two
+    for (; c + 2 * V <= c1; c += 2 * V) {
+      score_block<T, R, 2>(rows, row_stride, cols_t + c, col_stride, depth, alpha, out + c, out_stride);
+    }
+  }
   for (; c < c1; c += V) score_block<T, R, 1>(rows, row_stride, cols_t + c, col_stride, depth, alpha, out + c, out_stride);
 }
 
@@ -181,6 +186,11 @@ inline void accumulate_rows(const T* weights, int64_t wx, int64_t wy, int64_t y0
   int64_t c = 0;
   for (; c + NV * V <= width; c += NV * V) {
     accumulate_block<T, X, NV, false>(weights, wx, wy, y0, y1, mat + c, mat_stride, acc + c, acc_stride, V);
+  }
+  if constexpr (NV > 2) {  // AVX-512: 32 columns in one pass over the weights, not two (as score_rows)
+    for (; c + 2 * V <= width; c += 2 * V) {
+      accumulate_block<T, X, 2, false>(weights, wx, wy, y0, y1, mat + c, mat_stride, acc + c, acc_stride, V);
+    }
   }
   for (; c + V <= width; c += V) {
     accumulate_block<T, X, 1, false>(weights, wx, wy, y0, y1, mat + c, mat_stride, acc + c, acc_stride, V);
