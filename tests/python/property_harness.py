@@ -150,3 +150,12 @@ def size_and_length_labels(case, sizes: Sequence[str]) -> set:
     labels |= {"empty sentence"} if 0 in lengths else set()
     labels |= {"one-key sentence"} if 1 in lengths else set()
     return labels
+
+
+def sentences_without_keys(case) -> torch.Tensor:
+    """(B,) bool: True for the sentences of ``case`` (batch, key_len, key_lengths or None) without a real key."""
+    if case.key_len == 0:
+        return torch.ones(case.batch, dtype=torch.bool)
+    if case.key_lengths is None:
+        return torch.zeros(case.batch, dtype=torch.bool)
+    return torch.tensor(case.key_lengths, dtype=torch.int64) == 0

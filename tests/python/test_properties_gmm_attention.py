@@ -24,7 +24,8 @@ from gmm_cases import Shape
 from gmm_cases import make_inputs as make_gmm_inputs
 from mma_nmt.ops import gmm_attention, gmm_conversion
 from mma_nmt.reference import gmm_attention_reference
-from property_harness import OperatorUnderTest, check_against_reference, labels_drawn, size_and_length_labels
+from property_harness import (OperatorUnderTest, check_against_reference, labels_drawn, sentences_without_keys,
+                              size_and_length_labels)
 
 MAX_EXAMPLES = 200
 QUERY_LENGTHS = [1, 2, 3, 5, 7, 13, 16, 17]
@@ -148,15 +149,6 @@ def reference(case, inputs):
         opts["scale"] = 1.0
     out, alpha, beta, gamma = gmm_attention_reference(**inputs, **opts)
     return dict(out=out, alpha=alpha, beta=beta, gamma=gamma) if case.return_weights else dict(out=out)
-
-
-def sentences_without_keys(case) -> torch.Tensor:
-    """(B,) bool."""
-    if case.key_len == 0:
-        return torch.ones(case.batch, dtype=torch.bool)
-    if case.key_lengths is None:
-        return torch.zeros(case.batch, dtype=torch.bool)
-    return torch.tensor(case.key_lengths, dtype=torch.int64) == 0
 
 
 def reference_log_mass(case, inputs) -> torch.Tensor:

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from mma_nmt.ops import multilayer_attention
 from mma_nmt.reference import multilayer_attention_op_reference
-from property_harness import OperatorUnderTest, check_against_reference, labels_drawn, size_and_length_labels
+from property_harness import (OperatorUnderTest, check_against_reference, labels_drawn, sentences_without_keys,
+                              size_and_length_labels)
 
 MAX_EXAMPLES = 150
 QUERY_LENGTHS = [1, 2, 3, 5, 7, 13, 16, 17]
@@ -110,19 +111,13 @@ def reference(case, inputs):
     return dict(out=out, probs=probs.nan_to_num(0.0))
 
 
-def sentences_without_keys(case):
+def rows_without_keys(case):
     """(B, heads', T) bool: True where the sentence has no real key."""
-    if case.key_len == 0:
-        empty = torch.ones(case.batch, dtype=torch.bool)
-    elif case.key_lengths is None:
-        empty = torch.zeros(case.batch, dtype=torch.bool)
-    else:
-        empty = torch.tensor(case.key_lengths, dtype=torch.int64) == 0
-    return empty.view(-1, 1, 1).expand(case.batch, case.fused_heads, case.query_len)
+    return sentences_without_keys(case).view(-1, 1, 1).expand(case.batch, case.fused_heads, case.query_len)
 
 
 def lse_is_neg_inf_exactly_for_sentences_without_keys(case, inputs, outputs):
-    empty = sentences_without_keys(case)
+    empty = rows_without_keys(case)
     assert torch.equal(torch.isneginf(outputs["lse"]), empty), "lse must be -inf exactly for sentences without keys"
     assert not outputs["probs"][empty].any()
 
@@ -170,7 +165,7 @@ MULTILAYER = OperatorUnderTest(
     fused=fused,
     reference=reference,
     differentiable=["out"],
-    allowed_non_finite=lambda case, inputs, outputs: dict(lse=sentences_without_keys(case)),
+    allowed_non_finite=lambda case, inputs, outputs: dict(lse=rows_without_keys(case)),
     extra_checks=lse_is_neg_inf_exactly_for_sentences_without_keys,
     error_scales=error_scales,
 )
