@@ -96,13 +96,29 @@ def gmm_attention(
     lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.dim() == 4 and q.shape[-1] > 0 else 1.0
-    out, lse, log_mass, _, _, alpha, beta = _OP(
+    out, lse, log_mass, _, _, alpha, beta = _call_op(
         q, k, v, lengths, omega, mu, sigma, gate, local_center, local_width, float(scale),
         normalization_code(normalization), float(sigma_floor), return_weights)
     if not return_weights:
         return GmmAttentionResult(out, lse, log_mass, None, None, None)
     g = gate.detach().unsqueeze(-1)  # (B, H, T, 1)
     return GmmAttentionResult(out, lse, log_mass, alpha, beta, (1 - g) * alpha + g * beta)
+
+
+def _call_op(*args):
+    """``mma_nmt::gmm_attention`` on the schema's arguments, with its registered autograd formula.
+
+    In eager mode the formula is applied through :class:`_EagerGmmAttention` rather than through the op's autograd
+    kernel: torch.library's generic wrapper (``register_autograd``) costs per call a Python round trip through the
+    dispatcher and a re-read of the op's schema (``fill_defaults``), about 60 us of CPU time per forward (thread time,
+    B=1 T=1), which is a few percent of the whole fused forward+backward at T = S = 16. Under ``torch.compile`` and
+    ``torch.func`` transforms the op itself is called, so they see the registered autograd as before."""
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return _OP(*args)
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in args):
+        return _EagerGmmAttention.apply(*args)
+    with torch._C._AutoDispatchBelowAutograd():  # no gradient wanted: straight to the device kernel
+        return _OP(*args)
 
 
 def _check_same_device(q: torch.Tensor, **tensors: torch.Tensor | None) -> None:
@@ -161,3 +177,19 @@ def _backward(ctx, grad_out, *_unused_grads):
 
 
 torch.library.register_autograd("mma_nmt::gmm_attention", _backward, setup_context=_setup_context)
+
+
+class _EagerGmmAttention(torch.autograd.Function):
+    """The op's registered autograd formula (``_setup_context`` and ``_backward`` above) as an autograd.Function, for
+    eager calls (see ``_call_op``): the same saved tensors and the same backward op."""
+
+    @staticmethod
+    def forward(ctx, *inputs):
+        with torch._C._AutoDispatchBelowAutograd():
+            output = _OP(*inputs)
+        _setup_context(ctx, inputs, output)
+        return output
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return _backward(ctx, *grads)

@@ -33,11 +33,28 @@ void transpose_padded(const T* src, int64_t n, int64_t depth, T* dst, int64_t ld
       for (int64_t x = j; x < j + B; ++x) dst[d * ld + x] = src[x * depth + d];
     }
   }
+  if (j < n && j + B <= width) {
+    // The last n - j < B keys, with zero keys after them up to B: each B x B block goes through a zero-padded copy, so
+    // that the tail columns and the zeros past them are written by the register transpose, not by depth strided scalar
+    // stores per column (with source lengths in [L/2, L] most heads end here; at L = 16 the scalar loops were half of
+    // every transpose).
+    T block[B * B] = {};
+    const int64_t rows = n - j;
+    int64_t d = 0;
+    for (; d + B <= depth; d += B) {
+      for (int64_t x = 0; x < rows; ++x) std::copy(src + (j + x) * depth + d, src + (j + x) * depth + d + B, block + x * B);
+      at::vec::transpose_mxn<T, B, B>(block, B, dst + d * ld + j, ld);
+    }
+    for (; d < depth; ++d) {
+      for (int64_t x = 0; x < B; ++x) dst[d * ld + j + x] = x < rows ? src[(j + x) * depth + d] : T(0);
+    }
+    j += B;
+  }
   for (; j < n; ++j) {
     const T* row = src + j * depth;
     for (int64_t d = 0; d < depth; ++d) dst[d * ld + j] = row[d];
   }
-  for (j = n; j < width; ++j) {  // at most a vector's width of columns: strided stores, not a memset per row
+  for (; j < width; ++j) {  // at most a vector's width of columns: strided stores, not a memset per row
     for (int64_t d = 0; d < depth; ++d) dst[d * ld + j] = T(0);
   }
 }
