@@ -5,7 +5,11 @@ warm-up call:
 - ``op-bwd``: the backward operator alone (``mma_nmt::multihop_gate_backward``) with a dense grad_out;
 - ``gate``: forward + backward of the operator through autograd with the benchmark's ``out.sum()`` loss (a stride-0
   grad_out), projections as leaves — the "head gate op" row of ``benchmarks.bench_multihop``;
-- ``second-hop``: forward + backward of the module's second hop (projections + gate), the "second hop" row.
+- ``second-hop``: forward + backward of the module's second hop (projections + gate), the "second hop" row;
+- ``second-hop-output`` / ``second-hop-output-ref``: forward + backward of the second hop with the output projection,
+  fused (U_c folded into the output projection) / reference, the "second hop + output projection" row;
+  ``second-hop-output-unfolded``: the same with the fused second hop and then the output projection, unfolded (the
+  module before the fold).
 
 Valgrind cannot run AVX-512, so cap both ATen and the extension at AVX2, and dump one profile per kernel call (or
 read the whole run's inclusive counts)::
@@ -26,7 +30,7 @@ import torch
 from benchmarks.bench_multihop import SHAPES
 from benchmarks.timing import timed_call
 from mma_nmt.modules import MultiHopAttentionConfig, MultiHopSelfAttention
-from mma_nmt.modules.heads import split_heads
+from mma_nmt.modules.heads import merge_heads, split_heads
 from mma_nmt.ops import multihop_gate
 
 
@@ -47,12 +51,19 @@ def make_case(case: str, batch: int, length: int, embed: int, heads: int):
     q_projection = torch.randn(batch, length, embed, requires_grad=True)
     q = split_heads(q_projection, heads)  # (B, T, E) -> (B, H, T, D) view
     a = torch.randn(batch, heads, length, dim, requires_grad=True)
+    if case == "second-hop-output-unfolded":
+        return timed_call(lambda: module.out_proj(merge_heads(module.second_hop(q, a)[0])), True,
+                          [q_projection, a, *module.parameters()])
+    if case.startswith("second-hop-output"):
+        module.config.implementation = "reference" if case.endswith("-ref") else "fused"
+        return timed_call(lambda: module.second_hop_output(q, a)[0], True, [q_projection, a, *module.parameters()])
     return timed_call(lambda: module.second_hop(q, a)[0], True, [q_projection, a, *module.parameters()])
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=("op-bwd", "gate", "second-hop"), default="op-bwd")
+    parser.add_argument("--case", choices=("op-bwd", "gate", "second-hop", "second-hop-output",
+                                                "second-hop-output-ref", "second-hop-output-unfolded"), default="op-bwd")
     parser.add_argument("--shape", choices=range(len(SHAPES)), type=int, default=0,
                         help="index into benchmarks.bench_multihop.SHAPES (0: IWSLT, 1: WMT base)")
     parser.add_argument("--calls", type=int, default=4)

@@ -71,8 +71,8 @@ def _mlmha_rows(sizes: Sizes, timing) -> list[list]:
 def _multihop_rows(sizes: Sizes, timing) -> list[list]:
     rows = []
     for name, *dims in sizes.multihop:
-        rows += bench_multihop.rows_for(name, *dims, whats=("head gate op", "second hop (projections + gate)"),
-                                        **timing)
+        whats = ("head gate op", "second hop (projections + gate)", "second hop + output projection")
+        rows += bench_multihop.rows_for(name, *dims, whats=whats, **timing)
     return rows
 
 

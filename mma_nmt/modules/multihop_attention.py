@@ -1,6 +1,7 @@
 """Multi-hop multi-head self-attention (SPEC section 4): the first hop is ordinary scaled dot-product attention per head
 (the fused ``mma_nmt::attention`` operator); the second hop scores the H head outputs with an MLP, takes a softmax over
-heads (the head gate) and scales each head's projected output (the fused ``mma_nmt::multihop_gate`` operator).
+heads (the head gate) and scales each head's projected output (the fused ``mma_nmt::multihop_gate`` operator). The
+fused path folds the per-head ``U_c_h`` into the output projection (:meth:`MultiHopSelfAttention.second_hop_output`).
 
 Parameters of the second hop, SPEC's choice: ``W_b`` (Db x D) and ``v_b`` (Db) shared, ``U_b_h`` (Db x D) and ``U_c_h``
 (D x D) per head, i.e. ``(H + 1) * Db * D + Db + H * D * D`` values — 69,696 per layer for the paper's E = 512, H = 8,
@@ -16,6 +17,7 @@ from typing import Literal, NamedTuple
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from mma_nmt.modules.mixed_multihead_attention import MixedAttentionConfig, MixedMultiheadAttention
 from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
@@ -116,8 +118,7 @@ class MultiHopSelfAttention(nn.Module):
         v = split_heads(self.v_proj(value), heads)  # (B, H, S, D)
         lengths = resolve_key_lengths(key_lengths, key_padding_mask, query.device)
         a, probs = self.first_hop(q, k, v, lengths, need_weights)
-        out, gate = self.second_hop(q, a)  # (B, H, T, D), (B, H, T)
-        out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, E)
+        out, gate = self.second_hop_output(q, a)  # (B, T, E), (B, H, T)
         weights = None
         if need_weights or need_head_gate:
             weights = MultiHopWeights(probs, gate.transpose(1, 2) if need_head_gate else None)  # gate (B, T, H)
@@ -161,6 +162,40 @@ class MultiHopSelfAttention(nn.Module):
         # over [U_b; U_c] written position-major was tried and measured ~10% slower: GEMMs on row strides of
         # H*(Db+Dc) lose more than the copies they save; benchmarks/results/bench_multihop.cpu-1thread.md.)
         return multihop_gate(query_proj, head_proj, value_proj, self.v_b)
+
+    def second_hop_output(self, q: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The second hop and the output projection, ``concat_h(beta_h U_c_h a_h) W_O^T + b_O``, from ``q`` and ``a``
+        (both (B, H, T, D)). Returns ``(output (B, T, E), beta (B, H, T))``.
+
+        The reference runs SPEC's formula (:meth:`second_hop`, then ``out_proj``). The fused path folds ``U_c`` into
+        the output projection, ``sum_h beta_h (W_O,h U_c_h) a_h``: the gate scales ``a_h`` and one GEMM with the
+        (E, H*D) weight ``[W_O,1 U_c_1 ... W_O,H U_c_H]`` replaces the U_c GEMMs and the output projection. The
+        product costs ``H*E*D*D`` multiply-adds per call against ``B*T*H*D*D`` for the U_c GEMMs, so it is used when
+        there are more positions than ``E`` (otherwise the unfolded path runs). Same parameters, same mathematics;
+        the rounding differs (float32 rounding of a changed order of products).
+        """
+        batch, heads, length, dim = a.shape
+        if self.config.implementation == "reference" or batch * length <= self.config.embed_dim:
+            out, gate = self.second_hop(q, a)  # (B, H, T, D), (B, H, T)
+            return self.out_proj(merge_heads(out)), gate  # (B, H, T, D) -> (B, T, E)
+        query_proj = torch.matmul(q.transpose(1, 2), self.w_b.t()).transpose(1, 2)  # (B, H, T, Db), see second_hop
+        per_head = a.transpose(0, 1).reshape(heads, batch * length, dim)  # (H, B*T, D)
+        head_proj = torch.bmm(per_head, self.u_b.transpose(1, 2))  # (H, B*T, Db)
+        head_proj = head_proj.view(heads, batch, length, -1).transpose(0, 1)  # -> (B, H, T, Db) view
+        # the operator with a as its "value projection" returns beta_h a_h, position-major on the CPU (a view below)
+        scaled, gate = multihop_gate(query_proj, head_proj, per_head.view(heads, batch, length, dim).transpose(0, 1),
+                                     self.v_b)
+        weight = folded_output_weight(self.out_proj.weight, self.u_c)  # (E, H*D)
+        return F.linear(merge_heads(scaled), weight, self.out_proj.bias), gate  # (B, H, T, D) -> (B, T, E)
+
+
+def folded_output_weight(w_o: torch.Tensor, u_c: torch.Tensor) -> torch.Tensor:
+    """``[W_O,1 U_c_1 ... W_O,H U_c_H]`` (E, H*D) from the output projection's weight ``w_o`` (E, H*Dc), whose column
+    block ``h`` is ``W_O,h``, and the per-head ``u_c`` (H, Dc, D)."""
+    embed = w_o.shape[0]
+    heads, value_dim, dim = u_c.shape
+    per_head = w_o.view(embed, heads, value_dim).transpose(0, 1)  # (E, H*Dc) -> (H, E, Dc) view
+    return torch.bmm(per_head, u_c).transpose(0, 1).reshape(embed, heads * dim)  # (H, E, D) -> (E, H*D)
 
 
 def encoder_self_attention(config: MultiHopAttentionConfig, placement: MultiHopPlacement, layer: int) -> nn.Module:

@@ -7,6 +7,7 @@ import torch
 
 from mma_nmt.modules import (MixedMultiheadAttention, MultiHopAttentionConfig, MultiHopPlacement, MultiHopSelfAttention,
                              encoder_self_attention, second_hop_parameter_count)
+from mma_nmt.modules import multihop_attention
 from mma_nmt.ops import multihop_gate
 from mma_nmt.reference import head_gate_reference, second_hop_reference
 
@@ -178,6 +179,9 @@ def test_second_hop_reference_follows_spec_per_head():
         torch.testing.assert_close(out[:, h], expected_beta[:, h, :, None] * (a[:, h] @ u_c[h].T))
 
 
+FOLDED_OUTPUT_WEIGHT = multihop_attention.folded_output_weight
+
+
 def _module_pair(hop_dim=None):
     torch.manual_seed(0)
     fused = MultiHopSelfAttention(MultiHopAttentionConfig(embed_dim=24, num_heads=4, hop_dim=hop_dim)).double()
@@ -201,6 +205,36 @@ def test_multihop_module_matches_reference(hop_dim):
     ref_out.square().sum().backward()
     for (name, p), q in zip(fused.named_parameters(), reference.parameters()):
         torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"grad of {name}: {m}")
+
+
+@pytest.mark.parametrize("length", [7, 9])  # B*T = 21 <= E = 24: unfolded; 27 > 24: U_c folded into out_proj
+def test_multihop_module_matches_reference_folded_or_not(length, monkeypatch):
+    fused, reference = _module_pair(hop_dim=5)
+    folds = []
+    monkeypatch.setattr(multihop_attention, "folded_output_weight",
+                        lambda *args: folds.append(1) or FOLDED_OUTPUT_WEIGHT(*args))
+    x = torch.randn(3, length, 24, dtype=torch.float64)
+    out, weights = fused(x, need_head_gate=True)
+    ref_out, ref_weights = reference(x, need_head_gate=True)
+    assert len(folds) == (length == 9)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(weights.head_gate, ref_weights.head_gate)
+    grad_out = torch.randn_like(out)
+    out.backward(grad_out)
+    ref_out.backward(grad_out)
+    for (name, p), q in zip(fused.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"grad of {name}: {m}")
+
+
+def test_folded_output_weight_is_output_weight_times_u_c_per_head():
+    gen = torch.Generator().manual_seed(4)
+    embed, heads, dim = 6, 3, 2
+    w_o = torch.randn(embed, heads * dim, generator=gen, dtype=torch.float64)
+    u_c = torch.randn(heads, dim, dim, generator=gen, dtype=torch.float64)
+    folded = FOLDED_OUTPUT_WEIGHT(w_o, u_c)
+    for h in range(heads):
+        block = slice(h * dim, (h + 1) * dim)
+        torch.testing.assert_close(folded[:, block], w_o[:, block] @ u_c[h])
 
 
 def test_multihop_module_length_one_and_no_weights():
