@@ -29,16 +29,23 @@ inline ForwardOutputs allocate_forward_outputs(const AttentionParams& p, const a
   return o;
 }
 
+// The saved log-sum-exp a backward receives: `expected` sizes (described by `layout` in the message), the dtype
+// lse_dtype gives for `like`, and like's device.
+inline void check_lse(const char* op, const at::Tensor& lse, at::IntArrayRef expected, const char* layout,
+                      const at::Tensor& like, const char* like_name = "q") {
+  TORCH_CHECK_VALUE(lse.sizes() == expected, op, ": lse must have shape ", layout, ", got ", lse.sizes());
+  TORCH_CHECK_TYPE(lse.scalar_type() == lse_dtype(like.scalar_type()), op, ": lse must have dtype ",
+                   lse_dtype(like.scalar_type()), ", got ", lse.scalar_type());
+  TORCH_CHECK_VALUE(lse.device() == like.device(), op, ": lse is on ", lse.device(), " but ", like_name, " is on ",
+                    like.device());
+}
+
 // Checks the tensors that backward receives beyond forward's inputs.
 inline void check_backward_extras(const char* op, const AttentionParams& p, const at::Tensor& q,
                                   const at::Tensor& grad_out, const at::Tensor& out, const at::Tensor& lse) {
   check_same_layout(op, "grad_out", grad_out, {p.batch, p.heads, p.query_len, p.value_dim}, q);
   check_same_layout(op, "out", out, {p.batch, p.heads, p.query_len, p.value_dim}, q);
-  TORCH_CHECK_VALUE(lse.sizes() == at::IntArrayRef({p.batch, p.heads, p.query_len}), op,
-                    ": lse must have shape (batch, heads, query_len), got ", lse.sizes());
-  TORCH_CHECK_TYPE(lse.scalar_type() == lse_dtype(q.scalar_type()), op, ": lse must have dtype ",
-                   lse_dtype(q.scalar_type()), ", got ", lse.scalar_type());
-  TORCH_CHECK_VALUE(lse.device() == q.device(), op, ": lse is on ", lse.device(), " but q is on ", q.device());
+  check_lse(op, lse, {p.batch, p.heads, p.query_len}, "(batch, heads, query_len)", q);
 }
 
 }  // namespace mma_nmt::attention

@@ -81,12 +81,8 @@ void check_multilayer_backward_extras(const char* op, const MultilayerParams& p,
   const int64_t width = p.output_sets() * p.value_embed_dim();
   check_same_layout(op, "grad_out", grad_out, {p.batch, p.query_len, width}, q0, "q[0]");
   check_same_layout(op, "out", out, {p.batch, p.query_len, width}, q0, "q[0]");
-  TORCH_CHECK_VALUE(lse.sizes() == at::IntArrayRef({p.batch, p.fused_heads(), p.query_len}), op,
-                    ": lse must have shape (batch, fused heads, query_len) = ",
-                    at::IntArrayRef({p.batch, p.fused_heads(), p.query_len}), ", got ", lse.sizes());
-  TORCH_CHECK_TYPE(lse.scalar_type() == attention::lse_dtype(q0.scalar_type()), op, ": lse must have dtype ",
-                   attention::lse_dtype(q0.scalar_type()), ", got ", lse.scalar_type());
-  TORCH_CHECK_VALUE(lse.device() == q0.device(), op, ": lse is on ", lse.device(), " but q[0] is on ", q0.device());
+  attention::check_lse(op, lse, {p.batch, p.fused_heads(), p.query_len}, "(batch, fused heads, query_len)", q0,
+                       "q[0]");
   if (probs.has_value()) {
     check_same_layout(op, "probs", *probs, {p.batch, p.fused_heads(), p.query_len, p.key_len}, q0, "q[0]");
   }

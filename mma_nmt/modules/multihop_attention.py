@@ -135,6 +135,11 @@ class MultiHopSelfAttention(nn.Module):
         result = fused_attention(q, k, v, key_lengths=key_lengths, dropout_p=dropout, return_probs=need_weights)
         return result.out, result.probs
 
+    def _query_projection(self, q: torch.Tensor) -> torch.Tensor:
+        """``W_b q_h`` (B, H, T, Db) for the fused path. q is a (B, H, T, D) view of the (B, T, H, D) projection: one
+        GEMM on that layout, handed over as a view."""
+        return torch.matmul(q.transpose(1, 2), self.w_b.t()).transpose(1, 2)
+
     def second_hop(self, q: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``a'_h = beta_h U_c_h a_h`` from the queries ``q`` and first-hop outputs ``a`` (both (B, H, T, D)).
 
@@ -146,8 +151,7 @@ class MultiHopSelfAttention(nn.Module):
             value_proj = torch.einsum("bhtd,hcd->bhtc", a, self.u_c)  # (B, H, T, D)
             return head_gate_reference(query_proj, head_proj, value_proj, self.v_b)
         batch, heads, length, dim = a.shape
-        # q is a (B, H, T, D) view of the (B, T, H, D) projection: one GEMM on that layout, handed over as a view
-        query_proj = torch.matmul(q.transpose(1, 2), self.w_b.t()).transpose(1, 2)  # (B, H, T, Db)
+        query_proj = self._query_projection(q)  # (B, H, T, Db)
         # U_b_h a_h and U_c_h a_h as batched GEMMs over heads on one (H, B*T, D) copy of a; the operator reads the
         # (B, H, T, ·) views in place (it needs only the last dimension contiguous). Two GEMMs rather than one on
         # [U_b; U_c]: slicing one output would cost two zero-filled gradient buffers in backward; their backward adds
@@ -178,7 +182,7 @@ class MultiHopSelfAttention(nn.Module):
         if self.config.implementation == "reference" or batch * length <= self.config.embed_dim:
             out, gate = self.second_hop(q, a)  # (B, H, T, D), (B, H, T)
             return self.out_proj(merge_heads(out)), gate  # (B, H, T, D) -> (B, T, E)
-        query_proj = torch.matmul(q.transpose(1, 2), self.w_b.t()).transpose(1, 2)  # (B, H, T, Db), see second_hop
+        query_proj = self._query_projection(q)  # (B, H, T, Db)
         per_head = a.transpose(0, 1).reshape(heads, batch * length, dim)  # (H, B*T, D)
         head_proj = torch.bmm(per_head, self.u_b.transpose(1, 2))  # (H, B*T, Db)
         head_proj = head_proj.view(heads, batch, length, -1).transpose(0, 1)  # -> (B, H, T, Db) view

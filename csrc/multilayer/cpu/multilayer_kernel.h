@@ -22,14 +22,10 @@ struct HeadSource {
   int64_t head = 0;              // h: columns [h * width, (h + 1) * width) of each
 };
 
-HeadSource key_source(const MultilayerParams& p, int64_t fused_head) {
+// `sets`: how many tensors the list holds (layers for q/k, value sets for v and the output's column blocks).
+HeadSource head_source(const MultilayerParams& p, int64_t fused_head, int64_t sets) {
   if (p.layer_specific) return {fused_head / p.num_heads, 1, fused_head % p.num_heads};
-  return {0, p.layers, fused_head};
-}
-
-HeadSource value_source(const MultilayerParams& p, int64_t fused_head) {
-  if (p.layer_specific) return {fused_head / p.num_heads, 1, fused_head % p.num_heads};
-  return {0, p.value_sets, fused_head};
+  return {0, sets, fused_head};
 }
 
 // Pieces of sentence b (of `len` rows of `row_stride` values in every tensor) for the head `src` names.
@@ -95,15 +91,16 @@ void forward_typed(const MultilayerParams& mp, MultilayerForward& t) {
       const int64_t b = bh / p.heads, h = bh % p.heads;
       const int64_t n_rows = std::min(blocks::kQueryBlock, T_len - first_row);
       const int64_t n_keys = keys_of_sentence(lengths, b, S);
+      const HeadSource keys = head_source(mp, h, mp.layers), values = head_source(mp, h, mp.output_sets());
       if (scratch.packed_head != bh) {
-        blocks::pack_pieces(pieces(k, key_source(mp, h), b, S, D, E), n_keys, scratch.keys_t.data(), ld);  // (Dk, ld)
+        blocks::pack_pieces(pieces(k, keys, b, S, D, E), n_keys, scratch.keys_t.data(), ld);  // (Dk, ld)
         scratch.packed_head = bh;
       }
-      gather_rows(pieces(q, key_source(mp, h), b, T_len, D, E), first_row, n_rows, q_rows.data());  // (n_rows, Dk)
+      gather_rows(pieces(q, keys, b, T_len, D, E), first_row, n_rows, q_rows.data());  // (n_rows, Dk)
       const int64_t row = bh * T_len + first_row;  // the block's first row among all (B * heads * T)
       blocks::forward_block<T>(p, b, h, first_row, n_rows, n_keys, q_rows.data(), scratch.keys_t.data(), ld,
-                               pieces(v, value_source(mp, h), b, S, Dv, Ev),
-                               pieces(out, value_source(mp, h), b, T_len, Dv, W).from_row(first_row), lse + row,
+                               pieces(v, values, b, S, Dv, Ev),
+                               pieces(out, values, b, T_len, Dv, W).from_row(first_row), lse + row,
                                probs ? probs + row * S : nullptr, scratch);
     }
   });
@@ -129,7 +126,7 @@ void backward_typed(const MultilayerParams& mp, MultilayerBackward& t) {
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / p.heads, h = bh % p.heads;
       const int64_t n_keys = keys_of_sentence(lengths, b, S);
-      const HeadSource keys = key_source(mp, h), values = value_source(mp, h);
+      const HeadSource keys = head_source(mp, h, mp.layers), values = head_source(mp, h, mp.output_sets());
       const auto key_rows = pieces(k, keys, b, S, D, E);
       blocks::pack_pieces(key_rows, n_keys, scratch.keys_t.data(), ld);                                // (Dk, ld)
       blocks::pack_pieces(pieces(v, values, b, S, Dv, Ev), n_keys, scratch.values_t.data(), ld);  // (Dvk, ld)
