@@ -12,8 +12,13 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <type_traits>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "attention/attention_params.h"
 #include "attention/dropout_hash.h"
@@ -236,6 +241,46 @@ void copy_to_pieces(const T* src, int64_t src_stride, int64_t rows, const Pieces
   }
 }
 
+// dst[0:n] = src[0:n] with non-temporal stores where the instruction set has them (x86: whole 16-byte pieces once dst
+// is 16-byte aligned). A plain store that misses the cache first reads the line it is about to overwrite from memory;
+// these do not, which pays for outputs much larger than the cache that are not read again right away. The caller
+// fences (stream_fence) before other threads may read dst.
+template <typename T>
+inline void stream_copy(const T* src, int64_t n, T* dst) {
+  int64_t c = 0;
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    constexpr int64_t kPerStore = 16 / sizeof(T);
+    for (; c < n && reinterpret_cast<std::uintptr_t>(dst + c) % 16 != 0; ++c) dst[c] = src[c];
+    for (; c + kPerStore <= n; c += kPerStore) {
+      if constexpr (std::is_same_v<T, float>) {
+        _mm_stream_ps(dst + c, _mm_loadu_ps(src + c));
+      } else {
+        _mm_stream_pd(dst + c, _mm_loadu_pd(src + c));
+      }
+    }
+  }
+#endif
+  std::copy(src + c, src + n, dst + c);
+}
+
+// Orders the non-temporal stores before what follows (they are weakly ordered on x86).
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+// Rows [0, rows) of the pieces = src (rows, count * width; row stride src_stride) in non-temporal stores (stream_copy).
+template <typename T>
+void stream_to_pieces(const T* src, int64_t src_stride, int64_t rows, const Pieces<T*>& dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t s = 0; s < dst.count(); ++s) {
+      stream_copy(src + r * src_stride + s * dst.width, dst.width, dst.base[s] + r * dst.stride);
+    }
+  }
+}
+
 // Rows [0, rows) of the pieces = 0.
 template <typename T>
 void zero_pieces(const Pieces<T*>& dst, int64_t rows) {
@@ -349,9 +394,11 @@ void backward_softmax_row(const AttentionParams& p, int64_t b, int64_t h, int64_
 // Backward of one (sentence, head), all query rows. In: q (T, D) and dO (T, Dv) contiguous, lse and delta =
 // rowsum(dO * O) (T), the head's keys and values packed by pack_pieces into w.keys_t and w.values_t, and its key rows
 // `k` (D values a row, for grad_q); `probs` (T, S), the forward's weights, or null to recompute them from q and k (as
-// flash attention does). Out: the gradient pieces dq (T rows), dk and dv (S rows, padding keys' zero). The task owns
-// its slices of grad_k and grad_v (zeroes them here, where they stay in cache for the accumulation, rather than in a
-// separate pass over the whole tensors), so no two tasks collide.
+// flash attention does; only then are w.keys_t read). With `probs`, no dropout and all keys in one tile, delta may be
+// null: each row's delta is then rowsum(P * dP) over the tile (the same sum, as dP = dO v^T), so O need not be read.
+// Out: the gradient pieces dq (T rows), dk and dv (S rows, padding keys' zero). The task owns its slices of grad_k and
+// grad_v (zeroes them here, where they stay in cache for the accumulation, rather than in a separate pass over the
+// whole tensors), so no two tasks collide.
 template <typename T>
 void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_keys, const T* dout, const T* q,
                    const T* lse, const T* delta, const T* probs, const Pieces<const T*>& k, const Pieces<T*>& dq,
@@ -363,6 +410,8 @@ void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_key
   zero_pieces(dv, S);
   T* prob = w.weights.data();     // (kBackwardBlock, kKeyTile): logits in, dropped probabilities out
   T* grad = w.grad_scores.data();  // (kBackwardBlock, kKeyTile): dO . v in, d(logit) * scale out
+  TORCH_INTERNAL_ASSERT(delta != nullptr || (probs != nullptr && p.dropout_p == 0 && S <= kKeyTile),
+                        "backward_head: delta from the weights needs saved weights, no dropout and one key tile");
   for (int64_t first_row = 0; first_row < T_len; first_row += kBackwardBlock) {
     const int64_t n_rows = std::min(kBackwardBlock, T_len - first_row);
     const BlockRanges ranges(p, p.head_kinds[h], first_row, n_rows, n_keys);
@@ -380,9 +429,13 @@ void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_key
       }
       score_block_rows<T>(ranges, dout + first_row * Dv, Dv, w.values_t.data(), ld, j0, n, T(1), grad);
       for (int64_t r = 0; r < n_rows; ++r) {
+        const KeyRange cols = ranges.in_tile(r, j0, n);
+        const T row_delta = delta != nullptr ? delta[first_row + r]
+                            : cols.empty()   ? T(0)
+                                             : dot(prob + r * kKeyTile + cols.begin, grad + r * kKeyTile + cols.begin,
+                                                   cols.end - cols.begin);
         backward_softmax_row(p, b, h, first_row + r, j0, prob + r * kKeyTile, grad + r * kKeyTile,
-                             round_up_to_vector<T>(n), ranges.in_tile(r, j0, n), lse[first_row + r],
-                             delta[first_row + r], scale, probs != nullptr);
+                             round_up_to_vector<T>(n), cols, lse[first_row + r], row_delta, scale, probs != nullptr);
       }
       const auto rows_seeing = [&](int64_t x0, int64_t x1) { return ranges.rows_seeing(j0 + x0, j0 + x1); };
       const auto keys_seen = [&](int64_t r0, int64_t r1) { return ranges.union_in_tile(r0, r1, j0, n); };

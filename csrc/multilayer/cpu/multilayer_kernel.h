@@ -1,9 +1,10 @@
 // Multi-layer attention on the CPU (SPEC section 3). Each fused head (multilayer_params.h) is an attention head whose
 // rows are pieces of the per-layer projections: the attention kernel's blocks (attention/cpu/attention_blocks.h) read
-// keys and values, and write outputs and gradients, in place in the projections' layout; only the query rows (and, in
-// the backward, the output-gradient rows), which the score products need contiguous, are gathered into cache. So the
-// projections are never arranged into a (B, H, L, n*D) tensor: in plain PyTorch that copy through memory and its
-// backward cost 41-51% of the fused attention core (benchmarks/results/2026-11-22.md).
+// keys and values in place in the projections' layout; only the query rows (and, in the backward, the output-gradient
+// rows), which the score products need contiguous, are gathered into cache. Outputs and gradients are summed in cache
+// and streamed to their places in the projections' layout (non-temporal stores: these fresh tensors are not read from
+// memory first). So the projections are never arranged into a (B, H, L, n*D) tensor: in plain PyTorch that copy
+// through memory and its backward cost 41-51% of the fused attention core (benchmarks/results/2026-11-22.md).
 // Included by multilayer_kernel_<isa>.cpp after it has chosen the instruction set (CPU_CAPABILITY).
 #include "attention/cpu/attention_blocks.h"
 #include "multilayer/cpu/kernel_api.h"
@@ -74,7 +75,7 @@ void forward_typed(const MultilayerParams& mp, MultilayerForward& t) {
   const AttentionParams p = mp.fused();
   const int64_t T_len = p.query_len, S = p.key_len, D = mp.head_dim, Dv = mp.value_head_dim;
   const int64_t E = mp.embed_dim(), Ev = mp.value_embed_dim(), W = mp.output_sets() * Ev;
-  const int64_t Dk = p.head_dim;  // a fused head's q/k row length
+  const int64_t Dk = p.head_dim, Dvk = p.value_dim;  // a fused head's q/k and value row lengths
   const int64_t ld = blocks::packed_row_length<T>(S);
   const int64_t* lengths = t.key_lengths.defined() ? t.key_lengths.data_ptr<int64_t>() : nullptr;
   const int64_t n_blocks = (T_len + blocks::kQueryBlock - 1) / blocks::kQueryBlock;
@@ -84,8 +85,8 @@ void forward_typed(const MultilayerParams& mp, MultilayerForward& t) {
   T* probs = t.probs.defined() ? t.probs.data_ptr<T>() : nullptr;
   // Tasks are (sentence, fused head, query block), head-major, so a thread packs a head's keys once for all blocks.
   at::parallel_for(0, p.batch * p.heads * n_blocks, 1, [&](int64_t begin, int64_t end) {
-    blocks::ForwardScratch<T> scratch(Dk, p.value_dim, ld);
-    std::vector<T> q_rows(blocks::kQueryBlock * Dk);
+    blocks::ForwardScratch<T> scratch(Dk, Dvk, ld);
+    std::vector<T> q_rows(blocks::kQueryBlock * Dk), out_rows(blocks::kQueryBlock * Dvk);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / n_blocks, first_row = (task % n_blocks) * blocks::kQueryBlock;
       const int64_t b = bh / p.heads, h = bh % p.heads;
@@ -99,10 +100,11 @@ void forward_typed(const MultilayerParams& mp, MultilayerForward& t) {
       gather_rows(pieces(q, keys, b, T_len, D, E), first_row, n_rows, q_rows.data());  // (n_rows, Dk)
       const int64_t row = bh * T_len + first_row;  // the block's first row among all (B * heads * T)
       blocks::forward_block<T>(p, b, h, first_row, n_rows, n_keys, q_rows.data(), scratch.keys_t.data(), ld,
-                               pieces(v, values, b, S, Dv, Ev),
-                               pieces(out, values, b, T_len, Dv, W).from_row(first_row), lse + row,
-                               probs ? probs + row * S : nullptr, scratch);
+                               pieces(v, values, b, S, Dv, Ev), blocks::one_piece<T*>(out_rows.data(), Dvk),
+                               lse + row, probs ? probs + row * S : nullptr, scratch);
+      blocks::stream_to_pieces(out_rows.data(), Dvk, n_rows, pieces(out, values, b, T_len, Dv, W).from_row(first_row));
     }
+    blocks::stream_fence();
   });
 }
 
@@ -120,31 +122,44 @@ void backward_typed(const MultilayerParams& mp, MultilayerBackward& t) {
   const auto out = output_sets<const T*>(t.out.data_ptr<T>(), mp);
   const T* lse = t.lse.data_ptr<T>();
   const T* probs = t.probs.defined() ? t.probs.data_ptr<T>() : nullptr;
+  // With the forward's weights and all keys in one tile, backward_head takes delta = rowsum(P * dP) from the tile
+  // instead of rowsum(dO * O): the output is then not read at all, nor are the keys packed (no q k^T to recompute).
+  const bool delta_from_weights = probs != nullptr && p.dropout_p == 0 && S <= blocks::kKeyTile;
   at::parallel_for(0, p.batch * p.heads, 1, [&](int64_t begin, int64_t end) {
     blocks::BackwardScratch<T> scratch(Dk, Dvk, ld, T_len);
     std::vector<T> q_rows(T_len * Dk), dout_rows(T_len * Dvk);  // the head's rows, gathered
+    std::vector<T> dq_rows(T_len * Dk), dk_rows(S * Dk), dv_rows(S * Dvk);  // its gradients, before streaming out
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / p.heads, h = bh % p.heads;
       const int64_t n_keys = keys_of_sentence(lengths, b, S);
       const HeadSource keys = head_source(mp, h, mp.layers), values = head_source(mp, h, mp.output_sets());
       const auto key_rows = pieces(k, keys, b, S, D, E);
-      blocks::pack_pieces(key_rows, n_keys, scratch.keys_t.data(), ld);                                // (Dk, ld)
+      if (probs == nullptr) blocks::pack_pieces(key_rows, n_keys, scratch.keys_t.data(), ld);     // (Dk, ld)
       blocks::pack_pieces(pieces(v, values, b, S, Dv, Ev), n_keys, scratch.values_t.data(), ld);  // (Dvk, ld)
       gather_rows(pieces(q, keys, b, T_len, D, E), 0, T_len, q_rows.data());                      // (T, Dk)
       gather_rows(pieces(dout, values, b, T_len, Dv, W), 0, T_len, dout_rows.data());             // (T, Dvk)
-      const auto out_rows = pieces(out, values, b, T_len, Dv, W);
-      for (int64_t i = 0; i < T_len; ++i) {  // rowsum(dO * O)
-        T sum = T(0);
-        for (int64_t s = 0; s < out_rows.count(); ++s) {
-          sum += blocks::dot(dout_rows.data() + i * Dvk + s * Dv, out_rows.base[s] + i * W, Dv);
+      if (!delta_from_weights) {
+        const auto out_rows = pieces(out, values, b, T_len, Dv, W);
+        for (int64_t i = 0; i < T_len; ++i) {  // rowsum(dO * O)
+          T sum = T(0);
+          for (int64_t s = 0; s < out_rows.count(); ++s) {
+            sum += blocks::dot(dout_rows.data() + i * Dvk + s * Dv, out_rows.base[s] + i * W, Dv);
+          }
+          scratch.delta[i] = sum;
         }
-        scratch.delta[i] = sum;
       }
-      // Fused heads own disjoint pieces of the gradients (columns of a head, rows of a sentence): no collisions.
+      // The gradients are summed in cache, then streamed to their places in the (fresh) gradient tensors. Fused heads
+      // own disjoint pieces of them (columns of a head, rows of a sentence): no collisions.
       blocks::backward_head<T>(p, b, h, n_keys, dout_rows.data(), q_rows.data(), lse + bh * T_len,
-                               scratch.delta.data(), probs ? probs + bh * T_len * S : nullptr, key_rows, pieces(dq, keys, b, T_len, D, E),
-                               pieces(dk, keys, b, S, D, E), pieces(dv, values, b, S, Dv, Ev), scratch);
+                               delta_from_weights ? nullptr : scratch.delta.data(),
+                               probs ? probs + bh * T_len * S : nullptr, key_rows,
+                               blocks::one_piece<T*>(dq_rows.data(), Dk), blocks::one_piece<T*>(dk_rows.data(), Dk),
+                               blocks::one_piece<T*>(dv_rows.data(), Dvk), scratch);
+      blocks::stream_to_pieces(dq_rows.data(), Dk, T_len, pieces(dq, keys, b, T_len, D, E));
+      blocks::stream_to_pieces(dk_rows.data(), Dk, S, pieces(dk, keys, b, S, D, E));
+      blocks::stream_to_pieces(dv_rows.data(), Dvk, S, pieces(dv, values, b, S, Dv, Ev));
     }
+    blocks::stream_fence();
   });
 }
 
