@@ -29,23 +29,24 @@ inline ForwardOutputs allocate_forward_outputs(const AttentionParams& p, const a
   return o;
 }
 
-// The saved log-sum-exp a backward receives: `expected` sizes (described by `layout` in the message), the dtype
-// lse_dtype gives for `like`, and like's device.
+// The saved log-sum-exp a backward receives: `expected` sizes (described by `layout` in the message), dtype `dtype`
+// (lse_dtype of the inputs' for attention), and the device of `like`.
 inline void check_lse(const char* op, const at::Tensor& lse, at::IntArrayRef expected, const char* layout,
-                      const at::Tensor& like, const char* like_name = "q") {
+                      at::ScalarType dtype, const at::Tensor& like, const char* like_name = "q") {
   TORCH_CHECK_VALUE(lse.sizes() == expected, op, ": lse must have shape ", layout, ", got ", lse.sizes());
-  TORCH_CHECK_TYPE(lse.scalar_type() == lse_dtype(like.scalar_type()), op, ": lse must have dtype ",
-                   lse_dtype(like.scalar_type()), ", got ", lse.scalar_type());
+  TORCH_CHECK_TYPE(lse.scalar_type() == dtype, op, ": lse must have dtype ", dtype, ", got ", lse.scalar_type());
   TORCH_CHECK_VALUE(lse.device() == like.device(), op, ": lse is on ", lse.device(), " but ", like_name, " is on ",
                     like.device());
 }
 
-// Checks the tensors that backward receives beyond forward's inputs.
-inline void check_backward_extras(const char* op, const AttentionParams& p, const at::Tensor& q,
-                                  const at::Tensor& grad_out, const at::Tensor& out, const at::Tensor& lse) {
+// Checks the tensors that backward receives beyond forward's inputs, on (B, H, L, ·) heads; `lse_type` is the dtype
+// the forward gave lse.
+inline void check_backward_extras(const char* op, const AttentionSizes& p, const at::Tensor& q,
+                                  const at::Tensor& grad_out, const at::Tensor& out, const at::Tensor& lse,
+                                  at::ScalarType lse_type) {
   check_same_layout(op, "grad_out", grad_out, {p.batch, p.heads, p.query_len, p.value_dim}, q);
   check_same_layout(op, "out", out, {p.batch, p.heads, p.query_len, p.value_dim}, q);
-  check_lse(op, lse, {p.batch, p.heads, p.query_len}, "(batch, heads, query_len)", q);
+  check_lse(op, lse, {p.batch, p.heads, p.query_len}, "(batch, heads, query_len)", lse_type, q);
 }
 
 }  // namespace mma_nmt::attention

@@ -1,5 +1,6 @@
 #include <ATen/ATen.h>
 
+#include "attention/attention_outputs.h"
 #include "attention/attention_params.h"
 #include "luong/shared_value_params.h"
 
@@ -17,13 +18,7 @@ SharedValueParams check_shared_value_args(const char* op, const at::Tensor& q, c
 
 void check_shared_value_backward_extras(const char* op, const SharedValueParams& p, const at::Tensor& q,
                                         const at::Tensor& grad_out, const at::Tensor& out, const at::Tensor& lse) {
-  attention::check_same_layout(op, "grad_out", grad_out, {p.batch, p.heads, p.query_len, p.value_dim}, q);
-  attention::check_same_layout(op, "out", out, {p.batch, p.heads, p.query_len, p.value_dim}, q);
-  TORCH_CHECK_VALUE(lse.sizes() == at::IntArrayRef({p.batch, p.heads, p.query_len}), op,
-                    ": lse must have shape (batch, heads, query_len), got ", lse.sizes());
-  TORCH_CHECK_TYPE(lse.scalar_type() == shared_value_lse_dtype(q.scalar_type()), op, ": lse must have dtype ",
-                   shared_value_lse_dtype(q.scalar_type()), ", got ", lse.scalar_type());
-  TORCH_CHECK_VALUE(lse.device() == q.device(), op, ": lse is on ", lse.device(), " but q is on ", q.device());
+  attention::check_backward_extras(op, p, q, grad_out, out, lse, shared_value_lse_dtype(q.scalar_type()));
 }
 
 }  // namespace mma_nmt::luong

@@ -125,6 +125,18 @@ def check_against_reference(op: OperatorUnderTest, case, seed: int) -> None:
         assert_close_to_double(got, low, high, f"{op.name}: {n}", floor=1e-5 * scale_of(n, high))
 
 
+def logit_conditioning(q: torch.Tensor, k: torch.Tensor, scale: float, dtype: torch.dtype) -> float:
+    """Factor over the float32 rule's 1e-5 floor that the conditioning of the logits allows: max(1, max |logit| eps /
+    1e-5). A relative eps change of q or k moves each logit by |logit| eps, and a kernel that recomputes weights as
+    exp(logit - lse) from a saved lse (as flash attention does) carries lse's rounding, |lse| eps, into every weight;
+    torch's softmax divides by the sum instead. Outputs and gradients are judged against the size of their terms times
+    this factor. ``q`` (..., T, D) and ``k`` (..., S, D) in float64; 1 for float64 cases."""
+    logits = (q @ k.transpose(-1, -2)).abs() * scale
+    if dtype != torch.float32 or not logits.numel():
+        return 1.0
+    return max(1.0, logits.max().item() * torch.finfo(torch.float32).eps / 1e-5)
+
+
 def labels_drawn(strategy, label: Callable[[Any], set], max_examples: int) -> set:
     """Every label that ``label(case)`` gives to the cases hypothesis draws from ``strategy`` in ``max_examples`` tries:
     the evidence that a strategy can reach the edges it is meant to reach. Drawing is cheap, so callers draw more cases

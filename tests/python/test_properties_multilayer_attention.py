@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from mma_nmt.ops import multilayer_attention
 from mma_nmt.reference import multilayer_attention_op_reference
-from property_harness import (OperatorUnderTest, check_against_reference, labels_drawn, sentences_without_keys,
-                              size_and_length_labels)
+from property_harness import (OperatorUnderTest, check_against_reference, labels_drawn, logit_conditioning,
+                              sentences_without_keys, size_and_length_labels)
 
 MAX_EXAMPLES = 150
 QUERY_LENGTHS = [1, 2, 3, 5, 7, 13, 16, 17]
@@ -141,14 +141,9 @@ def error_scales(case, inputs, grad_outputs):
     out = probs @ v
     d_probs = (d_out @ v.transpose(-1, -2)).abs() + (d_out * out).sum(-1, keepdim=True).abs()
     d_logits = probs * d_probs * scale
-    # The backward recomputes each weight as exp(logit - lse) from the saved lse, as flash attention does; in float32
-    # that carries lse's rounding, |lse| eps relative, into every weight (as for mma_nmt::shared_value_attention, see
-    # test_properties_shared_value_attention.py). It is within the problem's conditioning: a relative eps change of q or
-    # k moves each logit by |logit| eps. Outputs and gradients are judged against their terms' size times that factor.
-    logits = (q @ k.transpose(-1, -2)).abs() * scale
-    conditioning = 1.0
-    if case.dtype == torch.float32 and logits.numel():
-        conditioning = max(1.0, logits.max().item() * torch.finfo(torch.float32).eps / 1e-5)
+    # The kernels' weights carry the logits' float32 rounding (flash-style lse): outputs and gradients are judged
+    # against their terms' size times the logits' conditioning (property_harness.logit_conditioning).
+    conditioning = logit_conditioning(q, k, scale, case.dtype)
     scales["out"] = (probs @ v.abs()).max().item() * conditioning if out.numel() else 0.0
     scales["probs"] = conditioning  # logits move by |logit| eps in float32 whatever the summation order
     grad_q = (d_logits @ k.abs()).max().item() * conditioning if q.numel() else 0.0

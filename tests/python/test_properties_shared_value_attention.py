@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from mma_nmt.ops import shared_value_attention
 from mma_nmt.reference import shared_value_attention_reference
-from property_harness import (OperatorUnderTest, check_against_reference, labels_drawn, sentences_without_keys,
-                              size_and_length_labels)
+from property_harness import (OperatorUnderTest, check_against_reference, labels_drawn, logit_conditioning,
+                              sentences_without_keys, size_and_length_labels)
 
 MAX_EXAMPLES = 200
 LENGTHS = [1, 2, 3, 5, 7, 13, 16, 17, 31, 127, 129]
@@ -130,14 +130,9 @@ def error_scales(case, inputs, grad_outputs):
     out_abs = probs @ v4.abs()
     d_probs = (d_out @ v4.transpose(-1, -2)).abs() + (d_out.abs() * out_abs).sum(-1, keepdim=True)
     d_logits = probs * d_probs * case.scale
-    # The backward recomputes each weight as exp(logit - lse) from the saved lse, as flash attention does; in float32 that
-    # carries lse's rounding, |lse| eps relative, into every weight (torch's softmax divides by the sum instead). It is
-    # within the problem's conditioning: a relative eps change of q or k moves each logit by |logit| eps. The gradients
-    # are judged against their terms' size times that factor over the 1e-5 floor.
-    logits = (q @ k.transpose(-1, -2)).abs() * case.scale
-    conditioning = 1.0
-    if case.dtype == torch.float32 and logits.numel():
-        conditioning = max(1.0, logits.max().item() * torch.finfo(torch.float32).eps / 1e-5)
+    # The backward recomputes each weight from the saved lse, as flash attention does: gradients are judged against
+    # their terms' size times the logits' conditioning (property_harness.logit_conditioning).
+    conditioning = logit_conditioning(q, k, case.scale, case.dtype)
     scales = {}
     if out_abs.numel():
         scales["out"] = out_abs.max().item()

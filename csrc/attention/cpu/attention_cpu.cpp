@@ -45,7 +45,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
       check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
   TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble, op,
                    ": on the CPU q must be float32 or float64, got ", q.scalar_type());
-  check_backward_extras(op, p, q, grad_out, out, lse);
+  check_backward_extras(op, p, q, grad_out, out, lse, lse_dtype(q.scalar_type()));
   // Without a query row or a key all gradients are zero. A zero head_dim still has grad_v (weights are uniform).
   const bool has_work = lse.numel() > 0 && p.key_len > 0;
   // The kernel writes every element of the three gradients (it zeroes grad_k and grad_v per head before accumulating).

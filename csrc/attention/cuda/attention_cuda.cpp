@@ -58,8 +58,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   const char* op = "mma_nmt.attention_backward";
   const AttentionParams p =
       check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
-  check_backward_extras(op, p, q, grad_out, out, lse);
-  TORCH_CHECK_VALUE(lse.device() == q.device(), op, ": lse is on ", lse.device(), " but q is on ", q.device());
+  check_backward_extras(op, p, q, grad_out, out, lse, lse_dtype(q.scalar_type()));
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
   const at::ScalarType acc_type = at::toOpMathType(q.scalar_type());
