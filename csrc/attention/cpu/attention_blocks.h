@@ -12,13 +12,8 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <type_traits>
 #include <vector>
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 
 #include "attention/attention_params.h"
 #include "attention/dropout_hash.h"
@@ -239,36 +234,6 @@ void copy_to_pieces(const T* src, int64_t src_stride, int64_t rows, const Pieces
                 dst.base[s] + r * dst.stride);
     }
   }
-}
-
-// dst[0:n] = src[0:n] with non-temporal stores where the instruction set has them (x86: whole 16-byte pieces once dst
-// is 16-byte aligned). A plain store that misses the cache first reads the line it is about to overwrite from memory;
-// these do not, which pays for outputs much larger than the cache that are not read again right away. The caller
-// fences (stream_fence) before other threads may read dst.
-template <typename T>
-inline void stream_copy(const T* src, int64_t n, T* dst) {
-  int64_t c = 0;
-#if defined(__SSE2__)
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    constexpr int64_t kPerStore = 16 / sizeof(T);
-    for (; c < n && reinterpret_cast<std::uintptr_t>(dst + c) % 16 != 0; ++c) dst[c] = src[c];
-    for (; c + kPerStore <= n; c += kPerStore) {
-      if constexpr (std::is_same_v<T, float>) {
-        _mm_stream_ps(dst + c, _mm_loadu_ps(src + c));
-      } else {
-        _mm_stream_pd(dst + c, _mm_loadu_pd(src + c));
-      }
-    }
-  }
-#endif
-  std::copy(src + c, src + n, dst + c);
-}
-
-// Orders the non-temporal stores before what follows (they are weakly ordered on x86).
-inline void stream_fence() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
 }
 
 // Rows [0, rows) of the pieces = src (rows, count * width; row stride src_stride) in non-temporal stores (stream_copy).

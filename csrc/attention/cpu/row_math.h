@@ -1,5 +1,6 @@
 // Vectorised row helpers shared by the CPU kernels' building blocks (attention_tiles.h for the attention kernels,
-// tile_math.h for the GMM kernels). Included inside the per-instruction-set namespace, so each build gets its own copy.
+// tile_math.h for the GMM kernels, the multi-hop gate kernel). Included inside the per-instruction-set namespace, so
+// each build gets its own copy; the x86 intrinsics come with ATen's vec.h, which every kernel includes first.
 #pragma once
 
 using at::vec::Vectorized;
@@ -59,4 +60,34 @@ MMA_NMT_NO_MEMSET inline void store_zeros(T* x, int64_t n) {
   int64_t c = 0;
   for (; c + V <= n; c += V) Vec(T(0)).store(x + c);
   if (c < n) Vec(T(0)).store(x + c, n - c);
+}
+
+// dst[0:n] = src[0:n] with non-temporal stores where the instruction set has them (x86: whole 16-byte pieces once dst
+// is 16-byte aligned). A plain store that misses the cache first reads the line it is about to overwrite from memory;
+// these do not, which pays for outputs much larger than the cache that are not read again right away. The caller
+// fences (stream_fence) before other threads may read dst.
+template <typename T>
+inline void stream_copy(const T* src, int64_t n, T* dst) {
+  int64_t c = 0;
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    constexpr int64_t kPerStore = 16 / sizeof(T);
+    for (; c < n && reinterpret_cast<uintptr_t>(dst + c) % 16 != 0; ++c) dst[c] = src[c];
+    for (; c + kPerStore <= n; c += kPerStore) {
+      if constexpr (std::is_same_v<T, float>) {
+        _mm_stream_ps(dst + c, _mm_loadu_ps(src + c));
+      } else {
+        _mm_stream_pd(dst + c, _mm_loadu_pd(src + c));
+      }
+    }
+  }
+#endif
+  std::copy(src + c, src + n, dst + c);
+}
+
+// Orders the non-temporal stores before what follows (they are weakly ordered on x86).
+inline void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }

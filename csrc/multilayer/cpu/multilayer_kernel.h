@@ -1,10 +1,11 @@
 // Multi-layer attention on the CPU (SPEC section 3). Each fused head (multilayer_params.h) is an attention head whose
 // rows are pieces of the per-layer projections: the attention kernel's blocks (attention/cpu/attention_blocks.h) read
 // keys and values in place in the projections' layout; only the query rows (and, in the backward, the output-gradient
-// rows), which the score products need contiguous, are gathered into cache. Outputs and gradients are summed in cache
-// and streamed to their places in the projections' layout (non-temporal stores: these fresh tensors are not read from
-// memory first). So the projections are never arranged into a (B, H, L, n*D) tensor: in plain PyTorch that copy
-// through memory and its backward cost 41-51% of the fused attention core (benchmarks/results/2026-11-22.md).
+// rows), which the score products need contiguous, are gathered into cache. The output is written in place; the
+// gradients are summed in cache and streamed to their places in the projections' layout (non-temporal stores: these
+// fresh tensors are not read from memory first). So the projections are never arranged into a (B, H, L, n*D) tensor:
+// in plain PyTorch that copy through memory and its backward cost 41-51% of the fused attention core
+// (benchmarks/results/2026-11-22.md).
 // Included by multilayer_kernel_<isa>.cpp after it has chosen the instruction set (CPU_CAPABILITY).
 #include "attention/cpu/attention_blocks.h"
 #include "multilayer/cpu/kernel_api.h"
@@ -86,7 +87,7 @@ void forward_typed(const MultilayerParams& mp, MultilayerForward& t) {
   // Tasks are (sentence, fused head, query block), head-major, so a thread packs a head's keys once for all blocks.
   at::parallel_for(0, p.batch * p.heads * n_blocks, 1, [&](int64_t begin, int64_t end) {
     blocks::ForwardScratch<T> scratch(Dk, Dvk, ld);
-    std::vector<T> q_rows(blocks::kQueryBlock * Dk), out_rows(blocks::kQueryBlock * Dvk);
+    std::vector<T> q_rows(blocks::kQueryBlock * Dk);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / n_blocks, first_row = (task % n_blocks) * blocks::kQueryBlock;
       const int64_t b = bh / p.heads, h = bh % p.heads;
@@ -100,11 +101,9 @@ void forward_typed(const MultilayerParams& mp, MultilayerForward& t) {
       gather_rows(pieces(q, keys, b, T_len, D, E), first_row, n_rows, q_rows.data());  // (n_rows, Dk)
       const int64_t row = bh * T_len + first_row;  // the block's first row among all (B * heads * T)
       blocks::forward_block<T>(p, b, h, first_row, n_rows, n_keys, q_rows.data(), scratch.keys_t.data(), ld,
-                               pieces(v, values, b, S, Dv, Ev), blocks::one_piece<T*>(out_rows.data(), Dvk),
+                               pieces(v, values, b, S, Dv, Ev), pieces(out, values, b, T_len, Dv, W).from_row(first_row),
                                lse + row, probs ? probs + row * S : nullptr, scratch);
-      blocks::stream_to_pieces(out_rows.data(), Dvk, n_rows, pieces(out, values, b, T_len, Dv, W).from_row(first_row));
     }
-    blocks::stream_fence();
   });
 }
 
