@@ -1,6 +1,6 @@
 // Vectorised row helpers shared by the CPU kernels' building blocks (attention_tiles.h for the attention kernels,
-// tile_math.h for the GMM kernels, the multi-hop gate kernel). Included inside the per-instruction-set namespace, so
-// each build gets its own copy; the x86 intrinsics come with ATen's vec.h, which every kernel includes first.
+// tile_math.h for the GMM kernels). Included inside the per-instruction-set namespace, so each build gets its own copy;
+// the x86 intrinsics come with ATen's vec.h, which every kernel includes first.
 #pragma once
 
 using at::vec::Vectorized;
