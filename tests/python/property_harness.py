@@ -154,6 +154,12 @@ def labels_drawn(strategy, label: Callable[[Any], set], max_examples: int) -> se
     return seen
 
 
+def assert_strategy_reaches(strategy, label: Callable[[Any], set], wanted: set, max_examples: int) -> None:
+    """Fails unless the cases drawn from ``strategy`` (``labels_drawn``) carry every label of ``wanted``."""
+    seen = labels_drawn(strategy, label, max_examples)
+    assert wanted <= seen, f"never drawn: {sorted(wanted - seen)}"
+
+
 def size_and_length_labels(case, sizes: Sequence[str]) -> set:
     """The names of the ``sizes`` that are 0 in ``case``, "empty sentence" / "one-key sentence" when a key length is
     0 / 1, and the dtype (e.g. "torch.float32")."""
@@ -171,3 +177,8 @@ def sentences_without_keys(case) -> torch.Tensor:
     if case.key_lengths is None:
         return torch.zeros(case.batch, dtype=torch.bool)
     return torch.tensor(case.key_lengths, dtype=torch.int64) == 0
+
+
+def rows_without_keys(case, heads: int) -> torch.Tensor:
+    """(B, heads, T) bool: True for the query rows of the sentences without a real key (sentences_without_keys)."""
+    return sentences_without_keys(case).view(-1, 1, 1).expand(case.batch, heads, case.query_len)

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from mma_nmt.ops import shared_value_attention
 from mma_nmt.reference import shared_value_attention_reference
-from property_harness import (OperatorUnderTest, check_against_reference, labels_drawn, logit_conditioning,
-                              sentences_without_keys, size_and_length_labels)
+from property_harness import (OperatorUnderTest, assert_strategy_reaches, check_against_reference, logit_conditioning,
+                              rows_without_keys, sentences_without_keys, size_and_length_labels)
 
 MAX_EXAMPLES = 200
 LENGTHS = [1, 2, 3, 5, 7, 13, 16, 17, 31, 127, 129]
@@ -107,13 +107,8 @@ def reference(case, inputs):
     return dict(out=out, probs=probs)
 
 
-def rows_without_keys(case):
-    """(B, H, T) bool: True where the sentence has no real key."""
-    return sentences_without_keys(case).view(-1, 1, 1).expand(case.batch, case.heads, case.query_len)
-
-
 def lse_is_neg_inf_exactly_for_sentences_without_keys(case, inputs, outputs):
-    empty = rows_without_keys(case)
+    empty = rows_without_keys(case, case.heads)
     lse = outputs["lse"]
     assert torch.equal(torch.isneginf(lse), empty), "lse must be -inf exactly for the sentences without keys"
     assert not outputs["out"][empty].any() and not outputs["probs"][empty].any()
@@ -151,7 +146,7 @@ SHARED_VALUE = OperatorUnderTest(
     fused=fused,
     reference=reference,
     differentiable=["out"],
-    allowed_non_finite=lambda case, inputs, outputs: dict(lse=rows_without_keys(case)),
+    allowed_non_finite=lambda case, inputs, outputs: dict(lse=rows_without_keys(case, case.heads)),
     extra_checks=lse_is_neg_inf_exactly_for_sentences_without_keys,
     error_scales=error_scales,
 )
@@ -169,10 +164,9 @@ def test_case_strategy_reaches_the_edges():
         labels |= {"transposed" if case.non_contiguous else "contiguous"}
         return labels | ({"extreme logits"} if case.magnitude >= 1e3 else set())
 
-    seen = labels_drawn(shared_value_cases(), label, 5 * MAX_EXAMPLES)
     wanted = {"batch", "heads", "query_len", "key_len", "head_dim", "value_dim", "empty sentence", "one-key sentence",
               "extreme logits", "torch.float32", "torch.float64", "transposed", "contiguous"}
-    assert wanted <= seen, f"never drawn: {sorted(wanted - seen)}"
+    assert_strategy_reaches(shared_value_cases(), label, wanted, 5 * MAX_EXAMPLES)
 
 
 # ---- bad calls not made by test_luong_attention.py ----
