@@ -1,16 +1,17 @@
-"""Second hop of multi-hop attention (SPEC section 4): the fused head-gate operator against the plain-PyTorch formula.
+"""Second hop of multi-hop attention (SPEC section 4): the fused operators against the plain-PyTorch formula.
 
-Rows: the head-gate operator alone (given the projections), the whole second hop (projections + gate), the second hop
-with the output projection (what the module runs after the first hop) and the whole multi-hop self-attention module,
-forward and forward+backward, on the paper's shapes (E = 512, H = 8, D = Db = 64, batches of about 4k tokens). Every
-figure is a ratio of two timings interleaved in the same run. Goal (issue 4): the second hop at least 1.5x faster than
-the reference.
+Rows: the head-gate operator alone (``multihop_gate``, given the projections), the whole second hop (projections +
+gate: ``multihop_second_hop``, which runs the projections as products in cache), the second hop with the output
+projection (what the module runs after the first hop) and the whole multi-hop self-attention module, forward and
+forward+backward, on the paper's shapes (E = 512, H = 8, D = Db = 64, batches of about 4k tokens). Every figure is a
+ratio of two timings interleaved in the same run. Goal (issue 8): the second hop at least 1.5x faster than the
+reference.
 
-The fused module folds U_c into the output projection (``MultiHopSelfAttention.second_hop_output``): its gate scales
-``a_h`` and one GEMM with ``[W_O,1 U_c_1 ... W_O,H U_c_H]`` replaces the U_c GEMMs and the output projection. That
-saving is only visible in a boundary that contains the output projection on both sides, hence the row "second hop +
-output projection"; its reference is SPEC's formula (the reference second hop, then ``out_proj``). The row "second
-hop (projections + gate)" still times the unfolded ``second_hop`` on both sides.
+The fused module folds U_c into the output projection (``MultiHopSelfAttention.second_hop_output``): the operator
+returns ``beta_h a_h`` and one GEMM with ``[W_O,1 U_c_1 ... W_O,H U_c_H]`` replaces the U_c products and the output
+projection. That saving is only visible in a boundary that contains the output projection on both sides, hence the
+row "second hop + output projection"; its reference is SPEC's formula (the reference second hop, then ``out_proj``).
+The row "second hop (projections + gate)" times the unfolded ``second_hop`` on both sides.
 
     python -m benchmarks.bench_multihop [--quick] [--threads N]
 """

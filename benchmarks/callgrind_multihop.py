@@ -1,11 +1,11 @@
-"""Cases for exact instruction counts of the second hop (``mma_nmt::multihop_gate``) under callgrind (wall-clock on the
-shared machine is noise; instruction counts are not). Each case runs ``--calls`` times on one thread, after one
+"""Cases for exact instruction counts of the second hop (``mma_nmt::multihop_second_hop`` and the gate alone,
+``mma_nmt::multihop_gate``) under callgrind (wall-clock on the shared machine is noise; instruction counts are not). Each case runs ``--calls`` times on one thread, after one
 warm-up call:
 
 - ``op-bwd``: the backward operator alone (``mma_nmt::multihop_gate_backward``) with a dense grad_out;
 - ``gate``: forward + backward of the operator through autograd with the benchmark's ``out.sum()`` loss (a stride-0
   grad_out), projections as leaves — the "head gate op" row of ``benchmarks.bench_multihop``;
-- ``second-hop``: forward + backward of the module's second hop (projections + gate), the "second hop" row;
+- ``second-hop``: forward + backward of the module's second hop (``multihop_second_hop``), the "second hop" row;
 - ``second-hop-output`` / ``second-hop-output-ref``: forward + backward of the second hop with the output projection,
   fused (U_c folded into the output projection) / reference, the "second hop + output projection" row;
   ``second-hop-output-unfolded``: the same with the fused second hop and then the output projection, unfolded (the

@@ -104,7 +104,7 @@ def run(profile: str) -> Section:
             row for length in sizes.gmm_lengths
             for row in bench_gmm_attention.speedup_rows_at(sizes.gmm_batch, length, **timing)]),
         ("MLMHA, joint weights (`multilayer_attention`)", lambda: _mlmha_rows(sizes, timing)),
-        ("Multi-hop second hop (`multihop_gate`)", lambda: _multihop_rows(sizes, timing)),
+        ("Multi-hop second hop (`multihop_second_hop`, `multihop_gate`)", lambda: _multihop_rows(sizes, timing)),
         ("Multi-head Luong attention, one decoder step (`shared_value_attention`)", lambda: _luong_rows(sizes, timing)),
     ]
     for title, make_rows in parts:

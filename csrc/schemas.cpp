@@ -42,6 +42,17 @@ TORCH_LIBRARY_FRAGMENT(mma_nmt, m) {
   m.def(
       "multihop_gate_backward(Tensor grad_out, Tensor? grad_gate, Tensor query_proj, Tensor head_proj, "
       "Tensor value_proj, Tensor v_b, Tensor gate) -> (Tensor, Tensor, Tensor)");
+  // The whole second hop with its projections, from q (B, H, T, D) (each head's query slice) and a (B, H, T, D) (the
+  // first hop's output): e_h = v_b . tanh(W_b q_h + U_b_h a_h), gate = softmax over heads of e,
+  // out_h = gate_h * U_c_h a_h, or gate_h * a_h without u_c. w_b (Db, D), u_b (H, Db, D), u_c (H, Dc, D), v_b (Db,).
+  // Returns (out (B, H, T, Dc), gate (B, H, T), hidden (B, H, T, Db) = tanh(W_b q_h + U_b_h a_h), kept for backward).
+  m.def(
+      "multihop_second_hop(Tensor q, Tensor a, Tensor w_b, Tensor u_b, Tensor? u_c, Tensor v_b) "
+      "-> (Tensor, Tensor, Tensor)");
+  // Returns (grad_q, grad_a, grad_w_b, grad_u_b, grad_u_c (empty without u_c), grad_v_b).
+  m.def(
+      "multihop_second_hop_backward(Tensor grad_out, Tensor? grad_gate, Tensor q, Tensor a, Tensor w_b, Tensor u_b, "
+      "Tensor? u_c, Tensor v_b, Tensor gate, Tensor hidden) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 // ---- Multi-head Luong attention (SPEC section 2), csrc/luong/ ------------------------------------------------------

@@ -28,4 +28,28 @@ void check_head_gate_backward_extras(const char* op, const HeadGateParams& p, co
                                      const at::Tensor& grad_out, const std::optional<at::Tensor>& grad_gate,
                                      const at::Tensor& gate);
 
+// Sizes of one call of the whole second hop with its projections (mma_nmt::multihop_second_hop).
+struct SecondHopParams {
+  int64_t batch = 0;      // B
+  int64_t heads = 0;      // H
+  int64_t query_len = 0;  // T: positions per sentence
+  int64_t head_dim = 0;   // D: size of q_h and a_h
+  int64_t hop_dim = 0;    // Db: rows of W_b and U_b_h
+  int64_t value_dim = 0;  // Dc: rows of U_c_h; D when u_c is absent (the output is then beta_h a_h)
+  bool project_values = true;  // u_c given
+  int64_t positions() const { return batch * query_len; }
+};
+
+// Checks q and a (B, H, T, D), w_b (Db, D), u_b (H, Db, D), u_c (H, Dc, D) if given and v_b (Db,), and names the bad
+// argument.
+SecondHopParams check_second_hop_args(const char* op, const at::Tensor& q, const at::Tensor& a, const at::Tensor& w_b,
+                                      const at::Tensor& u_b, const std::optional<at::Tensor>& u_c,
+                                      const at::Tensor& v_b);
+
+// Checks what backward receives beyond forward's inputs: grad_out (B, H, T, Dc), grad_gate (B, H, T) if given, gate
+// (B, H, T) and hidden (B, H, T, Db).
+void check_second_hop_backward_extras(const char* op, const SecondHopParams& p, const at::Tensor& q,
+                                      const at::Tensor& grad_out, const std::optional<at::Tensor>& grad_gate,
+                                      const at::Tensor& gate, const at::Tensor& hidden);
+
 }  // namespace mma_nmt::multihop

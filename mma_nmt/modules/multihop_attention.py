@@ -1,7 +1,8 @@
 """Multi-hop multi-head self-attention (SPEC section 4): the first hop is ordinary scaled dot-product attention per head
 (the fused ``mma_nmt::attention`` operator); the second hop scores the H head outputs with an MLP, takes a softmax over
-heads (the head gate) and scales each head's projected output (the fused ``mma_nmt::multihop_gate`` operator). The
-fused path folds the per-head ``U_c_h`` into the output projection (:meth:`MultiHopSelfAttention.second_hop_output`).
+heads (the head gate) and scales each head's projected output (the fused ``mma_nmt::multihop_second_hop`` operator,
+projections included). The fused path folds the per-head ``U_c_h`` into the output projection
+(:meth:`MultiHopSelfAttention.second_hop_output`).
 
 Parameters of the second hop, SPEC's choice: ``W_b`` (Db x D) and ``v_b`` (Db) shared, ``U_b_h`` (Db x D) and ``U_c_h``
 (D x D) per head, i.e. ``(H + 1) * Db * D + Db + H * D * D`` values — 69,696 per layer for the paper's E = 512, H = 8,
@@ -21,12 +22,11 @@ from torch.nn import functional as F
 
 from mma_nmt.modules.mixed_multihead_attention import MixedAttentionConfig, MixedMultiheadAttention
 from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
-from mma_nmt.modules.per_head_projections import per_head_projections
 from mma_nmt.ops.fused_attention import fused_attention
-from mma_nmt.ops.multihop import multihop_gate
 from mma_nmt.ops.padding import resolve_key_lengths
+from mma_nmt.ops.second_hop import multihop_second_hop
 from mma_nmt.reference.attention import attention_reference
-from mma_nmt.reference.multihop import head_gate_reference
+from mma_nmt.reference.multihop import second_hop_reference
 
 Implementation = Literal["fused", "reference"]
 
@@ -135,60 +135,32 @@ class MultiHopSelfAttention(nn.Module):
         result = fused_attention(q, k, v, key_lengths=key_lengths, dropout_p=dropout, return_probs=need_weights)
         return result.out, result.probs
 
-    def _query_projection(self, q: torch.Tensor) -> torch.Tensor:
-        """``W_b q_h`` (B, H, T, Db) for the fused path. q is a (B, H, T, D) view of the (B, T, H, D) projection: one
-        GEMM on that layout, handed over as a view."""
-        return torch.matmul(q.transpose(1, 2), self.w_b.t()).transpose(1, 2)
-
     def second_hop(self, q: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``a'_h = beta_h U_c_h a_h`` from the queries ``q`` and first-hop outputs ``a`` (both (B, H, T, D)).
 
-        Returns ``(a' (B, H, T, D), beta (B, H, T))``. The projections are GEMMs; the rest is one fused operator.
+        Returns ``(a' (B, H, T, D), beta (B, H, T))``. Fused: one operator, projections included (on the CPU its
+        ``a'`` is stored (B, T, H, D), so merging the heads is a view).
         """
         if self.config.implementation == "reference":
-            query_proj = torch.einsum("bhtd,ed->bhte", q, self.w_b)  # (B, H, T, Db), W_b shared by the heads
-            head_proj = torch.einsum("bhtd,hed->bhte", a, self.u_b)  # (B, H, T, Db)
-            value_proj = torch.einsum("bhtd,hcd->bhtc", a, self.u_c)  # (B, H, T, D)
-            return head_gate_reference(query_proj, head_proj, value_proj, self.v_b)
-        batch, heads, length, dim = a.shape
-        query_proj = self._query_projection(q)  # (B, H, T, Db)
-        # U_b_h a_h and U_c_h a_h as batched GEMMs over heads on one (H, B*T, D) copy of a; the operator reads the
-        # (B, H, T, ·) views in place (it needs only the last dimension contiguous). Two GEMMs rather than one on
-        # [U_b; U_c]: slicing one output would cost two zero-filled gradient buffers in backward; their backward adds
-        # both contributions to a's gradient in one buffer.
-        per_head = a.transpose(0, 1).reshape(heads, batch * length, dim)  # (H, B*T, D)
-        head_proj, value_proj = (  # (H, B*T, ·) -> (B, H, T, ·) views
-            proj.view(heads, batch, length, -1).transpose(0, 1)
-            for proj in per_head_projections(per_head, self.u_b, self.u_c))
-        # On the CPU the operator stores out position-major, (B, T, H, ·): merge_heads in forward is then a view. It
-        # lays the projections' gradients out like the projections: W_b's GEMM gets its gradient position-major (as
-        # it made query_proj) and the per-head GEMMs get U_c's head-major, without copies. (One autograd function
-        # over [U_b; U_c] written position-major was tried and measured ~10% slower: GEMMs on row strides of
-        # H*(Db+Dc) lose more than the copies they save; benchmarks/results/bench_multihop.cpu-1thread.md.)
-        return multihop_gate(query_proj, head_proj, value_proj, self.v_b)
+            return second_hop_reference(q, a, self.w_b, self.v_b, self.u_b, self.u_c)
+        return multihop_second_hop(q, a, self.w_b, self.u_b, self.u_c, self.v_b)
 
     def second_hop_output(self, q: torch.Tensor, a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The second hop and the output projection, ``concat_h(beta_h U_c_h a_h) W_O^T + b_O``, from ``q`` and ``a``
         (both (B, H, T, D)). Returns ``(output (B, T, E), beta (B, H, T))``.
 
         The reference runs SPEC's formula (:meth:`second_hop`, then ``out_proj``). The fused path folds ``U_c`` into
-        the output projection, ``sum_h beta_h (W_O,h U_c_h) a_h``: the gate scales ``a_h`` and one GEMM with the
-        (E, H*D) weight ``[W_O,1 U_c_1 ... W_O,H U_c_H]`` replaces the U_c GEMMs and the output projection. The
-        product costs ``H*E*D*D`` multiply-adds per call against ``B*T*H*D*D`` for the U_c GEMMs, so it is used when
-        there are more positions than ``E`` (otherwise the unfolded path runs). Same parameters, same mathematics;
-        the rounding differs (float32 rounding of a changed order of products).
+        the output projection, ``sum_h beta_h (W_O,h U_c_h) a_h``: the operator returns ``beta_h a_h`` and one GEMM
+        with the (E, H*D) weight ``[W_O,1 U_c_1 ... W_O,H U_c_H]`` replaces the U_c products and the output
+        projection. Folding costs ``H*E*D*D`` multiply-adds per call against ``B*T*H*D*D`` for the U_c products, so it
+        is used when there are more positions than ``E`` (otherwise the unfolded path runs). Same parameters, same
+        mathematics; the rounding differs (float32 rounding of a changed order of products).
         """
         batch, heads, length, dim = a.shape
         if self.config.implementation == "reference" or batch * length <= self.config.embed_dim:
             out, gate = self.second_hop(q, a)  # (B, H, T, D), (B, H, T)
             return self.out_proj(merge_heads(out)), gate  # (B, H, T, D) -> (B, T, E)
-        query_proj = self._query_projection(q)  # (B, H, T, Db)
-        per_head = a.transpose(0, 1).reshape(heads, batch * length, dim)  # (H, B*T, D)
-        head_proj = torch.bmm(per_head, self.u_b.transpose(1, 2))  # (H, B*T, Db)
-        head_proj = head_proj.view(heads, batch, length, -1).transpose(0, 1)  # -> (B, H, T, Db) view
-        # the operator with a as its "value projection" returns beta_h a_h, position-major on the CPU (a view below)
-        scaled, gate = multihop_gate(query_proj, head_proj, per_head.view(heads, batch, length, dim).transpose(0, 1),
-                                     self.v_b)
+        scaled, gate = multihop_second_hop(q, a, self.w_b, self.u_b, None, self.v_b)  # beta_h a_h (B, H, T, D)
         weight = folded_output_weight(self.out_proj.weight, self.u_c)  # (E, H*D)
         return F.linear(merge_heads(scaled), weight, self.out_proj.bias), gate  # (B, H, T, D) -> (B, T, E)
 

@@ -19,9 +19,11 @@ __all__ = [
 
 # ---- multi-hop attention and multi-head Luong attention (SPEC sections 2 and 4) ----
 from mma_nmt.ops.multihop import HeadGateResult, multihop_gate  # noqa: E402
+from mma_nmt.ops.second_hop import SecondHopResult, multihop_second_hop  # noqa: E402
 from mma_nmt.ops.shared_value_attention import SharedValueResult, shared_value_attention  # noqa: E402
 
-__all__ += ["HeadGateResult", "SharedValueResult", "multihop_gate", "shared_value_attention"]
+__all__ += ["HeadGateResult", "SecondHopResult", "SharedValueResult", "multihop_gate", "multihop_second_hop",
+            "shared_value_attention"]
 
 # ---- multi-layer multi-head attention (SPEC section 3) ----
 from mma_nmt.ops.multilayer_attention import MultilayerAttentionResult, multilayer_attention  # noqa: E402

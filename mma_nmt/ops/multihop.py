@@ -56,32 +56,33 @@ def _multihop_gate_fake(query_proj, head_proj, value_proj, v_b):
     torch._check(query_proj.dim() == 4 and value_proj.dim() == 4,
                  lambda: "query_proj and value_proj must be (batch, heads, query_len, dim)")
     batch, heads, query_len, _ = query_proj.shape
-    out = _result_like(query_proj, value_proj.shape[3])
+    out = result_like(query_proj, value_proj.shape[3])
     return out, query_proj.new_empty((batch, heads, query_len))
 
 
-def _result_like(query_proj: torch.Tensor, dim: int) -> torch.Tensor:
-    """A (B, H, T, dim) result laid out as the kernels of ``query_proj``'s device store it (CPU: (B, T, H, dim))."""
+def result_like(query_proj: torch.Tensor, dim: int) -> torch.Tensor:
+    """A (B, H, T, dim) result laid out as the kernels of ``query_proj``'s device store it (CPU: (B, T, H, dim)).
+    Shared with the fake kernels of ``mma_nmt::multihop_second_hop`` (ops/second_hop.py)."""
     batch, heads, query_len, _ = query_proj.shape
     if query_proj.device.type == "cpu":
         return query_proj.new_empty((batch, query_len, heads, dim)).transpose(1, 2)
     return query_proj.new_empty((batch, heads, query_len, dim))
 
 
-def _gradient_like(projection: torch.Tensor) -> torch.Tensor:
+def gradient_like(projection: torch.Tensor) -> torch.Tensor:
     """A projection's (B, H, T, dim) gradient laid out as the kernels store it (CPU: like the projection, see
     ``gradient_like`` in csrc/multihop/cpu/multihop_cpu.cpp)."""
     if projection.device.type != "cpu":
-        return _result_like(projection, projection.shape[3])
+        return result_like(projection, projection.shape[3])
     grad = torch.empty_like(projection)
-    return grad if grad.stride(3) == 1 or grad.shape[3] <= 1 else _result_like(projection, projection.shape[3])
+    return grad if grad.stride(3) == 1 or grad.shape[3] <= 1 else result_like(projection, projection.shape[3])
 
 
 @torch.library.register_fake("mma_nmt::multihop_gate_backward")
 def _multihop_gate_backward_fake(grad_out, grad_gate, query_proj, head_proj, value_proj, v_b, gate):
     check_same_device("mma_nmt.multihop_gate_backward", "query_proj", query_proj, grad_out=grad_out,
                       grad_gate=grad_gate, head_proj=head_proj, value_proj=value_proj, v_b=v_b, gate=gate)
-    return _gradient_like(query_proj), _gradient_like(value_proj), torch.empty_like(v_b)
+    return gradient_like(query_proj), gradient_like(value_proj), torch.empty_like(v_b)
 
 
 def _setup_context(ctx, inputs, output):

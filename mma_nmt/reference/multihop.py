@@ -18,16 +18,18 @@ def head_gate_reference(query_proj: torch.Tensor, head_proj: torch.Tensor, value
 
 
 def second_hop_reference(q: torch.Tensor, a: torch.Tensor, w_b: torch.Tensor, v_b: torch.Tensor, u_b: torch.Tensor,
-                         u_c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``e_h = v_b^T tanh(W_b q_h + U_b_h a_h)``, ``beta = softmax_h(e)``, ``a'_h = beta_h U_c_h a_h``.
+                         u_c: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``e_h = v_b^T tanh(W_b q_h + U_b_h a_h)``, ``beta = softmax_h(e)``, ``a'_h = beta_h U_c_h a_h`` (the formula of
+    ``mma_nmt::multihop_second_hop``).
 
     Args:
         q: (B, H, T, D) each head's query slice.
         a: (B, H, T, D) first-hop outputs.
-        w_b: (Db, D) shared; v_b: (Db,) shared; u_b: (H, Db, D) per head; u_c: (H, Dc, D) per head.
+        w_b: (Db, D) shared; v_b: (Db,) shared; u_b: (H, Db, D) per head; u_c: (H, Dc, D) per head, or None for
+            ``a'_h = beta_h a_h``.
     Returns ``(a' (B, H, T, Dc), beta (B, H, T))``.
     """
     query_proj = torch.einsum("bhtd,ed->bhte", q, w_b)  # (B, H, T, Db)
     head_proj = torch.einsum("bhtd,hed->bhte", a, u_b)  # (B, H, T, Db)
-    value_proj = torch.einsum("bhtd,hcd->bhtc", a, u_c)  # (B, H, T, Dc)
+    value_proj = a if u_c is None else torch.einsum("bhtd,hcd->bhtc", a, u_c)  # (B, H, T, Dc)
     return head_gate_reference(query_proj, head_proj, value_proj, v_b)

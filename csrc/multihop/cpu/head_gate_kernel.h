@@ -16,36 +16,9 @@
 namespace mma_nmt::multihop::cpu::MMA_NMT_CPU_ISA {
 namespace {
 
-using at::vec::Vectorized;
+#include "multihop/cpu/gate_vectors.h"
 
 constexpr int64_t kPositionBlock = 64;  // positions per task; also the unit of the v_b-gradient partial sums
-
-// tanh of a vector. float: 1 - 2 / (exp(2x) + 1) with ATen's polynomial exp (exp_u20), several times faster than the
-// libm-accurate tanh and within about 1e-7 absolute; it saturates to +-1 without NaN. double: the accurate tanh.
-template <typename T>
-inline Vectorized<T> tanh_vec(const Vectorized<T>& x) {
-  return x.tanh();
-}
-template <>
-inline Vectorized<float> tanh_vec(const Vectorized<float>& x) {
-  const Vectorized<float> one(1.0f), two(2.0f);
-  return one - two / ((x * two).exp_u20() + one);
-}
-
-// body(d, count) for the vectors of [0, n): full ones (count = V, a constant once inlined, so loadu and store take
-// their unmasked path without a per-vector test), then one partial vector.
-template <typename T, typename Body>
-inline void for_vectors(int64_t n, const Body& body) {
-  constexpr int64_t V = Vectorized<T>::size();
-  int64_t d = 0;
-  for (; d + V <= n; d += V) body(d, V);
-  if (d < n) body(d, n - d);
-}
-
-template <typename T>
-inline T sum_lanes(const Vectorized<T>& acc) {
-  return at::vec::vec_reduce_all<T>([](Vectorized<T>& x, Vectorized<T>& y) { return x + y; }, acc);
-}
 
 // v_b . tanh(a + b) over n elements.
 template <typename T>
@@ -58,22 +31,6 @@ T tanh_dot(const T* a, const T* b, const T* v_b, int64_t n) {
   });
   return sum_lanes(acc);
 }
-
-// Row (b, h, t) of a (B, H, T, dim) tensor whose last dimension is contiguous; other strides are free, so the module
-// can pass transposed views of batched projections without copying them, and outputs can be laid out (B, T, H, dim)
-// (what merging the heads and the projection GEMMs read) behind a (B, H, T, dim) view.
-template <typename T, typename Ptr = const T*>
-struct Rows {
-  Ptr data;
-  int64_t batch_stride, head_stride, step_stride;
-  explicit Rows(const at::Tensor& t)
-      : data(t.data_ptr<T>()), batch_stride(t.stride(0)), head_stride(t.stride(1)), step_stride(t.stride(2)) {}
-  Ptr operator()(int64_t b, int64_t h, int64_t t) const {
-    return data + b * batch_stride + h * head_stride + t * step_stride;
-  }
-};
-template <typename T>
-using MutableRows = Rows<T, T*>;
 
 // dst[0:n] = factor * src[0:n].
 template <typename T>

@@ -1,5 +1,6 @@
-// The CPU head-gate kernels are compiled once per instruction set (head_gate_kernel_<isa>.cpp); multihop_cpu.cpp picks
-// the best one the running processor supports (common/cpu_isa.h).
+// The CPU kernels of the second hop are compiled once per instruction set (head_gate_kernel_<isa>.cpp,
+// second_hop_kernel_<isa>.cpp); multihop_cpu.cpp picks the best one the running processor supports
+// (common/cpu_isa.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -21,10 +22,26 @@ struct HeadGateBackward {
   at::Tensor grad_pre, grad_value_proj, grad_v_b;  // (B, H, T, Db), (B, H, T, Dc), (Db,)
 };
 
+// The whole second hop with its projections (mma_nmt::multihop_second_hop), second_hop_kernel.h. q and a need only a
+// contiguous last dimension; w_b, u_b, u_c (undefined when absent) and v_b are contiguous. hidden = tanh(W_b q_h +
+// U_b_h a_h), which backward reads instead of recomputing the pre-activation's products. grad_out may have any strides.
+struct SecondHopForward {
+  at::Tensor q, a, w_b, u_b, u_c, v_b;
+  at::Tensor out, gate, hidden;  // (B, H, T, Dc), (B, H, T), (B, H, T, Db)
+};
+
+struct SecondHopBackward {
+  at::Tensor grad_out, grad_gate, q, a, w_b, u_b, u_c, v_b, gate, hidden;  // grad_gate undefined when absent
+  at::Tensor grad_q, grad_a;                                               // (B, H, T, D)
+  at::Tensor grad_w_b, grad_u_b, grad_u_c, grad_v_b;  // grad_u_c undefined without u_c
+};
+
 #define MMA_NMT_DECLARE_CPU_HEAD_GATE(isa)                                 \
   namespace isa {                                                          \
   void head_gate_forward(const HeadGateParams& p, HeadGateForward& t);     \
   void head_gate_backward(const HeadGateParams& p, HeadGateBackward& t);   \
+  void second_hop_forward(const SecondHopParams& p, SecondHopForward& t);  \
+  void second_hop_backward(const SecondHopParams& p, SecondHopBackward& t); \
   }
 
 MMA_NMT_DECLARE_CPU_HEAD_GATE(isa_default)

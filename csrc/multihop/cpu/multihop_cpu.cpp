@@ -17,21 +17,23 @@ at::Tensor rows_contiguous(const at::Tensor& t) { return t.stride(-1) == 1 || t.
 
 // A (B, H, T, dim) result stored position-major, (B, T, H, dim) in memory: merging the heads afterwards is a view, and
 // the projection GEMMs around the operator (rows = positions x heads) read and write it in place.
-at::Tensor position_major(const HeadGateParams& p, int64_t dim, const at::Tensor& like) {
+template <typename Params>
+at::Tensor position_major(const Params& p, int64_t dim, const at::Tensor& like) {
   return at::empty({p.batch, p.query_len, p.heads, dim}, like.options()).transpose(1, 2);
 }
 
 // A projection's gradient laid out like the projection (empty_like keeps a dense input's strides and a strided input's
 // dimension order), so that autograd hands it on without a copy — AccumulateGrad of a contiguous leaf keeps it, the
 // GEMMs that made the projection read it in place; position-major if that layout's last dimension is not contiguous.
-at::Tensor gradient_like(const HeadGateParams& p, const at::Tensor& input) {
+template <typename Params>
+at::Tensor gradient_like(const Params& p, const at::Tensor& input) {
   at::Tensor grad = at::empty_like(input);
   return grad.stride(-1) == 1 || grad.size(-1) <= 1 ? grad : position_major(p, input.size(-1), input);
 }
 
-void check_cpu_dtype(const char* op, const at::Tensor& query_proj) {
-  TORCH_CHECK_TYPE(query_proj.scalar_type() == at::kFloat || query_proj.scalar_type() == at::kDouble, op,
-                   ": on the CPU query_proj must be float32 or float64, got ", query_proj.scalar_type());
+void check_cpu_dtype(const char* op, const at::Tensor& first, const char* name = "query_proj") {
+  TORCH_CHECK_TYPE(first.scalar_type() == at::kFloat || first.scalar_type() == at::kDouble, op, ": on the CPU ", name,
+                   " must be float32 or float64, got ", first.scalar_type());
 }
 
 std::tuple<at::Tensor, at::Tensor> multihop_gate_cpu(const at::Tensor& query_proj, const at::Tensor& head_proj,
@@ -70,11 +72,51 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_gate_backward_cpu(
   return {t.grad_pre, t.grad_value_proj, t.grad_v_b};
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_second_hop_cpu(
+    const at::Tensor& q, const at::Tensor& a, const at::Tensor& w_b, const at::Tensor& u_b,
+    const std::optional<at::Tensor>& u_c, const at::Tensor& v_b) {
+  const char* op = "mma_nmt.multihop_second_hop";
+  const SecondHopParams p = check_second_hop_args(op, q, a, w_b, u_b, u_c, v_b);
+  check_cpu_dtype(op, q, "q");
+  SecondHopForward t{rows_contiguous(q), rows_contiguous(a), w_b.contiguous(), u_b.contiguous(),
+                     u_c.has_value() ? u_c->contiguous() : at::Tensor(), v_b.contiguous(),
+                     position_major(p, p.value_dim, q),
+                     at::empty({p.batch, p.heads, p.query_len}, q.options()),
+                     position_major(p, p.hop_dim, q)};
+  if (p.positions() > 0) MMA_NMT_CPU_DISPATCH(second_hop_forward, p, t);
+  return {t.out, t.gate, t.hidden};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> multihop_second_hop_backward_cpu(
+    const at::Tensor& grad_out, const std::optional<at::Tensor>& grad_gate, const at::Tensor& q, const at::Tensor& a,
+    const at::Tensor& w_b, const at::Tensor& u_b, const std::optional<at::Tensor>& u_c, const at::Tensor& v_b,
+    const at::Tensor& gate, const at::Tensor& hidden) {
+  const char* op = "mma_nmt.multihop_second_hop_backward";
+  const SecondHopParams p = check_second_hop_args(op, q, a, w_b, u_b, u_c, v_b);
+  check_second_hop_backward_extras(op, p, q, grad_out, grad_gate, gate, hidden);
+  check_cpu_dtype(op, q, "q");
+  SecondHopBackward t{grad_out,  // any strides: the kernel gathers each row
+                      grad_gate.has_value() ? grad_gate->contiguous() : at::Tensor(),
+                      rows_contiguous(q), rows_contiguous(a), w_b.contiguous(), u_b.contiguous(),
+                      u_c.has_value() ? u_c->contiguous() : at::Tensor(), v_b.contiguous(), gate.contiguous(),
+                      rows_contiguous(hidden),
+                      gradient_like(p, q), gradient_like(p, a),
+                      at::zeros(w_b.sizes(), w_b.options()), at::zeros(u_b.sizes(), u_b.options()),
+                      u_c.has_value() ? at::zeros(u_c->sizes(), u_c->options()) : at::Tensor(),
+                      at::zeros(v_b.sizes(), v_b.options())};
+  if (p.positions() > 0) MMA_NMT_CPU_DISPATCH(second_hop_backward, p, t);
+  // Without u_c the schema still returns a tensor in its place: an empty one (autograd returns None for it).
+  return {t.grad_q, t.grad_a, t.grad_w_b, t.grad_u_b, t.grad_u_c.defined() ? t.grad_u_c : at::empty({0}, q.options()),
+          t.grad_v_b};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(mma_nmt, CPU, m) {
   m.impl("multihop_gate", &multihop_gate_cpu);
   m.impl("multihop_gate_backward", &multihop_gate_backward_cpu);
+  m.impl("multihop_second_hop", &multihop_second_hop_cpu);
+  m.impl("multihop_second_hop_backward", &multihop_second_hop_backward_cpu);
 }
 
 }  // namespace mma_nmt::multihop::cpu
