@@ -125,6 +125,16 @@ def check_against_reference(op: OperatorUnderTest, case, seed: int) -> None:
         assert_close_to_double(got, low, high, f"{op.name}: {n}", floor=1e-5 * scale_of(n, high))
 
 
+def gate_sums_to_one(case, inputs, outputs):
+    """extra_checks of the multi-hop operators: the head gate (B, H, T) lies in [0, 1] and sums to 1 over the heads
+    within 2 H eps of the case's dtype."""
+    gate = outputs["gate"]
+    if gate.numel():
+        assert (gate >= 0).all() and (gate <= 1).all()
+        error = (gate.double().sum(1) - 1).abs().max().item()
+        assert error <= 2 * case.heads * torch.finfo(case.dtype).eps, f"gates sum to 1 only within {error:.3g}"
+
+
 def logit_conditioning(q: torch.Tensor, k: torch.Tensor, scale: float, dtype: torch.dtype) -> float:
     """Factor over the float32 rule's 1e-5 floor that the conditioning of the logits allows: max(1, max |logit| eps /
     1e-5). A relative eps change of q or k moves each logit by |logit| eps, and a kernel that recomputes weights as

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from mma_nmt.ops import multihop_gate
 from mma_nmt.reference.multihop import head_gate_reference
-from property_harness import OperatorUnderTest, assert_strategy_reaches, check_against_reference, size_and_length_labels
+from property_harness import (OperatorUnderTest, assert_strategy_reaches, check_against_reference, gate_sums_to_one,
+                              size_and_length_labels)
 
 MAX_EXAMPLES = 200
 SIZES = [1, 2, 3, 5, 7, 13, 17, 31]
@@ -103,14 +104,6 @@ def error_scales(case, inputs, grad_outputs):
         return {}
     return dict(grad_query_proj=d_x.max().item(), grad_head_proj=d_x.max().item(),
                 grad_v_b=(d_e.unsqueeze(-1) * tanh.abs()).sum((0, 1, 2)).max().item() if v_b.numel() else 0.0)
-
-
-def gate_sums_to_one(case, inputs, outputs):
-    gate = outputs["gate"]
-    if gate.numel():
-        assert (gate >= 0).all() and (gate <= 1).all()
-        error = (gate.double().sum(1) - 1).abs().max().item()
-        assert error <= 2 * case.heads * torch.finfo(case.dtype).eps, f"gates sum to 1 only within {error:.3g}"
 
 
 MULTIHOP_GATE = OperatorUnderTest(

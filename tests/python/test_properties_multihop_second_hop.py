@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from mma_nmt.ops import multihop_second_hop
 from mma_nmt.reference.multihop import head_gate_reference, second_hop_reference
-from property_harness import OperatorUnderTest, assert_strategy_reaches, check_against_reference, size_and_length_labels
+from property_harness import (OperatorUnderTest, assert_strategy_reaches, check_against_reference, gate_sums_to_one,
+                              size_and_length_labels)
 
 MAX_EXAMPLES = 150
 SIZES = [1, 2, 3, 5, 7, 13, 17, 31, 64]
@@ -124,14 +125,6 @@ def error_scales(case, inputs, grad_outputs):
     if u_c is not None:
         scales["grad_u_c"] = torch.einsum("bhtc,bhtd->hcd", d_values, a.abs()).max().item()
     return scales
-
-
-def gate_sums_to_one(case, inputs, outputs):
-    gate = outputs["gate"]
-    if gate.numel():
-        assert (gate >= 0).all() and (gate <= 1).all()
-        error = (gate.double().sum(1) - 1).abs().max().item()
-        assert error <= 2 * case.heads * torch.finfo(case.dtype).eps, f"gates sum to 1 only within {error:.3g}"
 
 
 MULTIHOP_SECOND_HOP = OperatorUnderTest(
