@@ -10,7 +10,6 @@
 
 #include <tuple>
 
-#include "multihop/cuda/head_gate_cuda.h"
 #include "multihop/head_gate.h"
 #include "multihop/multihop_params.h"
 
@@ -76,8 +75,6 @@ __global__ void head_gate_backward_kernel(HeadGateParams p, const scalar_t* __re
 
 int blocks_for(int64_t positions) { return static_cast<int>((positions + kThreads - 1) / kThreads); }
 
-}  // namespace
-
 std::tuple<at::Tensor, at::Tensor> multihop_gate_cuda(const at::Tensor& query_proj, const at::Tensor& head_proj,
                                                       const at::Tensor& value_proj, const at::Tensor& v_b) {
   const HeadGateParams p = check_head_gate_args("mma_nmt.multihop_gate", query_proj, head_proj, value_proj, v_b);
@@ -124,6 +121,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_gate_backward_cuda(
   }
   return {dpre, duc, dv_b.to(vb.scalar_type())};
 }
+
+}  // namespace
 
 TORCH_LIBRARY_IMPL(mma_nmt, CUDA, m) {
   m.impl("multihop_gate", &multihop_gate_cuda);
