@@ -156,7 +156,7 @@ class MultiHopSelfAttention(nn.Module):
         is used when there are more positions than ``E`` (otherwise the unfolded path runs). Same parameters, same
         mathematics; the rounding differs (float32 rounding of a changed order of products).
         """
-        batch, heads, length, dim = a.shape
+        batch, _, length, _ = a.shape
         if self.config.implementation == "reference" or batch * length <= self.config.embed_dim:
             out, gate = self.second_hop(q, a)  # (B, H, T, D), (B, H, T)
             return self.out_proj(merge_heads(out)), gate  # (B, H, T, D) -> (B, T, E)
