@@ -63,3 +63,14 @@ struct Rows {
 };
 template <typename T>
 using MutableRows = Rows<T, T*>;
+
+// dst[0:n] = src[0], src[step], ..., src[(n - 1) * step]: a row whose last dimension may have any stride (a loss like
+// out.sum() hands over an expanded, stride-0 gradient).
+template <typename T>
+void copy_strided_row(const T* src, int64_t step, int64_t n, T* dst) {
+  if (step == 1) {
+    std::copy(src, src + n, dst);
+  } else {
+    for (int64_t c = 0; c < n; ++c) dst[c] = src[c * step];
+  }
+}

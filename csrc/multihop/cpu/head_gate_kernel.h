@@ -99,7 +99,7 @@ class GradRows {
     const T* row = rows_(b, h, t);
     if (step_ == 1) return row;
     if (row != gathered_from_) {
-      for (int64_t c = 0; c < n_; ++c) scratch_[c] = row[c * step_];
+      copy_strided_row(row, step_, n_, scratch_.data());
       gathered_from_ = row;
     }
     return scratch_.data();

@@ -28,15 +28,6 @@ int64_t padded(int64_t n) {
   return tiles::round_up_to_vector<T>(n);
 }
 
-// dst (depth x ld) = src^T for src (cols x depth) row-major; columns [cols, ld) of dst are zero.
-template <typename T>
-void pack_transposed(const T* src, int64_t cols, int64_t depth, T* dst, int64_t ld) {
-  for (int64_t d = 0; d < depth; ++d) {
-    for (int64_t c = 0; c < cols; ++c) dst[d * ld + c] = src[c * depth + d];
-    std::fill(dst + d * ld + cols, dst + (d + 1) * ld, T(0));
-  }
-}
-
 // dst (rows x ld) = src (rows x cols) row-major; columns [cols, ld) of dst are zero.
 template <typename T>
 void pack_rows(const T* src, int64_t rows, int64_t cols, T* dst, int64_t ld) {
@@ -103,17 +94,17 @@ template <typename T>
 void forward_typed(const SecondHopParams& p, SecondHopForward& t) {
   const int64_t H = p.heads, D = p.head_dim, Db = p.hop_dim, Dc = p.value_dim;
   const int64_t dbp = padded<T>(Db), dcp = padded<T>(Dc), x_ld = 2 * D;
-  // Per head: [W_b^T; U_b_h^T] (2D x dbp) and U_c_h^T (D x dcp), depth-major for the products.
-  std::vector<T> pre_w(H * x_ld * dbp), value_w(p.project_values ? H * D * dcp : 0), v_b(dbp, T(0));
-  const T *w_b = t.w_b.data_ptr<T>(), *u_b = t.u_b.data_ptr<T>();
+  // Per head: [W_b^T; U_b_h^T] (2D x dbp) and U_c_h^T (D x dcp), depth-major for the products (columns past Db and
+  // Dc zero).
+  std::vector<T> pre_w(H * x_ld * dbp), value_w(p.project_values ? H * D * dcp : 0);
+  const T *w_b = t.w_b.data_ptr<T>(), *u_b = t.u_b.data_ptr<T>(), *v_b = t.v_b.data_ptr<T>();
   for (int64_t h = 0; h < H; ++h) {
-    pack_transposed(w_b, Db, D, pre_w.data() + h * x_ld * dbp, dbp);
-    pack_transposed(u_b + h * Db * D, Db, D, pre_w.data() + h * x_ld * dbp + D * dbp, dbp);
+    tiles::pack_transposed(w_b, Db, D, D, pre_w.data() + h * x_ld * dbp, dbp);
+    tiles::pack_transposed(u_b + h * Db * D, Db, D, D, pre_w.data() + h * x_ld * dbp + D * dbp, dbp);
     if (p.project_values) {
-      pack_transposed(t.u_c.data_ptr<T>() + h * Dc * D, Dc, D, value_w.data() + h * D * dcp, dcp);
+      tiles::pack_transposed(t.u_c.data_ptr<T>() + h * Dc * D, Dc, D, D, value_w.data() + h * D * dcp, dcp);
     }
   }
-  std::copy(t.v_b.data_ptr<T>(), t.v_b.data_ptr<T>() + Db, v_b.begin());
   const Rows<T> q(t.q), a(t.a);
   const MutableRows<T> out(t.out), hidden(t.hidden);
   T* gate = t.gate.data_ptr<T>();
@@ -127,7 +118,7 @@ void forward_typed(const SecondHopParams& p, SecondHopForward& t) {
         product(x.data(), x_ld, blk.rows, pre_w.data() + h * x_ld * dbp, dbp, x_ld, pre.data(), dbp);
         for (int64_t r = 0; r < blk.rows; ++r) {
           T* u = pre.data() + r * dbp;
-          scores[r * H + h] = tanh_in_place_dot(u, v_b.data(), Db);  // e_h
+          scores[r * H + h] = tanh_in_place_dot(u, v_b, Db);  // e_h
           std::copy(u, u + Db, hidden(blk.sentence(r), h, blk.step(r)));
         }
         T* value = values.data() + h * kBlock * dcp;
@@ -160,7 +151,6 @@ struct BackwardPacks {
   int64_t dp = 0, dbp = 0, dcp = 0;
   std::vector<T> input_w;  // per head (Db x 2dp): row c = [W_b[c] | U_b_h[c]], each padded to dp
   std::vector<T> value_w;  // per head (Dc x dp): U_c_h, rows padded to dp (with u_c)
-  std::vector<T> v_b;      // (dbp,) zero-padded
 };
 
 template <typename T>
@@ -183,8 +173,6 @@ BackwardPacks<T> backward_packs(const SecondHopParams& p, const SecondHopBackwar
       pack_rows(t.u_c.data_ptr<T>() + h * Dc * D, Dc, D, k.value_w.data() + h * Dc * k.dp, k.dp);
     }
   }
-  k.v_b.assign(k.dbp, T(0));
-  std::copy(t.v_b.data_ptr<T>(), t.v_b.data_ptr<T>() + Db, k.v_b.begin());
   return k;
 }
 
@@ -201,7 +189,7 @@ class BackwardBlocks {
  public:
   BackwardBlocks(const SecondHopParams& p, const SecondHopBackward& t, const BackwardPacks<T>& k)
       : p_(p), k_(k), q_(t.q), a_(t.a), grad_out_(t.grad_out), out_step_(t.grad_out.stride(3)),
-        grad_q_(t.grad_q), grad_a_(t.grad_a), hidden_(t.hidden), gate_(t.gate.data_ptr<T>()),
+        grad_q_(t.grad_q), grad_a_(t.grad_a), hidden_(t.hidden), v_b_(t.v_b.data_ptr<T>()), gate_(t.gate.data_ptr<T>()),
         grad_gate_(t.grad_gate.defined() ? t.grad_gate.data_ptr<T>() : nullptr),
         x_(p.heads * kBlock * 2 * p.head_dim), scaled_g_(p.heads * kBlock * k.dp), dout_(kBlock * k.dcp),
         dpre_(kBlock * k.dbp), dcat_(kBlock * 2 * k.dp), beta_(kBlock * p.heads), de_(kBlock * p.heads) {}
@@ -220,21 +208,14 @@ class BackwardBlocks {
     T* x = x_.data() + h * kBlock * x_ld;
     T* g = scaled_g_.data() + h * kBlock * k_.dp;
     gather_inputs(q_, a_, h, blk, D, x);
+    // Without u_c, g_h is grad_out_h itself (Dc = D): its rows go straight to g.
+    T* dout = p_.project_values ? dout_.data() : g;
+    const int64_t dout_ld = p_.project_values ? k_.dcp : k_.dp;
     for (int64_t r = 0; r < blk.rows; ++r) {
-      const T* src = grad_out_(blk.sentence(r), h, blk.step(r));
-      T* dst = dout_.data() + r * k_.dcp;
-      if (out_step_ == 1) {
-        std::copy(src, src + Dc, dst);
-      } else {
-        for (int64_t c = 0; c < Dc; ++c) dst[c] = src[c * out_step_];
-      }
+      copy_strided_row(grad_out_(blk.sentence(r), h, blk.step(r)), out_step_, Dc, dout + r * dout_ld);
     }
     if (p_.project_values) {
-      product(dout_.data(), k_.dcp, blk.rows, k_.value_w.data() + h * Dc * k_.dp, k_.dp, Dc, g, k_.dp);
-    } else {
-      for (int64_t r = 0; r < blk.rows; ++r) {
-        std::copy(dout_.data() + r * k_.dcp, dout_.data() + r * k_.dcp + D, g + r * k_.dp);  // Dc = D
-      }
+      product(dout, dout_ld, blk.rows, k_.value_w.data() + h * Dc * k_.dp, k_.dp, Dc, g, k_.dp);
     }
     for (int64_t r = 0; r < blk.rows; ++r) {
       const int64_t at = head_row(blk.n0 + r, h, H, p_.query_len);
@@ -242,10 +223,10 @@ class BackwardBlocks {
       beta_[r * H + h] = beta;
       de_[r * H + h] = tiles::dot(g + r * k_.dp, x + r * x_ld + D, D) + (grad_gate_ ? grad_gate_[at] : T(0));
       tiles::scale_row(g + r * k_.dp, D, beta);
-      tiles::scale_row(dout_.data() + r * k_.dcp, Dc, beta);
+      if (p_.project_values) tiles::scale_row(dout + r * dout_ld, Dc, beta);
     }
     if (p_.project_values) {
-      accumulate_transposed(dout_.data(), k_.dcp, Dc, blk.rows, x + D, x_ld, D, sums.value + h * Dc * D);
+      accumulate_transposed(dout, dout_ld, Dc, blk.rows, x + D, x_ld, D, sums.value + h * Dc * D);
     }
   }
 
@@ -261,7 +242,7 @@ class BackwardBlocks {
       const Vec de(de_[r * H + h]), one(T(1));
       for_vectors<T>(Db, [&](int64_t c, int64_t count) {
         const Vec uc = Vec::loadu(u + c, count);
-        (de * Vec::loadu(k_.v_b.data() + c, count) * (one - uc * uc)).store(dpre + c, count);
+        (de * Vec::loadu(v_b_ + c, count) * (one - uc * uc)).store(dpre + c, count);
         at::vec::fmadd(de, uc, Vec::loadu(sums.v_b + c, count)).store(sums.v_b + c, count);
       });
     }
@@ -284,6 +265,7 @@ class BackwardBlocks {
   const int64_t out_step_;
   const MutableRows<T> grad_q_, grad_a_;
   const Rows<T> hidden_;
+  const T* v_b_;
   const T* gate_;
   const T* grad_gate_;
   std::vector<T> x_, scaled_g_, dout_, dpre_, dcat_, beta_, de_;
