@@ -5,10 +5,12 @@
 // gradients are summed in cache and streamed to their places in the projections' layout (non-temporal stores: these
 // fresh tensors are not read from memory first). So the projections are never arranged into a (B, H, L, n*D) tensor:
 // in plain PyTorch that copy through memory and its backward cost 41-51% of the fused attention core
-// (benchmarks/results/2026-11-22.md).
+// (benchmarks/results/2026-11-22.md). A thread runs the heads of a sentence one after the other, and before the first it
+// reads that sentence's rows front to back (sentence_warmer.h): read piece by piece from memory they came slowly.
 // Included by multilayer_kernel_<isa>.cpp after it has chosen the instruction set (CPU_CAPABILITY).
 #include "attention/cpu/attention_blocks.h"
 #include "multilayer/cpu/kernel_api.h"
+#include "multilayer/cpu/sentence_warmer.h"
 
 namespace mma_nmt::multilayer::cpu::MMA_NMT_CPU_ISA {
 namespace {
@@ -84,13 +86,21 @@ void forward_typed(const MultilayerParams& mp, MultilayerForward& t) {
   const auto out = output_sets<T*>(t.out.data_ptr<T>(), mp);
   T* lse = t.lse.data_ptr<T>();
   T* probs = t.probs.defined() ? t.probs.data_ptr<T>() : nullptr;
-  // Tasks are (sentence, fused head, query block), head-major, so a thread packs a head's keys once for all blocks.
+  SentenceWarmer warm;  // every row a sentence's heads read or write in pieces (sentence_warmer.h)
+  for (const T* x : q) warm.add(x, T_len * E);
+  for (const T* x : k) warm.add(x, S * E);
+  for (const T* x : v) warm.add(x, S * Ev);
+  warm.add(out[0], T_len * W);
+  // Tasks are (sentence, fused head, query block), head-major, so a thread packs a head's keys once for all blocks and
+  // runs a sentence's heads one after the other.
   at::parallel_for(0, p.batch * p.heads * n_blocks, 1, [&](int64_t begin, int64_t end) {
     blocks::ForwardScratch<T> scratch(Dk, Dvk, ld);
     std::vector<T> q_rows(blocks::kQueryBlock * Dk);
+    SentenceWarmer warmer = warm;
     for (int64_t task = begin; task < end; ++task) {
       const int64_t bh = task / n_blocks, first_row = (task % n_blocks) * blocks::kQueryBlock;
       const int64_t b = bh / p.heads, h = bh % p.heads;
+      warmer.before_sentence(b);
       const int64_t n_rows = std::min(blocks::kQueryBlock, T_len - first_row);
       const int64_t n_keys = keys_of_sentence(lengths, b, S);
       const HeadSource keys = head_source(mp, h, mp.layers), values = head_source(mp, h, mp.output_sets());
@@ -124,12 +134,20 @@ void backward_typed(const MultilayerParams& mp, MultilayerBackward& t) {
   // With the forward's weights and all keys in one tile, backward_head takes delta = rowsum(P * dP) from the tile
   // instead of rowsum(dO * O): the output is then not read at all, nor are the keys packed (no q k^T to recompute).
   const bool delta_from_weights = probs != nullptr && p.dropout_p == 0 && S <= blocks::kKeyTile;
+  SentenceWarmer warm;  // every row a sentence's heads read in pieces (sentence_warmer.h); the gradients are streamed
+  for (const T* x : q) warm.add(x, T_len * E);
+  for (const T* x : k) warm.add(x, S * E);
+  for (const T* x : v) warm.add(x, S * Ev);
+  warm.add(dout[0], T_len * W);
+  if (!delta_from_weights) warm.add(out[0], T_len * W);
   at::parallel_for(0, p.batch * p.heads, 1, [&](int64_t begin, int64_t end) {
     blocks::BackwardScratch<T> scratch(Dk, Dvk, ld, T_len);
     std::vector<T> q_rows(T_len * Dk), dout_rows(T_len * Dvk);  // the head's rows, gathered
     std::vector<T> dq_rows(T_len * Dk), dk_rows(S * Dk), dv_rows(S * Dvk);  // its gradients, before streaming out
+    SentenceWarmer warmer = warm;
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / p.heads, h = bh % p.heads;
+      warmer.before_sentence(b);
       const int64_t n_keys = keys_of_sentence(lengths, b, S);
       const HeadSource keys = head_source(mp, h, mp.layers), values = head_source(mp, h, mp.output_sets());
       const auto key_rows = pieces(k, keys, b, S, D, E);
