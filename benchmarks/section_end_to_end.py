@@ -70,9 +70,15 @@ def prepared_multi30k(sizes: Sizes) -> Path:
 
 
 def model_config(name: str, attention: str, implementation: str, data: ParallelDataset):
+    return config_for_vocab(name, attention, implementation, src_vocab=data.src_tokenizer.vocab_size,
+                            tgt_vocab=data.tgt_tokenizer.vocab_size, pad_id=data.tgt_tokenizer.pad_id)
+
+
+def config_for_vocab(name: str, attention: str, implementation: str, *, src_vocab: int, tgt_vocab: int, pad_id: int):
+    """Preset ``name`` with the attention of ``ATTENTION[attention]``, run by ``implementation``."""
     encoder, decoder = ATTENTION[attention]
-    config = preset(name, src_vocab_size=data.src_tokenizer.vocab_size, tgt_vocab_size=data.tgt_tokenizer.vocab_size,
-                    pad_id=data.tgt_tokenizer.pad_id, implementation=implementation)
+    config = preset(name, src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab, pad_id=pad_id,
+                    implementation=implementation)
     return replace(config, encoder=replace(config.encoder, **encoder), decoder=replace(config.decoder, **decoder))
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root holds the benchmarks package
 from benchmarks.__main__ import main  # noqa: E402
@@ -85,3 +86,29 @@ def test_unknown_section_is_refused(capsys):
     with pytest.raises(SystemExit):
         main(["--only", "nonsense"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_training_lengths_batches_have_the_asked_lengths():
+    from benchmarks.bench_training_lengths import synthetic_batch
+    from mma_nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+    batch = synthetic_batch(sentences=5, length=12)
+    assert batch.src.shape[0] == batch.tgt_in.shape[0] == len(batch) == 5
+    assert batch.src.shape[1] <= 12 and batch.tgt_in.shape == batch.tgt_out.shape and batch.tgt_in.shape[1] <= 12
+    assert ((batch.src_lengths >= 9) & (batch.src_lengths <= 12)).all()
+    assert (batch.tgt_in[:, 0] == BOS_ID).all()
+    rows = torch.arange(5)
+    assert (batch.tgt_out[rows, batch.tgt_lengths - 1] == EOS_ID).all()
+    assert (batch.src[rows, batch.src_lengths - 1] != PAD_ID).all()
+    assert batch.num_tokens == int(batch.tgt_lengths.sum())
+
+
+def test_training_lengths_script_runs_at_toy_sizes(capsys):
+    from benchmarks import bench_training_lengths
+
+    bench_training_lengths.main(["--preset", "transformer_tiny", "--lengths", "4", "8", "--tokens", "16",
+                                 "--repeat", "1", "--models", "MMA", "GMM", "--threads", "1"])
+    table = capsys.readouterr().out.split("\n\n")[-1]
+    rows = [line for line in table.splitlines() if line.startswith("| transformer_tiny")]
+    assert [row.split(" | ")[:2] for row in rows] == [["| transformer_tiny, MMA", "4"], ["| transformer_tiny, MMA", "8"],
+                                                      ["| transformer_tiny, GMM", "4"], ["| transformer_tiny, GMM", "8"]]
