@@ -18,20 +18,21 @@ label-smoothed loss, backward, Adam), and the two paths take turns step by step 
 from __future__ import annotations
 
 import argparse
+from types import SimpleNamespace
 
 import torch
 
 from benchmarks.section_end_to_end import ATTENTION, config_for_vocab, train_step_fn
 from benchmarks.timing import markdown_table, time_interleaved
-from mma_nmt.data.batch import Batch, pad_sequences
-from mma_nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from mma_nmt.data.batch import Batch, collate
+from mma_nmt.data.tokenizer import PAD_ID, UNK_ID
 
 VOCAB = 8000
 
 
 def synthetic_batch(sentences: int, length: int, seed: int = 0) -> Batch:
     """``sentences`` random source/target pairs with lengths in [3 * length / 4, length] (target without BOS/EOS
-    ``length - 1``, so that tgt_in and tgt_out are ``length`` wide)."""
+    ``length - 1``, so that tgt_in and tgt_out are ``length`` wide), collated as the trainer's batches are."""
     g = torch.Generator().manual_seed(seed)
     low = max(1, 3 * length // 4)
 
@@ -39,12 +40,11 @@ def synthetic_batch(sentences: int, length: int, seed: int = 0) -> Batch:
         sizes = torch.randint(min(low, longest), longest + 1, (sentences,), generator=g).tolist()
         return [torch.randint(UNK_ID + 1, VOCAB, (n,), generator=g) for n in sizes]
 
-    src, src_lengths = pad_sequences(draw(length))
-    tgt = draw(length - 1)
-    tgt_in, tgt_lengths = pad_sequences(tgt, prefix=BOS_ID)
-    tgt_out, _ = pad_sequences(tgt, suffix=EOS_ID)
-    return Batch(src=src, src_lengths=src_lengths, tgt_in=tgt_in, tgt_out=tgt_out, tgt_lengths=tgt_lengths,
-                 indices=torch.arange(sentences))
+    pairs = SimpleNamespace(src=draw(length), tgt=draw(length - 1))  # what collate reads of a dataset
+    return collate(pairs, range(sentences))
+
+
+HEADER = ["model", "L", "sentences", "target tokens", "fused tok/s", "reference tok/s", "fused / reference"]
 
 
 def rows_for(preset_name: str, attention: str, lengths, tokens: int, repeat: int) -> list[list]:
@@ -59,9 +59,6 @@ def rows_for(preset_name: str, attention: str, lengths, tokens: int, repeat: int
                      batch.num_tokens / reference, reference / fused])
         print(markdown_table(HEADER, rows[-1:]).splitlines()[-1], flush=True)
     return rows
-
-
-HEADER = ["model", "L", "sentences", "target tokens", "fused tok/s", "reference tok/s", "fused / reference"]
 
 
 def main(argv=None) -> None:

@@ -73,6 +73,17 @@ std::vector<P> output_sets(P out, const MultilayerParams& p) {
   return sets;
 }
 
+// A warmer (sentence_warmer.h) of the projections' rows that a sentence's heads read in pieces.
+template <typename T>
+SentenceWarmer projections_warmer(const std::vector<const T*>& q, const std::vector<const T*>& k,
+                                  const std::vector<const T*>& v, const MultilayerParams& mp) {
+  SentenceWarmer warm;
+  for (const T* x : q) warm.add(x, mp.query_len * mp.embed_dim());
+  for (const T* x : k) warm.add(x, mp.key_len * mp.embed_dim());
+  for (const T* x : v) warm.add(x, mp.key_len * mp.value_embed_dim());
+  return warm;
+}
+
 template <typename T>
 void forward_typed(const MultilayerParams& mp, MultilayerForward& t) {
   const AttentionParams p = mp.fused();
@@ -86,11 +97,8 @@ void forward_typed(const MultilayerParams& mp, MultilayerForward& t) {
   const auto out = output_sets<T*>(t.out.data_ptr<T>(), mp);
   T* lse = t.lse.data_ptr<T>();
   T* probs = t.probs.defined() ? t.probs.data_ptr<T>() : nullptr;
-  SentenceWarmer warm;  // every row a sentence's heads read or write in pieces (sentence_warmer.h)
-  for (const T* x : q) warm.add(x, T_len * E);
-  for (const T* x : k) warm.add(x, S * E);
-  for (const T* x : v) warm.add(x, S * Ev);
-  warm.add(out[0], T_len * W);
+  SentenceWarmer warm = projections_warmer(q, k, v, mp);
+  warm.add(out[0], T_len * W);  // written in pieces
   // Tasks are (sentence, fused head, query block), head-major, so a thread packs a head's keys once for all blocks and
   // runs a sentence's heads one after the other.
   at::parallel_for(0, p.batch * p.heads * n_blocks, 1, [&](int64_t begin, int64_t end) {
@@ -134,10 +142,7 @@ void backward_typed(const MultilayerParams& mp, MultilayerBackward& t) {
   // With the forward's weights and all keys in one tile, backward_head takes delta = rowsum(P * dP) from the tile
   // instead of rowsum(dO * O): the output is then not read at all, nor are the keys packed (no q k^T to recompute).
   const bool delta_from_weights = probs != nullptr && p.dropout_p == 0 && S <= blocks::kKeyTile;
-  SentenceWarmer warm;  // every row a sentence's heads read in pieces (sentence_warmer.h); the gradients are streamed
-  for (const T* x : q) warm.add(x, T_len * E);
-  for (const T* x : k) warm.add(x, S * E);
-  for (const T* x : v) warm.add(x, S * Ev);
+  SentenceWarmer warm = projections_warmer(q, k, v, mp);  // the gradients are streamed, not read
   warm.add(dout[0], T_len * W);
   if (!delta_from_weights) warm.add(out[0], T_len * W);
   at::parallel_for(0, p.batch * p.heads, 1, [&](int64_t begin, int64_t end) {
