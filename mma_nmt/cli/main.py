@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", default="runs/experiments", help="where runs live (shared by all papers)")
     p.add_argument("--results-dir", help="default: experiments/<paper>/results/<scale>")
     p.add_argument("--bootstrap-samples", type=int, default=1000)
+    p.add_argument("--from-records", action="store_true",
+                   help="train nothing: rebuild the tables from the committed run records")
     p = sub.add_parser("demo", help="prepare Multi30k De-En, train the tiny MMA Transformer, translate, score")
     _add_config(p, default=str(DEMO_CONFIG))
     p.add_argument("--minutes", type=float, default=3.0, help="training time budget")
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         from mma_nmt.experiments.command import run_experiment
 
         run_experiment(args.paper, tables=args.table, scale=args.scale, jobs=args.jobs, runs_dir=args.runs_dir,
-                       results_dir=args.results_dir, bootstrap_samples=args.bootstrap_samples)
+                       results_dir=args.results_dir, bootstrap_samples=args.bootstrap_samples,
+                       from_records=args.from_records)
     elif args.command == "demo":
         demo(args)
     return 0

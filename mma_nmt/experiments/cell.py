@@ -59,6 +59,7 @@ def _checkpoint_for_decoding(run_dir: Path, average_last: int) -> Path:
 def run_cell(run_dir: str | Path, *, progress: bool = True) -> dict:
     """Runs (or finishes) the cell in ``run_dir``; returns its result."""
     from mma_nmt.cli import commands
+    from mma_nmt.experiments.records import hardware, software
     from mma_nmt.training.trainer import Trainer
 
     run_dir = Path(run_dir)
@@ -71,7 +72,8 @@ def run_cell(run_dir: str | Path, *, progress: bool = True) -> dict:
     started = time.monotonic()
     if not (run.prepared_dir() / "meta.json").is_file():
         commands.prepare_data(run)
-    Trainer(run).train()
+    trainer = Trainer(run)
+    trainer.train()
     checkpoint = _checkpoint_for_decoding(run_dir, cell.get("average_last", 0))
     decode_started = time.monotonic()
     hypotheses = commands.translate(run, checkpoint=str(checkpoint))
@@ -82,6 +84,7 @@ def run_cell(run_dir: str | Path, *, progress: bool = True) -> dict:
               "decode_sentences_per_s": scores["sentences"] / max(decode_seconds, 1e-9),
               "checkpoint": checkpoint.name, "hypotheses": str(hypotheses), "seed": run.train.seed,
               "wall_minutes_this_run": round((time.monotonic() - started) / 60.0, 2),
+              "hardware": hardware(str(trainer.device), run.train.threads), "software": software(Path(__file__).resolve().parent),
               "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
     atomic_write_json(run_dir / RESULT_FILE, result)
     return result

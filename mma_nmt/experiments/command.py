@@ -1,14 +1,19 @@
 """``mma-nmt experiment <paper> [--table T ...] --scale mini``: trains, decodes and scores every system of the chosen
-tables (skipping finished runs, resuming interrupted ones) and writes each table as Markdown and JSON."""
+tables (skipping runs that have a record, resuming interrupted ones), writes a record per finished run, and writes
+each table as Markdown, JSON and a learning-curve figure, built from the records alone.
+
+``--from-records`` rebuilds the tables from the committed records without training anything."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
 
 from mma_nmt.data.fileio import atomic_write_json, atomic_write_text
-from mma_nmt.experiments.report import build_table, to_markdown
+from mma_nmt.experiments.records import load_records, write_record
+from mma_nmt.experiments.report import build_table, published_cells, to_markdown
 from mma_nmt.experiments.runner import run_cells
 from mma_nmt.experiments.spec import ExperimentError, load_experiment
 
@@ -27,24 +32,69 @@ def find_experiment(name: str) -> Path:
     raise ExperimentError(f"no experiment {name!r}; known: {', '.join(known) or 'none'} (or give a path)")
 
 
+def _lost_cells(path: Path, data: dict) -> list[str]:
+    """The cells the table at ``path`` publishes today that ``data`` would leave empty."""
+    if not path.is_file():
+        return []
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return sorted(f"{system} on {column}" for system, column in published_cells(old) - published_cells(data))
+
+
+def _write_table(out_dir: Path, data: dict, command: str) -> tuple[Path | None, str | None]:
+    """Writes the table's Markdown, JSON and learning curves; refuses (returns the reason) when a cell the table
+    publishes today would become empty."""
+    from mma_nmt.experiments.curves import plot_learning_curves
+
+    name = data["table"]
+    lost = _lost_cells(out_dir / f"{name}.json", data)
+    if lost:
+        return None, (f"{out_dir / (name + '.md')} not rewritten: it publishes {', '.join(lost)}, which have no "
+                      f"record now (a run failed or is not finished, or its config changed); finish those runs, or "
+                      f"delete the table to start it afresh")
+    data["command"] = command
+    atomic_write_json(out_dir / f"{name}.json", data)
+    figure = plot_learning_curves(data, out_dir / f"{name}.curves.png")
+    markdown = to_markdown(data, command=command)
+    if figure is not None:
+        markdown += f"\n![learning curves]({figure.name})\n"
+    return atomic_write_text(out_dir / f"{name}.md", markdown), None
+
+
 def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "mini", jobs: int = 1,
                    runs_dir: str | Path = "runs/experiments", results_dir: str | Path | None = None,
-                   bootstrap_samples: int = 1000, command: str | None = None) -> list[Path]:
+                   bootstrap_samples: int = 1000, command: str | None = None,
+                   from_records: bool = False) -> list[Path]:
     """Runs ``tables`` (default: all) of experiment ``name`` at ``scale``; returns the Markdown reports written.
-    Raises RuntimeError after writing the reports when some run failed."""
+    Records go to ``<results_dir>/runs`` (default results dir: ``experiments/<paper>/results/<scale>``). Raises
+    RuntimeError after writing what it can when some run failed or a table was not rewritten."""
     experiment = load_experiment(find_experiment(name))
     chosen = tables or [name for name, table in experiment.tables.items() if scale in table.scales]
     cells = [cell for table in chosen for cell in experiment.cells(table, scale)]
-    results, failures = run_cells(experiment, cells, Path(runs_dir), jobs=jobs)
     out_dir = Path(results_dir) if results_dir else experiment.path.parent / "results" / scale
+    records_root = out_dir / "runs"
+    records = load_records(records_root)
+    failures = []
+    if not from_records:
+        pending = [cell for cell in cells if cell.identity not in records]
+        results, failures = run_cells(experiment, pending, Path(runs_dir), jobs=jobs) if pending else ({}, [])
+        for cell in {cell.identity: cell for cell in pending}.values():
+            if cell.identity in results:
+                write_record(cell, Path(results[cell.identity]["run_dir"]), results[cell.identity], records_root)
+        records = load_records(records_root)
     command = command or "mma-nmt experiment " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    written = []
+    written, refused = [], []
     for table in chosen:
-        data = build_table(experiment, experiment.tables[table], scale, results, bootstrap_samples=bootstrap_samples)
-        data["command"] = command
-        atomic_write_json(out_dir / f"{table}.json", data)
-        written.append(atomic_write_text(out_dir / f"{table}.md", to_markdown(data, command=command)))
-        print(f"[experiment] wrote {written[-1]}", flush=True)
-    if failures:
-        raise RuntimeError("some runs failed (the tables leave them empty):\n  " + "\n  ".join(failures))
+        data = build_table(experiment, experiment.tables[table], scale, records, bootstrap_samples=bootstrap_samples)
+        path, reason = _write_table(out_dir, data, command)
+        if path is None:
+            refused.append(reason)
+            print(f"[experiment] {reason}", flush=True)
+        else:
+            written.append(path)
+            print(f"[experiment] wrote {path}", flush=True)
+    if failures or refused:
+        raise RuntimeError("\n  ".join(["some runs failed or tables were kept as they were:", *failures, *refused]))
     return written

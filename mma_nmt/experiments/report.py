@@ -1,9 +1,11 @@
-"""A table's results laid out like the paper's: our BLEU, the difference to the baseline with paired-bootstrap
-significance, the paper's numbers beside ours; then one line per run (parameters, training speed, other metrics)."""
+"""A table's results laid out like the paper's, built from run records: our BLEU under the name of the data we ran on
+(mean and standard deviation over seeds), the difference to the baseline of the same seed with paired-bootstrap
+significance per seed, the paper's numbers beside ours under the paper's corpus name; then one line per run (seed,
+stopping point, training time, other metrics, hardware)."""
 
 from __future__ import annotations
 
-import platform
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -11,6 +13,8 @@ from pathlib import Path
 from mma_nmt.experiments.spec import Experiment, Table, resolved_run_config
 
 SIGNIFICANT = 0.05
+CLAIM_RULE = ("A difference *holds across seeds* only when every seed's difference has the same sign and is "
+              "significant (p < 0.05) against the baseline of that seed.")
 
 
 def _git_commit(where: Path) -> str:
@@ -39,50 +43,78 @@ def significance_mark(p_value: float | None) -> str:
     return "††" if p_value < 0.01 else "†" if p_value < SIGNIFICANT else " (n.s.)"
 
 
-def build_table(experiment: Experiment, table: Table, scale: str, results: dict[str, dict], *,
-                bootstrap_samples: int = 1000) -> dict:
-    """The table as data; ``results`` maps run identities to ``result.json`` contents (missing runs are left empty)."""
+def _spread(values: list[float]) -> dict:
+    return {"mean": statistics.fmean(values) if values else None,
+            "std": statistics.stdev(values) if len(values) > 1 else None, "n": len(values)}
+
+
+def _compare(ours: dict, base: dict, references: list[str], metric: str, samples: int) -> dict:
+    """One seed's difference to the baseline of that seed, with its paired bootstrap (a zero difference is never
+    significant)."""
     from mma_nmt.evaluation.bootstrap import paired_bootstrap
 
-    def result(row: str, column: str) -> dict | None:
-        if not experiment.has_recipe(column, scale):
-            return None
-        return results.get(experiment.cell(row, column, scale).identity)
+    delta = ours["metrics"][metric] - base["metrics"][metric]
+    test = paired_bootstrap(_read_lines(base["hypotheses"]), _read_lines(ours["hypotheses"]), references,
+                            samples=samples)
+    return {"seed": ours["seed"], "delta": delta, "p_value": test["p_value"], "bleu_ci95": test["system_ci"],
+            "significant": bool(test["p_value"] < SIGNIFICANT and delta != 0.0)}
 
-    rows, references = [], {}
-    for row in table.rows:
-        cells = {}
-        for column in table.columns:
-            ours, base_row = result(row, column), table.baseline_of(row)
-            base = result(base_row, column)
-            paper = table.paper.get(row, {}).get(column)
-            paper_base = table.paper.get(base_row, {}).get(column)
-            entry = {"bleu": ours[table.metric] if ours else None, "baseline": base_row, "paper": paper,
-                     "paper_delta": None if row == base_row or paper is None or paper_base is None
-                     else round(paper - paper_base, 2)}
-            if ours and base and row != base_row:
-                entry["delta"] = ours[table.metric] - base[table.metric]
-                if column not in references:
-                    references[column] = _references(experiment, row, column, scale)
-                test = paired_bootstrap(_read_lines(base["hypotheses"]), _read_lines(ours["hypotheses"]),
-                                        references[column], samples=bootstrap_samples)
-                entry.update(p_value=test["p_value"], bleu_ci95=test["system_ci"],
-                             significant=test["p_value"] < SIGNIFICANT)
-            cells[column] = entry
-        rows.append({"system": row, "label": experiment.systems[row].label, "cells": cells})
+
+def _cell(experiment, table, scale, row, column, records, references, samples) -> dict:
+    base_row = table.baseline_of(row)
+
+    def runs_of(system: str) -> list[dict]:
+        found = [records.get(experiment.cell(system, column, scale, seed=seed).identity)
+                 for seed in table.seeds_at(scale, system)]
+        return [record for record in found if record]
+
+    ours, bases = runs_of(row), {record["seed"]: record for record in runs_of(base_row)}
+    paper, paper_base = table.paper.get(row, {}).get(column), table.paper.get(base_row, {}).get(column)
+    entry = {"baseline": base_row, "seeds": [r["seed"] for r in ours],
+             "bleus": [r["metrics"][table.metric] for r in ours], "paper": paper,
+             "paper_delta": None if row == base_row or paper is None or paper_base is None
+             else round(paper - paper_base, 2)}
+    entry.update({f"bleu_{k}" if k != "n" else "n": v for k, v in _spread(entry["bleus"]).items()})
+    entry["bleu"] = entry.pop("bleu_mean")
+    if row != base_row:
+        pairs = [(r, bases[r["seed"]]) for r in ours if r["seed"] in bases]
+        if pairs and column not in references:
+            references[column] = _references(experiment, row, column, scale)
+        entry["per_seed"] = [_compare(r, b, references[column], table.metric, samples) for r, b in pairs]
+        deltas = [c["delta"] for c in entry["per_seed"]]
+        if deltas:
+            spread = _spread(deltas)
+            entry.update(delta=spread["mean"], delta_std=spread["std"],
+                         significant_seeds=sum(c["significant"] for c in entry["per_seed"]),
+                         holds=len({d > 0 for d in deltas}) == 1 and all(c["significant"] for c in entry["per_seed"]))
+            if len(pairs) == 1:
+                entry.update(p_value=entry["per_seed"][0]["p_value"], significant=entry["per_seed"][0]["significant"])
+    return entry
+
+
+def build_table(experiment: Experiment, table: Table, scale: str, records: dict[str, dict], *,
+                bootstrap_samples: int = 1000) -> dict:
+    """The table as data; ``records`` maps run identities to run records (missing runs are left empty)."""
+    references: dict[str, list[str]] = {}
+    columns = [c for c in table.columns if experiment.has_recipe(c, scale)]
+    rows = [{"system": row, "label": experiment.systems[row].label,
+             "cells": {column: _cell(experiment, table, scale, row, column, records, references, bootstrap_samples)
+                       for column in columns}} for row in table.rows]
     runs = []
     for row in table.rows:
-        for column in table.columns:
-            found = result(row, column)
-            if found:
-                runs.append({"system": row, "dataset": column, **found})
+        for column in columns:
+            for seed in table.seeds_at(scale, row):
+                record = records.get(experiment.cell(row, column, scale, seed=seed).identity)
+                if record:
+                    runs.append({**record, "row": row, "column": column})
     return {"experiment": experiment.name, "paper": experiment.title, "table": table.name, "title": table.title,
             "scale": scale, "metric": table.metric, "note": table.note,
-            "columns": {c: experiment.datasets[c].label for c in table.columns}, "rows": rows, "runs": runs,
-            "not_at_this_scale": [experiment.datasets[c].label for c in table.columns
-                                  if not experiment.has_recipe(c, scale)],
+            "columns": {c: experiment.datasets[c].data_label(scale) for c in columns},
+            "paper_columns": {c: experiment.datasets[c].label for c in table.columns},
+            "rows": rows, "runs": runs, "seeds": [s for s in table.seeds_at(scale) if s is not None],
+            "not_at_this_scale": [experiment.datasets[c].label for c in table.columns if c not in columns],
             "bootstrap_samples": bootstrap_samples, "date": time.strftime("%Y-%m-%d"),
-            "git_commit": _git_commit(experiment.path.parent), "machine": f"{platform.node()} {platform.machine()}"}
+            "git_commit": _git_commit(experiment.path.parent)}
 
 
 def _num(value, digits: int = 2, signed: bool = False) -> str:
@@ -91,12 +123,48 @@ def _num(value, digits: int = 2, signed: bool = False) -> str:
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
+def _ours(cell: dict) -> str:
+    if cell["n"] <= 1:
+        return _num(cell["bleu"])
+    return f"{_num(cell['bleu'])} ± {_num(cell['bleu_std'])} ({cell['n']})"
+
+
+def _delta(cell: dict) -> str:
+    per_seed = cell.get("per_seed") or []
+    if not per_seed:
+        return "–"
+    if len(per_seed) == 1:
+        return _num(per_seed[0]["delta"], signed=True) + significance_mark(per_seed[0]["p_value"])
+    seeds = ", ".join(_num(c["delta"], signed=True) + significance_mark(c["p_value"]) for c in per_seed)
+    verdict = "holds" if cell["holds"] else "does not hold"
+    return (f"{_num(cell['delta'], signed=True)} ± {_num(cell['delta_std'])} (seeds: {seeds}; {verdict} across "
+            f"{len(per_seed)} seeds)")
+
+
+def _run_line(run: dict, columns: dict) -> str:
+    stop, training, metrics = run.get("stopping", {}), run.get("training", {}), run.get("metrics", {})
+    params = f"{training['parameters'] / 1e6:.2f}M" if training.get("parameters") else "–"
+    stopped = f"{stop.get('updates', '–')} ({stop.get('reason', '–')}; best {stop.get('best_update', '–')})"
+    hw = run.get("hardware", {})
+    where = hw.get("gpu") or f"{hw.get('cpu', '?')}, {hw.get('torch_threads', '?')} thread(s)"
+    folder = f"runs/{run['dataset']}/{run['system']}-seed{run['seed']}-{run['identity']}"
+    return "| " + " | ".join([
+        run["row"], columns[run["column"]], str(run["seed"]), params, stopped, stop.get("checkpoint", "–"),
+        _num(training.get("train_minutes"), 1), _num(training.get("valid_nll"), 3), _num(metrics.get("bleu")),
+        _num(metrics.get("tokenized_bleu")), _num(metrics.get("chrf"), 1), _num(metrics.get("ter"), 1), where,
+        f"[record]({folder}/record.json)"]) + " |"
+
+
 def to_markdown(data: dict, *, command: str = "") -> str:
-    columns = data["columns"]
+    columns, paper_columns = data["columns"], data["paper_columns"]
     metric = "sacreBLEU (detokenised)" if data["metric"] == "bleu" else "tokenised BLEU (Moses-tokenised, multi-bleu style)"
+    seeds = f"Seeds: {', '.join(map(str, data['seeds']))}." if data.get("seeds") else "One seed per system."
     lines = [f"## {data['title']}", "",
-             f"Paper: {data['paper']}. Scale: **{data['scale']}**. Metric: {metric}. Date {data['date']}, "
+             f"Paper: {data['paper']}. Scale: **{data['scale']}**. Metric: {metric}. {seeds} Date {data['date']}, "
              f"commit {data['git_commit']}."]
+    if data["scale"] != "full":
+        lines += ["", "Our numbers are measured on " + "; ".join(f"**{label}**" for label in columns.values())
+                  + ", not on the paper's corpora; the paper's columns are the paper's own numbers on its data."]
     if command:
         lines += ["", f"Command: `{command}`"]
     if data["note"]:
@@ -104,32 +172,33 @@ def to_markdown(data: dict, *, command: str = "") -> str:
     if data.get("not_at_this_scale"):
         lines += ["", f"Not run at this scale (no data here; see the experiment's README): "
                       f"{', '.join(data['not_at_this_scale'])}; only the paper's numbers are shown."]
-    header = ["System"] + [f"{label} {part}" for label in columns.values() for part in ("ours", "Δ", "paper", "paper Δ")]
+    header = ["System"]
+    for column, label in columns.items():
+        header += [f"ours: {label}", "Δ", f"paper: {paper_columns[column]}", "paper Δ"]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in data["rows"]:
         out = [row["label"]]
         for column in columns:
             cell = row["cells"][column]
-            delta = "–" if "delta" not in cell else _num(cell["delta"], signed=True) + significance_mark(
-                cell.get("p_value"))
-            out += [_num(cell["bleu"]), delta, _num(cell["paper"]), _num(cell["paper_delta"], signed=True)]
+            out += [_ours(cell), _delta(cell), _num(cell["paper"]), _num(cell["paper_delta"], signed=True)]
         lines.append("| " + " | ".join(out) + " |")
     on = "" if data["metric"] == "bleu" else " (the test runs on sacreBLEU, the Δ column on tokenised BLEU)"
-    lines += ["", f"Δ: difference to the row's baseline. Paired bootstrap resampling (sacreBLEU, "
-                  f"{data['bootstrap_samples']} samples) of sacreBLEU against that baseline{on}: † p < 0.05, "
-                  "†† p < 0.01; (n.s.) = no significant difference."]
-    lines += ["", "Runs:", "",
-              "| System | Dataset | #Params | seed | train tok/s | steps | train min | valid nll | BLEU | tok. BLEU "
-              "| chrF | TER | decode sent/s | run |", "|" + "---|" * 14]
-    for run in data["runs"]:
-        params = f"{run['parameters'] / 1e6:.2f}M" if run.get("parameters") else "–"
-        lines.append("| " + " | ".join([
-            run["system"], columns[run["dataset"]], params, str(run.get("seed", "–")),
-            _num(run.get("train_tokens_per_s"), 0),
-            str(run.get("train_steps", "–")), _num(run.get("train_minutes"), 1), _num(run.get("valid_nll"), 3),
-            _num(run.get("bleu")), _num(run.get("tokenized_bleu")), _num(run.get("chrf"), 1), _num(run.get("ter"), 1),
-            _num(run.get("decode_sentences_per_s"), 1), f"`{run['run_dir']}`"]) + " |")
-    signatures = sorted({run["bleu_signature"] for run in data["runs"] if run.get("bleu_signature")})
+    lines += ["", f"ours: mean ± standard deviation over seeds (number of seeds) when there are several. Δ: difference "
+                  f"to the row's baseline trained with the same seed. Paired bootstrap resampling (sacreBLEU, "
+                  f"{data['bootstrap_samples']} samples) of each seed against that baseline{on}: † p < 0.05, "
+                  f"†† p < 0.01; (n.s.) = no significant difference. {CLAIM_RULE}"]
+    lines += ["", "Runs (stop: updates done, why training stopped, the update of the best validation loss):", "",
+              "| System | Data | seed | #Params | stop | translated with | train min | valid nll | BLEU | tok. BLEU "
+              "| chrF | TER | hardware | record |", "|" + "---|" * 14]
+    lines += [_run_line(run, columns) for run in data["runs"]]
+    signatures = sorted({run["metrics"]["bleu_signature"] for run in data["runs"]
+                         if run.get("metrics", {}).get("bleu_signature")})
     if signatures:
         lines += ["", "sacreBLEU signature: " + "; ".join(f"`{s}`" for s in signatures)]
     return "\n".join(lines) + "\n"
+
+
+def published_cells(data: dict) -> set[tuple[str, str]]:
+    """The (system, column) cells of a table that hold a number."""
+    return {(row["system"], column) for row in data.get("rows", []) for column, cell in row["cells"].items()
+            if cell.get("bleu") is not None}

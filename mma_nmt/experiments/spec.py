@@ -1,14 +1,17 @@
 """A paper's reproduction as data: ``experiments/<paper>/experiment.toml`` names its datasets, systems and tables.
 
-- ``[datasets.<role>]``: a language pair of the paper (``de_en``, ``ja_en``, ...) with one run config per scale
-  (``full``, ``mini``, ``smoke``): ``{ base = "file.toml", set = { "dotted.key" = value }, average_last = N }``.
-  ``base`` is relative to the experiment file; ``set`` goes on top of it.
+- ``[datasets.<role>]``: a language pair of the paper (``de_en``, ``ja_en``, ...); its ``label`` names the paper's corpus.
+  One run config per scale (``full``, ``mini``, ``smoke``):
+  ``{ base = "file.toml", set = { "dotted.key" = value }, average_last = N, label = "..." }``. ``base`` is relative to
+  the experiment file; ``set`` goes on top of it. ``label`` names the data the runs of that scale train and test on
+  (required below ``full``, where it is never the paper's corpus: "Multi30k De-En (for IWSLT14 De-En)").
 - ``[systems.<name>]``: a row of the paper's tables: ``label``, ``set`` (dotted config keys, applied at every scale) and
   ``scale_set`` (``{ mini = { key = value } }``: extra keys at one scale, e.g. a layer index of a smaller model).
 - ``[tables.<name>]``: ``title``, ``columns`` (dataset roles), ``rows`` (system names), ``baseline`` (a row; ``deltas``
   maps a row to another baseline row, for tables that compare each row with its own counterpart), ``metric``
-  (``"bleu"`` = sacreBLEU, or ``"tokenized_bleu"``), ``scales`` (where the table runs; default all) and ``paper``
-  (``{ row = { column = BLEU } }``, the paper's numbers).
+  (``"bleu"`` = sacreBLEU, or ``"tokenized_bleu"``), ``scales`` (where the table runs; default all), ``seeds``
+  (``{ mini = [1, 2, 3] }``: every row trained once per seed at that scale; default: the recipe's own seed) and
+  ``paper`` (``{ row = { column = BLEU } }``, the paper's numbers).
 
 :func:`load_experiment` validates all of it and :meth:`Experiment.cells` turns a table into resolved run configs.
 """
@@ -38,13 +41,19 @@ class ScaleRecipe:
     base: Path
     set: dict = field(default_factory=dict)
     average_last: int = 0  # translate with the average of the last N periodic checkpoints (0: best.pt, else last.pt)
+    label: str = ""  # the data these runs use, when it is not the paper's corpus
 
 
 @dataclass
 class Dataset:
     role: str
-    label: str
+    label: str  # the paper's corpus
     scales: dict[str, ScaleRecipe]
+
+    def data_label(self, scale: str) -> str:
+        """What our runs at ``scale`` train and test on (the paper's corpus only at ``full`` scale)."""
+        recipe = self.scales.get(scale)
+        return recipe.label if recipe is not None and recipe.label else self.label
 
 
 @dataclass
@@ -68,6 +77,15 @@ class Table:
     paper: dict[str, dict[str, float]] = field(default_factory=dict)
     note: str = ""
     scales: tuple[str, ...] = SCALES  # e.g. ("full",) for a table of big models that only makes sense at full scale
+    seeds: dict[str, list[int]] = field(default_factory=dict)  # scale -> training seeds of the seeded rows
+    seed_rows: list[str] = field(default_factory=list)  # rows trained with every seed (default: all); others use the first
+
+    def seeds_at(self, scale: str, row: str | None = None) -> list[int | None]:
+        """The seeds ``row`` is trained with at ``scale`` (None: the recipe's own seed, one run)."""
+        seeds = list(self.seeds.get(scale, [])) or [None]
+        if row is not None and self.seed_rows and row not in self.seed_rows:
+            return seeds[:1]
+        return seeds
 
     def baseline_of(self, row: str) -> str:
         return self.deltas.get(row, self.baseline)
@@ -82,6 +100,10 @@ class Cell:
     scale: str
     config: dict  # the raw run config (data, model, train, decode, eval), without train.save_dir
     average_last: int = 0
+
+    @property
+    def seed(self) -> int:
+        return int(self.config.get("train", {}).get("seed", 1))
 
     @property
     def identity(self) -> str:
@@ -114,13 +136,14 @@ class Experiment:
         t = self.tables[table]
         if scale not in t.scales:
             raise ExperimentError(f"{self.path}: table {table!r} runs only at scale(s) {', '.join(t.scales)}")
-        return [self.cell(row, column, scale) for row in t.rows for column in t.columns
-                if self.has_recipe(column, scale)]
+        return [self.cell(row, column, scale, seed=seed) for row in t.rows for seed in t.seeds_at(scale, row)
+                for column in t.columns if self.has_recipe(column, scale)]
 
     def has_recipe(self, role: str, scale: str) -> bool:
         return scale in self.datasets[role].scales
 
-    def cell(self, system: str, role: str, scale: str) -> Cell:
+    def cell(self, system: str, role: str, scale: str, *, seed: int | None = None) -> Cell:
+        """One system on one dataset at one scale; ``seed`` replaces the recipe's ``train.seed``."""
         if scale not in SCALES:
             raise ExperimentError(f"unknown scale {scale!r}; scales: {', '.join(SCALES)}")
         dataset, sys_ = self.datasets[role], self.systems[system]
@@ -130,6 +153,8 @@ class Experiment:
         config = load_file(recipe.base)
         for key, value in {**recipe.set, **sys_.set, **sys_.scale_set.get(scale, {})}.items():
             set_dotted(config, key, copy.deepcopy(value))
+        if seed is not None:
+            set_dotted(config, "train.seed", int(seed))
         _check_run_config(config, f"{self.path}: system {system!r} on {role!r} at scale {scale!r}")
         config.get("train", {}).pop("save_dir", None)
         return Cell(system=sys_, dataset=dataset, scale=scale, config=config, average_last=recipe.average_last)
@@ -145,7 +170,8 @@ def _check_run_config(config: dict, where: str) -> None:
 
 
 def _table(name: str, raw: dict, where: str) -> Table:
-    known = {"title", "columns", "rows", "baseline", "deltas", "metric", "paper", "note", "scales"}
+    known = {"title", "columns", "rows", "baseline", "deltas", "metric", "paper", "note", "scales", "seeds",
+             "seed_rows"}
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ExperimentError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
@@ -153,9 +179,15 @@ def _table(name: str, raw: dict, where: str) -> Table:
         table = Table(name=name, title=raw["title"], columns=list(raw["columns"]), rows=list(raw["rows"]),
                       baseline=raw["baseline"], deltas=dict(raw.get("deltas", {})), metric=raw.get("metric", "bleu"),
                       paper={row: dict(values) for row, values in raw.get("paper", {}).items()},
-                      note=raw.get("note", ""), scales=tuple(raw.get("scales", SCALES)))
+                      note=raw.get("note", ""), scales=tuple(raw.get("scales", SCALES)),
+                      seeds={scale: [int(seed) for seed in seeds] for scale, seeds in raw.get("seeds", {}).items()},
+                      seed_rows=list(raw.get("seed_rows", [])))
     except KeyError as missing:
         raise ExperimentError(f"{where}: missing {missing}") from None
+    for scale, seeds in table.seeds.items():
+        if scale not in SCALES or not seeds or len(set(seeds)) != len(seeds):
+            raise ExperimentError(f"{where}: seeds.{scale} must be a scale among {SCALES} with distinct seeds, "
+                                  f"got {seeds}")
     if not set(table.scales) <= set(SCALES):
         raise ExperimentError(f"{where}: scales {list(table.scales)} must be among {SCALES}")
     if table.metric not in METRICS:
@@ -182,9 +214,13 @@ def load_experiment(path: str | Path) -> Experiment:
                 if not base.is_file():
                     raise ExperimentError(f"{path}: datasets.{role}.{scale}.base {base} does not exist")
                 scales[scale] = ScaleRecipe(base=base, set=dict(entry.pop("set", {})),
-                                            average_last=int(entry.pop("average_last", 0)))
+                                            average_last=int(entry.pop("average_last", 0)),
+                                            label=str(entry.pop("label", "")))
                 if entry:
                     raise ExperimentError(f"{path}: datasets.{role}.{scale}: unknown key(s) {sorted(entry)}")
+                if scale != "full" and not scales[scale].label:
+                    raise ExperimentError(f"{path}: datasets.{role}.{scale} needs a label naming the data it runs on "
+                                          f"(our {scale} numbers must not sit under the paper's corpus name)")
         datasets[role] = Dataset(role=role, label=spec.get("label", role), scales=scales)
     systems = {}
     for name, spec in raw.get("systems", {}).items():
@@ -201,7 +237,7 @@ def load_experiment(path: str | Path) -> Experiment:
         for role in table.columns:
             if role not in datasets:
                 raise ExperimentError(f"{where}: column {role!r} is not a dataset; datasets: {sorted(datasets)}")
-        for row in table.rows + [table.baseline] + list(table.deltas.values()):
+        for row in table.rows + [table.baseline] + list(table.deltas.values()) + table.seed_rows:
             if row not in systems:
                 raise ExperimentError(f"{where}: row {row!r} is not a system; systems: {sorted(systems)}")
         for row in [table.baseline, *table.deltas.values()]:

@@ -10,6 +10,7 @@ from mma_nmt.config_io import apply_overrides, deep_merge, from_dict, load_file,
 from mma_nmt.decoding.search import SearchConfig
 from mma_nmt.models.config import MODEL_CONFIGS, ModelConfig
 from mma_nmt.models.presets import preset
+from mma_nmt.training.early_stopping import BEST_METRICS
 from mma_nmt.training.optim import OptimConfig
 
 
@@ -23,14 +24,18 @@ class TrainConfig:
     max_epochs: int = 0
     max_minutes: float = 0.0  # wall-clock budget (for demos; a timed stop is not reproducible)
     max_tokens: int = 4096  # token budget per batch (per process)
+    update_freq: int = 1  # batches accumulated per update: effective batch = max_tokens x update_freq x processes
     max_len: int = 256  # training pairs longer than this are skipped
     seed: int = 1
     label_smoothing: float = 0.1
+    loss_normalization: str = "tokens"  # the summed loss of an update divided by its "tokens" or its "sentences"
     optim: OptimConfig = field(default_factory=OptimConfig)
     log_every: int = 50
     save_every: int = 0  # steps between checkpoints; 0 = at the end of each epoch and of training only
     keep_periodic: int = 2  # step_<n>.pt files kept
     validate_every: int = 0  # steps between validations; 0 = at the end of each epoch
+    best_metric: str = "nll"  # "nll" | "bleu" (needs bleu_sentences > 0): picks best.pt and drives patience
+    patience: int = 0  # stop after this many validations in a row without a new best; 0 = off
     bleu_sentences: int = 200  # validation sentences translated for BLEU during training; 0 = loss only
     max_bad_steps: int = 10  # skipped steps (NaN/inf loss or gradient, loss spike) tolerated; one more stops the run
     loss_spike_factor: float = 0.0  # > 0: skip a step whose loss exceeds this factor x the recent mean; 0 = off
@@ -44,6 +49,17 @@ class TrainConfig:
     def __post_init__(self):
         if not (self.loss_spike_factor == 0 or self.loss_spike_factor > 1):  # NaN fails too
             raise ValueError(f"train.loss_spike_factor must be 0 (off) or above 1, got {self.loss_spike_factor}")
+        if self.update_freq < 1:
+            raise ValueError(f"train.update_freq must be at least 1, got {self.update_freq}")
+        if self.loss_normalization not in ("tokens", "sentences"):
+            raise ValueError(f"train.loss_normalization must be 'tokens' or 'sentences', got "
+                             f"{self.loss_normalization!r}")
+        if self.patience < 0:
+            raise ValueError(f"train.patience must be 0 (off) or positive, got {self.patience}")
+        if self.best_metric not in BEST_METRICS:
+            raise ValueError(f"train.best_metric must be one of {BEST_METRICS}, got {self.best_metric!r}")
+        if self.best_metric == "bleu" and self.bleu_sentences <= 0:
+            raise ValueError("train.best_metric='bleu' needs train.bleu_sentences > 0 (validation BLEU)")
         if self.loss_spike_window < 1:
             raise ValueError(f"train.loss_spike_window must be at least 1, got {self.loss_spike_window}")
 

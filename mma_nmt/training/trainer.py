@@ -22,10 +22,14 @@ from mma_nmt.evaluation.scoring import corpus_bleu
 from mma_nmt.models import build_model
 from mma_nmt.training import distributed as dist
 from mma_nmt.training.checkpoint import CheckpointManager, load_checkpoint
+from mma_nmt.training.early_stopping import EarlyStopping
 from mma_nmt.training.config import RunConfig
 from mma_nmt.training.logging import JsonLinesLogger
 from mma_nmt.training.loss import label_smoothed_cross_entropy
 from mma_nmt.training.optim import LRSchedule, build_optimizer
+
+
+NORMALIZATIONS = ("tokens", "sentences")
 
 
 class TrainingDiverged(RuntimeError):
@@ -45,23 +49,39 @@ def with_vocabulary(config, dataset: ParallelDataset):
                    tgt_vocab_size=dataset.tgt_tokenizer.vocab_size, pad_id=dataset.tgt_tokenizer.pad_id)
 
 
-def forward_backward(model, batch, *, epsilon: float, pad_id: int, info: dist.DistInfo, autocast=None,
-                     scaler=None) -> torch.Tensor | None:
-    """Loss of one batch, backward with the gradient of (summed loss over all processes) / (all target tokens).
+def forward_backward(model, batches, *, epsilon: float, pad_id: int, info: dist.DistInfo, autocast=None,
+                     scaler=None, normalization: str = "tokens") -> torch.Tensor | None:
+    """Losses of one update's batches (one batch, or the ``train.update_freq`` batches accumulated into one update),
+    backward with the gradient of (summed loss over all batches and processes) / (all their target tokens).
 
     DDP averages gradients over processes, so each process scales its summed loss by ``world_size / total_tokens``;
-    the result equals one process computing the whole global batch. Returns the global (loss, nll, tokens) sums as a
-    float64 tensor, or None (and no backward) when the loss is NaN/inf on any process."""
-    with autocast or contextlib.nullcontext():
-        real = batch.tgt_out != pad_id  # (B, T): no logits are computed at padding
-        logits = model(batch.src, batch.src_lengths, batch.tgt_in, output_mask=real)  # (N, V)
-        loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out[real], epsilon=epsilon, ignore_index=pad_id)
-    local = torch.tensor([loss.item(), nll.item(), float(batch.num_tokens)], dtype=torch.float64)
+    the result equals one process computing the whole global batch (fairseq's semantics: effective batch =
+    ``max_tokens x update_freq x world_size``). Gradients are synchronised across processes at the last batch only.
+    ``normalization="sentences"`` divides by the number of sentences instead (OpenNMT-py's ``-normalization sents``).
+    Returns the global (loss, nll, tokens) sums as a float64 tensor, or None when the loss is NaN/inf on any process
+    (its gradients are then not usable: the caller drops them)."""
+    batches = list(batches) if isinstance(batches, (list, tuple)) else [batches]
+    if normalization not in NORMALIZATIONS:
+        raise ValueError(f"train.loss_normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
+    count = (lambda b: b.num_tokens) if normalization == "tokens" else len
+    local_count = torch.tensor([float(sum(count(batch) for batch in batches))], dtype=torch.float64)
+    scale = info.world_size / float(dist.all_reduce_sum(local_count, info)[0])
+    local = torch.zeros(3, dtype=torch.float64)
+    for index, batch in enumerate(batches):
+        last = index == len(batches) - 1
+        no_sync = model.no_sync() if not last and hasattr(model, "no_sync") else contextlib.nullcontext()
+        with no_sync:
+            with autocast or contextlib.nullcontext():
+                real = batch.tgt_out != pad_id  # (B, T): no logits are computed at padding
+                logits = model(batch.src, batch.src_lengths, batch.tgt_in, output_mask=real)  # (N, V)
+                loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out[real], epsilon=epsilon,
+                                                         ignore_index=pad_id)
+            local += torch.tensor([loss.item(), nll.item(), float(batch.num_tokens)], dtype=torch.float64)
+            # every process runs every backward, NaN or not, so that DDP's gradient all-reduce never waits on one
+            (scaler.scale(loss * scale) if scaler is not None else loss * scale).backward()
     totals = dist.all_reduce_sum(local, info)
     if not math.isfinite(float(totals[0])):
         return None
-    scaled = loss * (info.world_size / float(totals[2]))
-    (scaler.scale(scaled) if scaler is not None else scaled).backward()
     return totals
 
 
@@ -132,7 +152,8 @@ class Trainer:
         use_amp = cfg.amp and self.device.type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda") if use_amp else None
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.float16)) if use_amp else contextlib.nullcontext
-        self.step, self.bad_steps, self.best, self.started = 0, 0, math.inf, time.monotonic()
+        self.step, self.bad_steps, self.started = 0, 0, time.monotonic()
+        self.early_stopping = EarlyStopping(best_metric=cfg.best_metric, patience=cfg.patience)
         self.last_validation: tuple[int, dict] | None = None  # (step, result) of the latest validation
         # per-token losses of the last applied updates, for the loss-spike rule (only kept when the rule is on)
         self.recent_losses: collections.deque[float] = collections.deque(maxlen=cfg.loss_spike_window)
@@ -148,7 +169,8 @@ class Trainer:
                 "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
                 "sampler": self.sampler.state_dict(), "rng": dist.all_gather_objects(capture_rng(), self.info),
                 "scaler": self.scaler.state_dict() if self.scaler else {}, "step": self.step,
-                "bad_steps": self.bad_steps, "best": self.best, "recent_losses": list(self.recent_losses),
+                "bad_steps": self.bad_steps, **self.early_stopping.state_dict(),
+                "recent_losses": list(self.recent_losses),
                 "train_config": to_dict(self.run.train)}
 
     def save(self, *, is_best: bool = False) -> None:
@@ -175,18 +197,21 @@ class Trainer:
         restore_rng(rng[self.info.rank] if self.info.rank < len(rng) else rng[0])
         if self.scaler and payload.get("scaler"):
             self.scaler.load_state_dict(payload["scaler"])
-        self.step, self.bad_steps, self.best = payload["step"], payload["bad_steps"], payload["best"]
+        self.step, self.bad_steps = payload["step"], payload["bad_steps"]
+        self.early_stopping.load_state_dict(payload)
         self.recent_losses.clear()
         self.recent_losses.extend(payload.get("recent_losses", []))
         self.logger.log("resume", step=self.step, path=str(path), epoch=self.sampler.epoch)
 
     # ---- one update --------------------------------------------------------------------------------------------
-    def train_step(self, batch) -> torch.Tensor | None:
-        """One update on ``batch``; returns the global (loss, nll, tokens) sums, or None for a skipped bad step."""
+    def train_step(self, batches) -> torch.Tensor | None:
+        """One update on ``batches`` (one batch or a list accumulated into one update); returns the global (loss, nll,
+        tokens) sums, or None for a skipped bad step."""
         self.ddp.train()
-        batch = batch.to(self.device)
-        totals = forward_backward(self.ddp, batch, epsilon=self.run.train.label_smoothing, pad_id=self.pad_id,
-                                  info=self.info, autocast=self.autocast(), scaler=self.scaler)
+        batches = [b.to(self.device) for b in (batches if isinstance(batches, (list, tuple)) else [batches])]
+        totals = forward_backward(self.ddp, batches, epsilon=self.run.train.label_smoothing, pad_id=self.pad_id,
+                                  info=self.info, autocast=self.autocast(), scaler=self.scaler,
+                                  normalization=self.run.train.loss_normalization)
         if totals is None:
             return self._bad_step("loss is NaN or inf")
         spike = self._loss_spike(float(totals[0] / totals[2]))
@@ -263,19 +288,28 @@ class Trainer:
         return result
 
     # ---- the loop ----------------------------------------------------------------------------------------------
-    def _done(self, started: float) -> bool:
+    def stop_reason(self, started: float) -> str | None:
+        """Why training ends now (``max_steps``, ``max_epochs``, ``max_minutes`` or ``patience``), or None."""
         cfg = self.run.train
-        return bool((cfg.max_steps and self.step >= cfg.max_steps)
-                    or (cfg.max_epochs and self.sampler.epoch >= cfg.max_epochs)
-                    or (cfg.max_minutes and time.monotonic() - started >= 60.0 * cfg.max_minutes))
+        if cfg.max_steps and self.step >= cfg.max_steps:
+            return "max_steps"
+        if cfg.max_epochs and self.sampler.epoch >= cfg.max_epochs:
+            return "max_epochs"
+        if cfg.max_minutes and time.monotonic() - started >= 60.0 * cfg.max_minutes:
+            return "max_minutes"
+        if self.early_stopping.should_stop:
+            return "patience"
+        return None
+
+    def _done(self, started: float) -> bool:
+        return self.stop_reason(started) is not None
 
     def _validate_and_save(self) -> dict:
         result = self.validate()
         self.schedule.on_validation(result["valid_ppl"])
-        is_best = result["valid_nll"] < self.best
-        self.best = min(self.best, result["valid_nll"])
+        is_best = self.early_stopping.update(result, self.step)
         self.logger.log("valid", step=self.step, epoch=self.sampler.epoch, lr=self.optimizer.param_groups[0]["lr"],
-                        **result)
+                        best=is_best, stale_validations=self.early_stopping.stale, **result)
         self.save(is_best=is_best)
         self.last_validation = (self.step, result)
         return result
@@ -317,17 +351,30 @@ class Trainer:
                    disable=not (cfg.progress and self.info.is_main))
         with bar:
             while not self._done(started):
-                epoch_done = True
-                for indices in self.sampler:
-                    self._after_step(self.train_step(collate(self.train_data, indices)), meter, bar)
-                    if self._done(started):
-                        epoch_done = False
-                        break
+                epoch_done = self._train_epoch(started, meter, bar)
                 if epoch_done and not cfg.validate_every:
                     self._validate_and_save()
         if self.last_validation is not None and self.last_validation[0] == self.step:
             result = self.last_validation[1]  # this step was validated and saved already
         else:
             result = self._validate_and_save()
-        self.logger.log("end", step=self.step, minutes=(time.monotonic() - started) / 60.0, **result)
+        self.logger.log("end", step=self.step, minutes=(time.monotonic() - started) / 60.0,
+                        stopped=self.stop_reason(started) or "max_steps", best_step=self.early_stopping.best_step,
+                        epoch=self.sampler.epoch, **result)
         return result
+
+    def _train_epoch(self, started: float, meter: Meter, bar) -> bool:
+        """Updates over the rest of the epoch, ``train.update_freq`` batches each (an epoch's last update may take
+        fewer); returns whether the epoch ended (False: a stopping rule fired first)."""
+        group = []
+        for indices in self.sampler:
+            group.append(indices)
+            if len(group) < self.run.train.update_freq:
+                continue
+            self._after_step(self.train_step([collate(self.train_data, i) for i in group]), meter, bar)
+            group = []
+            if self._done(started):
+                return False
+        if group:
+            self._after_step(self.train_step([collate(self.train_data, i) for i in group]), meter, bar)
+        return True

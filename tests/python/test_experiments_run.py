@@ -1,15 +1,17 @@
-"""Running tables end to end at the smoke scale on real Multi30k data: reports, skipping finished runs, resuming,
-failures that lose nothing, and the significance column on constructed outputs."""
+"""Running tables end to end at the smoke scale on real Multi30k data: reports built from run records, skipping
+finished runs, resuming, seeds, failures that lose nothing, and the significance column on constructed outputs."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from mma_nmt.experiments.command import run_experiment
+from mma_nmt.experiments.records import load_records
 from mma_nmt.experiments.report import build_table, significance_mark, to_markdown
 from mma_nmt.experiments.spec import load_experiment
 
@@ -22,7 +24,7 @@ name = "toy"
 title = "A toy paper"
 [datasets.de_en]
 label = "De-En"
-smoke = {{ base = "{SMOKE_BASE}" }}
+smoke = {{ base = "{SMOKE_BASE}", label = "Multi30k De-En, smoke subset" }}
 [systems.baseline]
 label = "Base"
 [systems.mma]
@@ -48,6 +50,7 @@ def toy(workdir, monkeypatch):
     monkeypatch.chdir(workdir)
     folder = workdir / "toy"
     folder.mkdir(exist_ok=True)
+    shutil.rmtree(folder / "results", ignore_errors=True)  # each test starts without records or tables
     (folder / "experiment.toml").write_text(textwrap.dedent(TOY))
     return folder
 
@@ -65,12 +68,62 @@ def test_table_is_written_and_finished_runs_are_skipped(toy, workdir, capsys):
     assert mma["delta"] == pytest.approx(mma["bleu"] - base["bleu"])
     assert 0.0 <= mma["p_value"] <= 1.0 and mma["paper_delta"] == 1.5
     assert "delta" not in base and base["paper"] == 30.0
-    assert len(data["runs"]) == 2 and all(run["parameters"] > 0 for run in data["runs"])
+    assert len(data["runs"]) == 2 and all(run["training"]["parameters"] > 0 for run in data["runs"])
     text = md.read_text()
     assert "| MMA |" in text and "Command: `toy command`" in text and "31.50" in text
+    assert "ours: Multi30k De-En, smoke subset" in text and "paper: De-En" in text  # our data is named as ours
     capsys.readouterr()
     run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments")
-    assert "2 runs, 2 already finished, 0 to run" in capsys.readouterr().out
+    assert "wrote" in capsys.readouterr().out and len(load_records(toy / "results" / "smoke" / "runs")) == 2
+
+
+def test_every_finished_run_leaves_a_record_with_its_stopping_point_and_hypotheses(toy, workdir):
+    run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments")
+    records = load_records(toy / "results" / "smoke" / "runs")
+    assert len(records) == 2
+    for identity, record in records.items():
+        assert record["identity"] == identity and record["seed"] == 1
+        assert record["data"] == "Multi30k De-En, smoke subset" and record["corpus"] == "multi30k_de_en"
+        assert record["config"]["train"]["max_steps"] == 4
+        assert record["stopping"]["updates"] == 4 and record["stopping"]["reason"] == "max_steps"
+        assert record["stopping"]["checkpoint"] in ("best.pt", "last.pt")
+        assert [point["step"] for point in record["curve"]] == [4]  # the smoke recipe validates once, at the end
+        assert record["hardware"]["device"] == "cpu" and record["hardware"]["cpu_cores"] >= 1
+        assert record["software"]["torch"]
+        lines = Path(record["hypotheses"]).read_text(encoding="utf-8").split("\n")[:-1]
+        assert len(lines) == record["metrics"]["sentences"] == 1000
+
+
+def test_tables_rebuild_from_records_alone(toy, workdir, monkeypatch):
+    """A new machine regenerates a table from the committed records: no run directory, no training."""
+    (md,) = run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments", command="c")
+    before = json.loads(md.with_suffix(".json").read_text())
+    import mma_nmt.experiments.command as command
+
+    monkeypatch.setattr(command, "run_cells", lambda *a, **k: pytest.fail("trained while rebuilding from records"))
+    (again,) = run_experiment(str(toy), scale="smoke", runs_dir="runs/nowhere", command="c", from_records=True)
+    after = json.loads(again.with_suffix(".json").read_text())
+    assert [r["cells"] for r in after["rows"]] == [r["cells"] for r in before["rows"]]
+
+
+def test_seeds_give_mean_std_and_per_seed_significance(toy, workdir):
+    text = (toy / "experiment.toml").read_text()
+    (toy / "experiment.toml").write_text(text.replace('baseline = "baseline"\n', 'baseline = "baseline"\n'
+                                                      'seeds = { smoke = [1, 2] }\n'))
+    (md,) = run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments")
+    data = json.loads(md.with_suffix(".json").read_text())
+    assert sorted((run["row"], run["seed"]) for run in data["runs"]) == [("baseline", 1), ("baseline", 2),
+                                                                          ("mma", 1), ("mma", 2)]
+    mma = data["rows"][1]["cells"]["de_en"]
+    assert mma["seeds"] == [1, 2] and mma["n"] == 2
+    assert mma["bleu"] == pytest.approx(sum(mma["bleus"]) / 2)
+    assert [c["seed"] for c in mma["per_seed"]] == [1, 2]
+    base = {run["seed"]: run["metrics"]["bleu"] for run in data["runs"] if run["row"] == "baseline"}
+    for seed_cell, bleu in zip(mma["per_seed"], mma["bleus"]):
+        assert seed_cell["delta"] == pytest.approx(bleu - base[seed_cell["seed"]])  # paired with its own seed
+    assert mma["holds"] == (all(c["significant"] for c in mma["per_seed"])
+                            and len({c["delta"] > 0 for c in mma["per_seed"]}) == 1)
+    assert "across 2 seeds" in md.read_text()
 
 
 def test_interrupted_run_resumes_from_its_last_checkpoint(toy, workdir):
@@ -99,21 +152,33 @@ def test_a_failing_run_loses_nothing_else(toy, workdir):
     assert [row["cells"]["de_en"]["bleu"] is None for row in data["rows"]] == [False, False, True]
 
 
+def test_a_failed_rerun_never_erases_a_published_number(toy, workdir):
+    """Issue 19, case 8: a table keeps every number it publishes when the run behind it fails."""
+    (md,) = run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments")
+    published = md.read_text()
+    text = (toy / "experiment.toml").read_text()
+    # the MMA system's config changes (so its published run no longer matches) and the new run fails
+    (toy / "experiment.toml").write_text(text.replace('"model.encoder.head_spec" = "GLFB"',
+                                                      '"model.encoder.head_spec" = "GXFB"'))
+    with pytest.raises(RuntimeError, match="not rewritten: it publishes mma on de_en"):
+        run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments")
+    assert md.read_text() == published
+
+
 def test_significance_column_on_constructed_outputs(toy, workdir):
     """A system that outputs the references beats one that outputs a fixed word: significant at p < 0.01."""
     run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments")
     experiment = load_experiment(toy)
-    runs = run_dirs(workdir)
-    results = {}
-    for name, lines_of in (("baseline", lambda refs: ["a"] * len(refs)), ("mma", lambda refs: refs)):
-        result = json.loads((runs[name] / "result.json").read_text())
+    records = {}
+    for record in load_records(toy / "results" / "smoke" / "runs").values():
         from mma_nmt.data import ParallelDataset
         refs = ParallelDataset.load(workdir / "runs" / "data" / "smoke_multi30k_de_en", "test").tgt_text
+        name = record["system"]
         fake = workdir / f"{name}.fake.txt"
-        fake.write_text("".join(line + "\n" for line in lines_of(refs)))
-        results[result["identity"]] = {**result, "hypotheses": str(fake), "bleu": 100.0 if name == "mma" else 0.0,
-                                       "run_dir": str(runs[name])}
-    data = build_table(experiment, experiment.tables["t"], "smoke", results, bootstrap_samples=200)
+        fake.write_text("".join(line + "\n" for line in (refs if name == "mma" else ["a"] * len(refs))))
+        records[record["identity"]] = {**record, "hypotheses": str(fake),
+                                       "metrics": {**record["metrics"], "bleu": 100.0 if name == "mma" else 0.0}}
+    data = build_table(experiment, experiment.tables["t"], "smoke", records, bootstrap_samples=200)
     cell = data["rows"][1]["cells"]["de_en"]
     assert cell["delta"] == 100.0 and cell["p_value"] < 0.01 and cell["significant"]
     assert "+100.00††" in to_markdown(data)
@@ -142,5 +207,5 @@ def test_side_by_side_runs_match_runs_done_one_at_a_time(toy, workdir):
     logs = list((workdir / "runs" / "parallel" / "smoke").glob("*/*/run.log"))
     assert len(logs) == 2
     one, two = (json.loads(p.with_suffix(".json").read_text()) for p in (serial, parallel))
-    assert [r["bleu"] for r in one["runs"]] == [r["bleu"] for r in two["runs"]]
-    assert [r["valid_nll"] for r in one["runs"]] == [r["valid_nll"] for r in two["runs"]]
+    assert [r["metrics"]["bleu"] for r in one["runs"]] == [r["metrics"]["bleu"] for r in two["runs"]]
+    assert [r["training"]["valid_nll"] for r in one["runs"]] == [r["training"]["valid_nll"] for r in two["runs"]]

@@ -34,8 +34,8 @@ def write_experiment(tmp_path: Path, body: str) -> Path:
 GOOD = """
 name = "toy"
 [datasets.de_en]
-mini = { base = "base.toml", set = { "train.max_steps" = 3 } }
-smoke = { base = "base.toml" }
+mini = { base = "base.toml", set = { "train.max_steps" = 3 }, label = "Multi30k De-En (for X)" }
+smoke = { base = "base.toml", label = "Multi30k De-En, smoke" }
 [systems.baseline]
 label = "Base"
 [systems.mma]
@@ -142,3 +142,29 @@ def test_runs_that_share_a_prepared_directory_must_prepare_it_alike(tmp_path):
     check_prepared_dirs(cells)
     with pytest.raises(ExperimentError, match="prepare runs/data/x with different"):
         check_prepared_dirs(cells + [experiment.cell("also_baseline", "de_en", "mini")])
+
+
+def test_a_scale_below_full_must_name_its_data(tmp_path):
+    """Our mini numbers never sit under the paper's corpus name: the recipe must say what it runs on."""
+    body = GOOD.replace(', label = "Multi30k De-En (for X)"', "")
+    with pytest.raises(ExperimentError, match="datasets.de_en.mini needs a label"):
+        load_experiment(write_experiment(tmp_path, body))
+    experiment = load_experiment(write_experiment(tmp_path, GOOD))
+    assert experiment.datasets["de_en"].data_label("mini") == "Multi30k De-En (for X)"
+
+
+def test_seeds_expand_the_seeded_rows_and_share_the_recipe_seed_run(tmp_path):
+    body = GOOD.replace('baseline = "baseline"\n', 'baseline = "baseline"\nseeds = { mini = [1, 2, 3] }\n'
+                        'seed_rows = ["mma"]\n', 1)
+    experiment = load_experiment(write_experiment(tmp_path, body))
+    cells = experiment.cells("t", "mini")
+    assert [(c.system.name, c.seed) for c in cells] == [("baseline", 1), ("mma", 1), ("mma", 2), ("mma", 3)]
+    assert len({c.identity for c in cells}) == 4
+    # seed 1 is the recipe's own seed (train.seed is 1 by default in the base): the same run as without seeds
+    unseeded = load_experiment(write_experiment(tmp_path, GOOD)).cell("mma", "de_en", "mini")
+    assert [c for c in cells if c.system.name == "mma"][0].config["train"]["seed"] == 1
+    assert unseeded.config["train"].get("seed", 1) == 1
+    assert experiment.cells("t", "smoke")[0].seed == 1  # no seeds at smoke: the recipe's own
+    with pytest.raises(ExperimentError, match="seeds.mini"):
+        load_experiment(write_experiment(tmp_path, GOOD.replace('baseline = "baseline"\n',
+                                                                'baseline = "baseline"\nseeds = { mini = [1, 1] }\n', 1)))

@@ -1,0 +1,134 @@
+"""Run records: what a finished run leaves in the repository, so that tables survive machines and failures.
+
+A record lives in ``experiments/<paper>/results/<scale>/runs/<dataset>/<system>-seed<k>-<identity>/``:
+
+- ``record.json``: the cell's names and data label, the run config and its hash (the run identity), the seed, the
+  stopping point (updates, epoch, why it stopped, the best validation's update, the checkpoint translated), the test
+  metrics, the validation curve, training statistics, and the hardware and software it ran on;
+- ``test.hyp.txt``: the test-set translations, from which the paired bootstrap is recomputed.
+
+Tables are built from records only. A failed or interrupted run writes no record, so it can never erase a number a
+finished run published; records are never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from mma_nmt.data.fileio import atomic_write_json
+from mma_nmt.experiments.spec import Cell, Experiment
+
+RECORD_FILE, HYPOTHESES_FILE = "record.json", "test.hyp.txt"
+
+
+def records_dir(experiment: Experiment, scale: str) -> Path:
+    return experiment.path.parent / "results" / scale / "runs"
+
+
+def record_dir_for(cell: Cell, root: Path) -> Path:
+    seed = cell.config.get("train", {}).get("seed", 1)
+    return Path(root) / cell.dataset.role / f"{cell.system.name}-seed{seed}-{cell.identity}"
+
+
+def load_records(root: Path) -> dict[str, dict]:
+    """Every record under ``root`` by run identity; each gains ``hypotheses`` (the path of its translations)."""
+    found = {}
+    for path in sorted(Path(root).glob(f"*/*/{RECORD_FILE}")):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        record["hypotheses"] = str(path.parent / HYPOTHESES_FILE)
+        found.setdefault(record["identity"], record)
+    return found
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def hardware(device: str = "cpu", threads: int = 0) -> dict:
+    """The machine a run trained on: CPU model and cores, the torch threads, the GPU when one was used."""
+    import torch
+
+    info = {"machine": platform.machine(), "cpu": _cpu_model(), "cpu_cores": os.cpu_count(),
+            "torch_threads": threads or torch.get_num_threads(), "device": device}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def software(where: Path) -> dict:
+    import torch
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True,
+                                check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return {"torch": torch.__version__, "python": platform.python_version(), "git_commit": commit}
+
+
+def learning_curve(log_path: Path) -> list[dict]:
+    """The validations of a run (update, validation loss / NLL / BLEU), in order, from its ``log.jsonl``; a resumed run
+    that validated one update twice keeps the later value."""
+    points: dict[int, dict] = {}
+    for line in Path(log_path).read_text(encoding="utf-8").splitlines():
+        event = json.loads(line) if line.strip() else {}
+        if event.get("event") == "valid":
+            points[event["step"]] = {key: event[key] for key in ("step", "valid_loss", "valid_nll", "valid_bleu")
+                                     if key in event}
+    return [points[step] for step in sorted(points)]
+
+
+def stopping_point(log_path: Path, checkpoint: str) -> dict:
+    """Where and why training ended, from the last ``end`` event of the run's log."""
+    ends = [json.loads(line) for line in Path(log_path).read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("event") == "end"]
+    end = ends[-1] if ends else {}
+    return {"updates": end.get("step"), "epoch": end.get("epoch"), "reason": end.get("stopped", "max_steps"),
+            "best_update": end.get("best_step"), "checkpoint": checkpoint}
+
+
+_METRICS = ("bleu", "bleu_signature", "tokenized_bleu", "chrf", "ter", "sentences", "bleu_by_source_length")
+_TRAINING = ("parameters", "train_tokens_per_s", "train_steps", "train_minutes", "valid_nll", "resumed",
+             "decode_sentences_per_s")
+
+
+def write_record(cell: Cell, run_dir: Path, result: dict, root: Path) -> Path:
+    """Writes the record of the finished run in ``run_dir`` (its ``result.json`` contents in ``result``) under
+    ``root``; an existing record of the same run is kept as it is. Returns the record's folder."""
+    target = record_dir_for(cell, root)
+    if (target / RECORD_FILE).is_file():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(result["hypotheses"], target / HYPOTHESES_FILE)
+    config = cell.config
+    train = config.get("train", {})
+    record = {"experiment": result.get("experiment"), "system": cell.system.name,
+              "dataset": cell.dataset.role, "data": cell.dataset.data_label(cell.scale),
+              "corpus": config.get("data", {}).get("corpus"), "test_split": config.get("eval", {}).get("split"),
+              "scale": cell.scale, "identity": cell.identity, "seed": cell.seed, "config": config,
+              "average_last": cell.average_last,
+              "stopping": stopping_point(run_dir / "log.jsonl", result.get("checkpoint", "best.pt")),
+              "metrics": {key: result[key] for key in _METRICS if key in result},
+              "training": {key: result.get(key) for key in _TRAINING},
+              "curve": learning_curve(run_dir / "log.jsonl"),
+              "hardware": result.get("hardware") or hardware(train.get("device", "cpu"), train.get("threads", 0)),
+              "software": result.get("software") or software(Path(__file__).parent),
+              "finished": result.get("finished", time.strftime("%Y-%m-%d %H:%M:%S"))}
+    atomic_write_json(target / RECORD_FILE, record)
+    return target
+
+
+__all__ = ["RECORD_FILE", "HYPOTHESES_FILE", "records_dir", "record_dir_for", "load_records", "write_record",
+           "learning_curve", "stopping_point", "hardware", "software"]
