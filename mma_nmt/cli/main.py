@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs-dir", default="runs/experiments", help="where runs live (shared by all papers)")
     p.add_argument("--results-dir", help="default: experiments/<paper>/results/<scale>")
     p.add_argument("--bootstrap-samples", type=int, default=1000)
+    p.add_argument("--dataset", action="append", help="train only this column (repeatable); default: every column")
     p.add_argument("--from-records", action="store_true",
                    help="train nothing: rebuild the tables from the committed run records")
     p = sub.add_parser("demo", help="prepare Multi30k De-En, train the tiny MMA Transformer, translate, score")
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
         run_experiment(args.paper, tables=args.table, scale=args.scale, jobs=args.jobs, runs_dir=args.runs_dir,
                        results_dir=args.results_dir, bootstrap_samples=args.bootstrap_samples,
-                       from_records=args.from_records)
+                       from_records=args.from_records, datasets=args.dataset)
     elif args.command == "demo":
         demo(args)
     return 0

@@ -66,10 +66,11 @@ def _write_table(out_dir: Path, data: dict, command: str) -> tuple[Path | None, 
 def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "mini", jobs: int = 1,
                    runs_dir: str | Path = "runs/experiments", results_dir: str | Path | None = None,
                    bootstrap_samples: int = 1000, command: str | None = None,
-                   from_records: bool = False) -> list[Path]:
+                   from_records: bool = False, datasets: list[str] | None = None) -> list[Path]:
     """Runs ``tables`` (default: all) of experiment ``name`` at ``scale``; returns the Markdown reports written.
     Records go to ``<results_dir>/runs`` (default results dir: ``experiments/<paper>/results/<scale>``). Raises
-    RuntimeError after writing what it can when some run failed or a table was not rewritten."""
+    RuntimeError after writing what it can when some run failed or a table was not rewritten. ``datasets`` limits the
+    training to those columns (the tables are still written with every column that has records)."""
     experiment = load_experiment(find_experiment(name))
     chosen = tables or [name for name, table in experiment.tables.items() if scale in table.scales]
     cells = [cell for table in chosen for cell in experiment.cells(table, scale)]
@@ -78,7 +79,12 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
     records = load_records(records_root)
     failures = []
     if not from_records:
-        pending = [cell for cell in cells if cell.identity not in records]
+        unknown = sorted(set(datasets or []) - set(experiment.datasets))
+        if unknown:
+            raise ExperimentError(f"no dataset {unknown} in {experiment.name}; datasets: {sorted(experiment.datasets)}")
+        pending = [cell for cell in cells if cell.identity not in records
+                   and (not datasets or cell.dataset.role in datasets)]
+        pending.sort(key=lambda cell: cell.seed)  # seed by seed: each finished pair of runs is a comparison
         results, failures = run_cells(experiment, pending, Path(runs_dir), jobs=jobs) if pending else ({}, [])
         for cell in {cell.identity: cell for cell in pending}.values():
             if cell.identity in results:

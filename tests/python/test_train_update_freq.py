@@ -29,14 +29,14 @@ def test_accumulated_halves_give_the_gradient_of_the_whole_batch(tiny_data):  # 
     # uneven pieces with different padding widths: the scale must come from the tokens of all pieces together
     pieces = [collate(data, sentences[:3]), collate(data, sentences[3:8]), collate(data, sentences[8:])]
     parts, part_totals = _gradients(model, pieces)
-    assert torch.allclose(whole_totals, part_totals, rtol=1e-12)
+    assert torch.allclose(whole_totals, part_totals, rtol=1e-6)  # the loss sums in float32
     assert whole.keys() == parts.keys()
     for name in whole:
-        torch.testing.assert_close(parts[name], whole[name], rtol=1e-9, atol=1e-12, msg=name)
+        torch.testing.assert_close(parts[name], whole[name], rtol=1e-5, atol=1e-7, msg=name)
     # the scale must be the tokens of all pieces: averaging the pieces' own per-token gradients gives another result
     averaged = [_gradients(model, piece)[0] for piece in pieces]
     name = next(iter(whole))
-    assert not torch.allclose(sum(g[name] for g in averaged) / len(pieces), whole[name], rtol=1e-6, atol=1e-9)
+    assert not torch.allclose(sum(g[name] for g in averaged) / len(pieces), whole[name], rtol=1e-3, atol=1e-6)
 
 
 def test_two_accumulated_half_batches_make_the_same_adam_update(tiny_data):  # noqa: F811
@@ -52,7 +52,7 @@ def test_two_accumulated_half_batches_make_the_same_adam_update(tiny_data):  # n
         optimizer.step()
         updated.append(dict(model.named_parameters()))
     for name, parameter in updated[0].items():
-        torch.testing.assert_close(updated[1][name], parameter, rtol=1e-9, atol=1e-12, msg=name)
+        torch.testing.assert_close(updated[1][name], parameter, rtol=1e-5, atol=1e-7, msg=name)
 
 
 def test_trainer_consumes_update_freq_batches_per_update(tmp_path, tiny_data):  # noqa: F811
@@ -89,4 +89,4 @@ def test_sentence_normalisation_divides_the_summed_loss_by_the_sentences(tiny_da
     assert ratio > 2
     for name, parameter in model.named_parameters():
         if parameter.grad is not None:
-            torch.testing.assert_close(parameter.grad, by_tokens[name] * ratio, rtol=1e-9, atol=1e-12, msg=name)
+            torch.testing.assert_close(parameter.grad, by_tokens[name] * ratio, rtol=1e-5, atol=1e-7, msg=name)
