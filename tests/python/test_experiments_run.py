@@ -213,3 +213,22 @@ def test_side_by_side_runs_match_runs_done_one_at_a_time(toy, workdir):
     one, two = (json.loads(p.with_suffix(".json").read_text()) for p in (serial, parallel))
     assert [r["metrics"]["bleu"] for r in one["runs"]] == [r["metrics"]["bleu"] for r in two["runs"]]
     assert [r["training"]["valid_nll"] for r in one["runs"]] == [r["training"]["valid_nll"] for r in two["runs"]]
+
+
+def test_mma_analysis_draws_the_trained_heads_of_the_main_table(workdir, monkeypatch):
+    """``experiments/mma/analysis.py`` loads the MMA and baseline models a table trained and writes its figures."""
+    import subprocess
+    import sys
+
+    monkeypatch.chdir(workdir)
+    run_experiment("mma", tables=["main"], scale="smoke", runs_dir="runs/experiments", results_dir="results/mma",
+                   datasets=["de_en"])
+    done = subprocess.run([sys.executable, str(REPO / "experiments" / "mma" / "analysis.py"), "--scale", "smoke",
+                           "--results-dir", "results/mma", "--sentences", "12"], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = workdir / "results" / "mma" / "analysis"
+    for name in ("mma_head_maps.png", "mma_distance_entropy.png", "baseline_distance_entropy.png"):
+        assert (out / name).stat().st_size > 1000, name
+    table = (out / "mma_heads.md").read_text()
+    assert {"| mma | " in table, "| L |" in table, "| F |" in table, "| B |" in table, "| baseline |" in table} == {True}

@@ -1,0 +1,96 @@
+"""MMA's key analysis on the trained models of the main table: what the global, local, forward and backward heads do.
+
+For the MMA system and the baseline (seed 1, the table's first dataset by default), force-decodes test sentences in
+record mode and writes next to the table:
+
+- ``analysis/mma_head_maps.png``: the encoder self-attention maps of one sentence, every layer and head, titled with
+  the head's kind;
+- ``analysis/mma_distance_entropy.png``: mean attention distance and entropy per encoder head (MLMHA paper eqs.
+  13-16), MMA beside the all-global baseline;
+- ``analysis/mma_heads.md``: the same per kind, as a table, with the models and sentences it was measured on.
+
+    python experiments/mma/analysis.py --scale mini           # after `mma-nmt experiment mma --table main --scale mini`
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from mma_nmt.analysis import head_distance_entropy, head_labels, plot_distance_entropy, plot_sentence_attention
+from mma_nmt.analysis._figures import save_figure
+from mma_nmt.data.fileio import atomic_write_text
+from mma_nmt.evaluation.force_decode import force_decode_sentences, pieces, sentence_maps
+from mma_nmt.experiments.trained import trained_cell
+
+HERE = Path(__file__).resolve().parent
+
+
+def per_kind(stats, labels: list[str]) -> dict[str, tuple[float, float]]:
+    """Mean distance and entropy over the layers and the heads of each kind."""
+    out = {}
+    for kind in dict.fromkeys(label[-1] for label in labels):
+        heads = [h for h, label in enumerate(labels) if label.endswith(kind)]
+        out[kind] = (float(stats.distance[:, heads].mean()), float(stats.entropy[:, heads].mean()))
+    return out
+
+
+def analyse(system: str, args) -> tuple[dict, object, list[str], object]:
+    trained = trained_cell("mma", system, args.dataset, scale=args.scale, runs_dir=args.runs_dir,
+                           results_dir=args.results_dir)
+    test = trained.dataset()
+    count = min(args.sentences, len(test))
+    records = list(force_decode_sentences(trained.model, test.src[:count], test.tgt[:count]))
+    config = trained.model.config
+    kinds = config.encoder.head_spec if config.encoder.attention == "mma" else "G"
+    labels = head_labels(kinds, config.heads)
+    stats = head_distance_entropy([r.encoder_self for r in records])
+    bleu = trained.record["metrics"]["bleu"] if trained.record else None
+    about = {"system": system, "checkpoint": str(trained.checkpoint), "bleu": bleu, "sentences": count,
+             "stopped": trained.record["stopping"] if trained.record else None}
+    return about, stats, labels, (records, test)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--scale", default="mini")
+    parser.add_argument("--dataset", default="de_en")
+    parser.add_argument("--sentences", type=int, default=300, help="test sentences force-decoded")
+    parser.add_argument("--runs-dir", default="runs/experiments")
+    parser.add_argument("--results-dir", help="default: experiments/mma/results/<scale>")
+    args = parser.parse_args(argv)
+    out = Path(args.results_dir or HERE / "results" / args.scale) / "analysis"
+    torch.manual_seed(0)
+
+    mma, mma_stats, mma_labels, (records, test) = analyse("mma", args)
+    index = min(range(len(records)), key=lambda i: abs(records[i].source_length - 12))
+    maps = sentence_maps(records[index], source_tokens=pieces(test.src_tokenizer, test.src[index]),
+                         target_tokens=pieces(test.tgt_tokenizer, test.tgt[index]) + ["</s>"])
+    save_figure(plot_sentence_attention(maps, cell=1.9)["encoder_self"], out / "mma_head_maps.png", dpi=80)
+    base, base_stats, base_labels, _ = analyse("baseline", args)
+    for name, stats, labels in (("mma", mma_stats, mma_labels), ("baseline", base_stats, base_labels)):
+        figure = plot_distance_entropy(stats, head_labels=labels, title=f"{name}: encoder self-attention")
+        save_figure(figure, out / f"{name}_distance_entropy.png", dpi=80)
+
+    lines = [f"## MMA heads after training ({args.scale} scale, {args.dataset}, seed 1)", "",
+             f"Force-decoded the first {mma['sentences']} test sentences (`python experiments/mma/analysis.py "
+             f"--scale {args.scale}`). Distance: attention-weighted mean |i - j| in subword pieces; entropy of each "
+             f"query row in nats (MLMHA paper eqs. 13-16); averaged over layers and the heads of a kind.", "",
+             "| model | test BLEU | kind | mean distance | mean entropy |", "|---|---|---|---|---|"]
+    for about, stats, labels in ((mma, mma_stats, mma_labels), (base, base_stats, base_labels)):
+        bleu = f"{about['bleu']:.2f}" if about["bleu"] is not None else "–"
+        for kind, (distance, entropy) in per_kind(stats, labels).items():
+            lines.append(f"| {about['system']} | {bleu} | {kind} | {distance:.2f} | {entropy:.2f} |")
+    lines += ["", f"Checkpoints: `{mma['checkpoint']}`, `{base['checkpoint']}`.", "",
+              "![encoder maps of one sentence](mma_head_maps.png)", "",
+              "![MMA distance and entropy](mma_distance_entropy.png) "
+              "![baseline distance and entropy](baseline_distance_entropy.png)"]
+    path = atomic_write_text(out / "mma_heads.md", "\n".join(lines) + "\n")
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""The trained model behind a table cell, for the analysis scripts of ``experiments/<paper>/``.
+
+``trained_cell("mma", "mma", "de_en", scale="mini")`` finds the run of that system on that dataset (its run
+directory under ``runs/experiments``, and the checkpoint its record says was translated) and loads the model with
+its test split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import nn
+
+from mma_nmt.experiments.spec import Cell, resolved_run_config
+
+
+@dataclass
+class TrainedCell:
+    cell: Cell
+    run_dir: Path
+    checkpoint: Path
+    model: nn.Module  # eval mode, CPU
+    record: dict | None  # the run record, when the cell has one
+
+    def dataset(self, split: str | None = None):
+        from mma_nmt.data import ParallelDataset
+
+        run = resolved_run_config(self.cell, self.run_dir)
+        return ParallelDataset.load(run.prepared_dir(), split or run.eval.split)
+
+
+def trained_cell(experiment: str, system: str, dataset: str, *, scale: str = "mini", seed: int | None = None,
+                 runs_dir: str | Path = "runs/experiments", results_dir: str | Path | None = None) -> TrainedCell:
+    """Loads the model of one cell; raises FileNotFoundError naming the command that trains it when it is absent."""
+    from mma_nmt.experiments.command import find_experiment
+    from mma_nmt.experiments.records import load_records
+    from mma_nmt.experiments.runner import run_dir_for
+    from mma_nmt.experiments.spec import load_experiment
+    from mma_nmt.training.checkpoint import load_model
+
+    spec = load_experiment(find_experiment(experiment))
+    cell = spec.cell(system, dataset, scale, seed=seed)
+    results = Path(results_dir) if results_dir else spec.path.parent / "results" / scale
+    record = load_records(results / "runs").get(cell.identity)
+    run_dir = run_dir_for(cell, Path(runs_dir))
+    checkpoint = run_dir / (record["stopping"]["checkpoint"] if record else "best.pt")
+    if not checkpoint.is_file():
+        raise FileNotFoundError(
+            f"no trained model for {system} on {dataset} at scale {scale} ({checkpoint} is missing); train it with "
+            f"`mma-nmt experiment {spec.name} --scale {scale} --dataset {dataset}` (the table that holds it)")
+    model, _ = load_model(checkpoint)
+    return TrainedCell(cell=cell, run_dir=run_dir, checkpoint=checkpoint, model=model.eval(), record=record)
