@@ -54,6 +54,9 @@ class TrainConfig:
         if self.loss_normalization not in ("tokens", "sentences"):
             raise ValueError(f"train.loss_normalization must be 'tokens' or 'sentences', got "
                              f"{self.loss_normalization!r}")
+        if self.optim.decay_start_epoch and self.validate_every:
+            raise ValueError("train.optim.decay_start_epoch cuts the lr once per epoch: it needs train.validate_every "
+                             f"= 0 (one validation per epoch), got {self.validate_every}")
         if self.patience < 0:
             raise ValueError(f"train.patience must be 0 (off) or positive, got {self.patience}")
         if self.best_metric not in BEST_METRICS:
