@@ -88,13 +88,15 @@ def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str |
     data = ParallelDataset.load(run.prepared_dir(), split) if references is None or run.eval.buckets else None
     refs = _read_lines(references) if references else data.tgt_text
     lang = data.meta.get("corpus", {}).get("tgt_lang", "en") if data is not None else "en"
-    result = score_corpus(hyps, refs, lang=lang, with_tokenized=run.eval.tokenized_bleu).as_dict()
+    tokenize = run.eval.bleu_tokenize
+    result = score_corpus(hyps, refs, lang=lang, with_tokenized=run.eval.tokenized_bleu, tokenize=tokenize).as_dict()
     result["sentences"] = len(hyps)
     if data is not None and run.eval.buckets and len(data) == len(hyps):
-        rows = bleu_by_source_length(data.src_text, hyps, refs, edges=run.eval.buckets)
+        rows = bleu_by_source_length(data.src_text, hyps, refs, edges=run.eval.buckets, tokenize=tokenize)
         result["bleu_by_source_length"] = [vars(row) for row in rows]
     if baseline:
-        result["bootstrap"] = paired_bootstrap(_read_lines(baseline), hyps, refs, samples=bootstrap_samples)
+        result["bootstrap"] = paired_bootstrap(_read_lines(baseline), hyps, refs, samples=bootstrap_samples,
+                                               tokenize=tokenize)
     return result
 
 

@@ -3,6 +3,11 @@
 Local layout: split ``s`` of a corpus is the line-aligned pair ``<data_dir>/<local_folder>/<stem>.<lang>[.gz]`` with
 ``stem = spec.splits[s]``. The shared copies under ``shared/data`` use this layout, and :mod:`mma_nmt.data.sources`
 builds it from the original downloads.
+
+Several references (NIST): a corpus with ``test_sets`` scores its test split set by set. The test split is those sets
+concatenated in that order (its target file holds their first references); each set ``t`` also has its own files
+``<t>.<src_lang>`` and ``<t>.<tgt_lang><i>`` for reference ``i = 0 .. references - 1`` (``mt03.en0`` .. ``mt03.en3``).
+:meth:`CorpusSpec.reference_sets` reads them for :func:`mma_nmt.evaluation.multi_reference.score_test_sets`.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class CorpusSpec:
             ``"iwslt17_wit3"``, ``"wmt_statmt"``; ``"manual"``: licensed or no longer served, placed by the user).
         text_state: what the text looks like in the local layout ("raw", "moses-tokenized lowercased", ...).
         note: protocol remarks (which paper setup the splits follow).
+        test_sets: the stems of the test sets whose concatenation, in this order, is the test split; () = one set.
+        references: references per test-set sentence (files ``<test_set>.<tgt_lang><i>``, see the module doc).
     """
 
     name: str
@@ -45,6 +52,8 @@ class CorpusSpec:
     builder: str = "direct"
     text_state: str = "raw"
     note: str = ""
+    test_sets: tuple[str, ...] = ()
+    references: int = 1
 
     def files(self, split: str, data_dir: str | os.PathLike) -> tuple[Path | None, Path | None]:
         """The (src, tgt) files of ``split`` under ``data_dir`` (``.gz`` or plain), None where missing."""
@@ -54,8 +63,29 @@ class CorpusSpec:
         stem = self.splits[split]
         return find_text_file(folder, stem, self.src_lang), find_text_file(folder, stem, self.tgt_lang)
 
+    def reference_sets(self, data_dir: str | os.PathLike) -> list:
+        """The :class:`~mma_nmt.evaluation.multi_reference.ReferenceSet` of each of ``test_sets``, read from
+        ``<test_set>.<tgt_lang><i>``; a missing file is an error that names it."""
+        from mma_nmt.data.fileio import iter_byte_lines
+        from mma_nmt.evaluation.multi_reference import ReferenceSet
+
+        if not self.test_sets:
+            raise ValueError(f"{self.name} has one test set and one reference: score its test split directly")
+        folder, sets = Path(data_dir) / self.local_folder, []
+        for stem in self.test_sets:
+            streams = []
+            for index in range(self.references):
+                path = find_text_file(folder, stem, f"{self.tgt_lang}{index}")
+                if path is None:
+                    raise FileNotFoundError(f"{self.name}: no reference {folder / f'{stem}.{self.tgt_lang}{index}'}"
+                                            f"[.gz] ({self.references} references per test set)")
+                streams.append([line.decode("utf-8").rstrip("\r") for line in iter_byte_lines(path)])
+            sets.append(ReferenceSet(name=stem, references=streams))
+        return sets
+
     def reversed(self, name: str) -> "CorpusSpec":
-        """The same corpus in the other direction."""
+        """The same corpus in the other direction (the references of ``test_sets`` are in the target language only,
+        so the reversed corpus has one reference)."""
         return CorpusSpec(name=name, src_lang=self.tgt_lang, tgt_lang=self.src_lang, splits=dict(self.splits),
                           local_folder=self.local_folder, remote_files=self.remote_files, builder=self.builder,
                           text_state=self.text_state, note=self.note)
@@ -228,8 +258,11 @@ NIST_ZH_EN = CorpusSpec(
     splits={"train": "train", "valid": "mt02", "test": "mt03_08"}, local_folder="nist_zh_en", builder="manual",
     text_state="Chinese segmented (Stanford Segmenter), English Moses-tokenized and lowercased",
     note="NIST Zh-En: 1.25M LDC pairs (LDC2002E18, LDC2003E07, LDC2003E14, LDC2004T07 Hansards, LDC2004T08, "
-         "LDC2005T06; licensed by the LDC), valid MT02, test MT03-MT08 with 4 references (mt03_08.en0..en3). Not "
-         "downloadable: place the files in the local folder.",
+         "LDC2005T06; licensed by the LDC), valid MT02, test MT03, MT04, MT05, MT06, MT08 with 4 references each. "
+         "Not downloadable: place in the local folder train.{zh,en}, mt02.{zh,en} (first reference), per test set "
+         "mt0N.zh and mt0N.en0 .. mt0N.en3, and mt03_08.{zh,en}: the five sets concatenated in that order, with "
+         "their first references.",
+    test_sets=("mt03", "mt04", "mt05", "mt06", "mt08"), references=4,
 )
 
 WMT17_ZH_EN = CorpusSpec(

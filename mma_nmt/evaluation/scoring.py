@@ -44,10 +44,11 @@ def _check(hypotheses: list[str], references: list[str]) -> None:
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
 
 
-def corpus_bleu(hypotheses: list[str], references: list[str]) -> tuple[float, str]:
-    """sacreBLEU's default detokenised BLEU (13a tokenisation) and its signature."""
+def corpus_bleu(hypotheses: list[str], references: list[str], *, tokenize: str = "13a") -> tuple[float, str]:
+    """sacreBLEU's detokenised BLEU (its default tokenisation 13a, or ``tokenize``: "ja-mecab" for Japanese, ...) and
+    its signature."""
     _check(hypotheses, references)
-    metric = BLEU()
+    metric = BLEU(tokenize=tokenize)
     return metric.corpus_score(hypotheses, [references]).score, str(metric.get_signature())
 
 
@@ -59,9 +60,9 @@ def tokenized_bleu(hypotheses: list[str], references: list[str], lang: str) -> f
 
 
 def score_corpus(hypotheses: list[str], references: list[str], *, lang: str = "en",
-                 with_tokenized: bool = True) -> Scores:
-    """All scores of one system against one reference per sentence."""
-    bleu, signature = corpus_bleu(hypotheses, references)
+                 with_tokenized: bool = True, tokenize: str = "13a") -> Scores:
+    """All scores of one system against one reference per sentence (``tokenize``: sacreBLEU's tokenizer of BLEU)."""
+    bleu, signature = corpus_bleu(hypotheses, references, tokenize=tokenize)
     chrf = CHRF().corpus_score(hypotheses, [references]).score
     ter = TER().corpus_score(hypotheses, [references]).score
     tok = tokenized_bleu(hypotheses, references, lang) if with_tokenized else None

@@ -5,8 +5,10 @@
   ``{ base = "file.toml", set = { "dotted.key" = value }, average_last = N, label = "..." }``. ``base`` is relative to
   the experiment file; ``set`` goes on top of it. ``label`` names the data the runs of that scale train and test on
   (required below ``full``, where it is never the paper's corpus: "Multi30k De-En (for IWSLT14 De-En)").
-- ``[systems.<name>]``: a row of the paper's tables: ``label``, ``set`` (dotted config keys, applied at every scale) and
-  ``scale_set`` (``{ mini = { key = value } }``: extra keys at one scale, e.g. a layer index of a smaller model).
+- ``[systems.<name>]``: a row of the paper's tables: ``label``, ``set`` (dotted config keys, applied at every scale),
+  ``scale_set`` (``{ mini = { key = value } }``: extra keys at one scale, e.g. a layer index of a smaller model) and
+  ``average_last`` (``{ full = 20 }``: replaces the dataset recipe's ``average_last`` at that scale, e.g. for a big
+  model trained longer). A cell that averages N checkpoints must keep N (``train.keep_periodic``).
 - ``[tables.<name>]``: ``title``, ``columns`` (dataset roles), ``rows`` (system names), ``baseline`` (a row; ``deltas``
   maps a row to another baseline row, for tables that compare each row with its own counterpart), ``metric``
   (``"bleu"`` = sacreBLEU, or ``"tokenized_bleu"``), ``scales`` (where the table runs; default all), ``seeds``
@@ -63,6 +65,7 @@ class System:
     set: dict = field(default_factory=dict)
     note: str = ""
     scale_set: dict[str, dict] = field(default_factory=dict)
+    average_last: dict[str, int] = field(default_factory=dict)  # scale -> N, over the dataset recipe's
 
 
 @dataclass
@@ -155,18 +158,22 @@ class Experiment:
             set_dotted(config, key, copy.deepcopy(value))
         if seed is not None:
             set_dotted(config, "train.seed", int(seed))
-        _check_run_config(config, f"{self.path}: system {system!r} on {role!r} at scale {scale!r}")
+        average_last = sys_.average_last.get(scale, recipe.average_last)
+        _check_run_config(config, average_last, f"{self.path}: system {system!r} on {role!r} at scale {scale!r}")
         config.get("train", {}).pop("save_dir", None)
-        return Cell(system=sys_, dataset=dataset, scale=scale, config=config, average_last=recipe.average_last)
+        return Cell(system=sys_, dataset=dataset, scale=scale, config=config, average_last=average_last)
 
 
-def _check_run_config(config: dict, where: str) -> None:
+def _check_run_config(config: dict, average_last: int, where: str) -> None:
     from mma_nmt.training.config import run_config_from_dict
 
     try:
-        run_config_from_dict(copy.deepcopy(config))
+        run = run_config_from_dict(copy.deepcopy(config))
     except (ValueError, TypeError) as error:
         raise ExperimentError(f"{where}: {error}") from None
+    if run.train.keep_periodic < average_last:  # else the run would fail only after training, when it averages
+        raise ExperimentError(f"{where}: average_last = {average_last} needs train.keep_periodic >= {average_last}, "
+                              f"got {run.train.keep_periodic}")
 
 
 def _table(name: str, raw: dict, where: str) -> Table:
@@ -224,13 +231,14 @@ def load_experiment(path: str | Path) -> Experiment:
         datasets[role] = Dataset(role=role, label=spec.get("label", role), scales=scales)
     systems = {}
     for name, spec in raw.get("systems", {}).items():
-        unknown = sorted(set(spec) - {"label", "set", "note", "scale_set"}) + sorted(
-            set(spec.get("scale_set", {})) - set(SCALES))
+        unknown = sorted(set(spec) - {"label", "set", "note", "scale_set", "average_last"}) + sorted(
+            (set(spec.get("scale_set", {})) | set(spec.get("average_last", {}))) - set(SCALES))
         if unknown:
             raise ExperimentError(f"{path}: systems.{name}: unknown key(s) {unknown}")
         systems[name] = System(name=name, label=spec.get("label", name), set=dict(spec.get("set", {})),
                                note=spec.get("note", ""), scale_set={k: dict(v) for k, v in
-                                                                     spec.get("scale_set", {}).items()})
+                                                                     spec.get("scale_set", {}).items()},
+                               average_last={k: int(v) for k, v in spec.get("average_last", {}).items()})
     tables = {name: _table(name, spec, f"{path}: tables.{name}") for name, spec in raw.get("tables", {}).items()}
     for table in tables.values():
         where = f"{path}: tables.{table.name}"

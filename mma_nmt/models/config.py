@@ -89,6 +89,11 @@ class LSTMConfig:
     implementation: Implementation = "reference"  # or "fused": LuongMultiheadAttention on the fused op, same state dict
     share_embeddings: bool = False
     tie_output: bool = False  # only possible when embed_dim == softmax_dim
+    param_init: float = 0.0  # > 0: every weight drawn from U(-param_init, param_init) (OpenNMT-py's -param_init)
+
+    def __post_init__(self):
+        if not self.param_init >= 0:
+            raise ValueError(f"model.param_init must be 0 (PyTorch's initialisation) or positive, got {self.param_init}")
 
 
 ModelConfig = TransformerConfig | LSTMConfig

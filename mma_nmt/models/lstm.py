@@ -86,6 +86,17 @@ class LSTMModel(nn.Module):
             if config.embed_dim != config.softmax_dim:
                 raise ValueError("tie_output needs embed_dim == softmax_dim")
             self.output.weight = tgt_embedding.weight
+        if config.param_init > 0:
+            self._uniform_init(config.param_init, config.pad_id)
+
+    @torch.no_grad()
+    def _uniform_init(self, bound: float, pad_id: int) -> None:
+        """OpenNMT-py's ``-param_init``: every parameter from U(-bound, bound); the padding embeddings stay zero (they
+        get no gradient and never reach an output)."""
+        for parameter in self.parameters():
+            parameter.uniform_(-bound, bound)
+        for embedding in (self.encoder.embedding, self.decoder.embedding):  # the same one when shared
+            embedding.weight[pad_id].zero_()
 
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor, need_weights: bool = False) -> EncoderOut:
         return self.encoder(src, src_lengths)

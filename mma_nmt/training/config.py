@@ -54,6 +54,9 @@ class TrainConfig:
         if self.loss_normalization not in ("tokens", "sentences"):
             raise ValueError(f"train.loss_normalization must be 'tokens' or 'sentences', got "
                              f"{self.loss_normalization!r}")
+        if self.optim.decay_start_epoch and self.validate_every:
+            raise ValueError("train.optim.decay_start_epoch cuts the lr once per epoch: it needs train.validate_every "
+                             f"= 0 (one validation per epoch), got {self.validate_every}")
         if self.patience < 0:
             raise ValueError(f"train.patience must be 0 (off) or positive, got {self.patience}")
         if self.best_metric not in BEST_METRICS:
@@ -69,8 +72,18 @@ class EvalConfig:
     split: str = "test"
     detokenize: str = "none"  # "none" | "moses": Moses-detokenise outputs after SentencePiece decoding
     tokenized_bleu: bool = True  # also report BLEU on Moses-tokenised text (multi-bleu style, as the papers)
+    # sacreBLEU tokenizer of the BLEU column (and its bootstrap and buckets): "13a" (its default), "ja-mecab" for
+    # Japanese (word-segmented BLEU, as WAT's; needs pip install "mma_nmt[ja]"), "zh", "char", "none", ...
+    bleu_tokenize: str = "13a"
     attention_maps: int = 4  # PNG attention maps written for this many test sentences by translate
     buckets: list[int] = field(default_factory=lambda: [10, 20, 30, 40, 50])  # source-length bucket edges (GMM paper)
+
+    def __post_init__(self):
+        from sacrebleu.metrics import BLEU
+
+        if self.bleu_tokenize not in BLEU.TOKENIZERS:
+            raise ValueError(f"eval.bleu_tokenize must be one of sacreBLEU's tokenizers {list(BLEU.TOKENIZERS)}, got "
+                             f"{self.bleu_tokenize!r}")
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Optimizers and learning-rate schedules: Adam with inverse-square-root warmup or a single cosine cycle with warmup
-(Transformer papers), SGD halved on validation plateau (the multi-head Luong LSTM paper)."""
+(Transformer papers), SGD halved on validation plateau and, as OpenNMT-py of 2018, at every epoch from a given one
+(the multi-head Luong LSTM paper)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,20 @@ class OptimConfig:
     min_lr: float = 0.0  # cosine floor
     total_steps: int = 0  # cosine cycle length; 0 = the run's max_steps
     plateau_factor: float = 0.5  # plateau: multiply the lr by this when validation perplexity does not improve
+    # plateau, OpenNMT-py's -start_decay_at: from the validation that ends this epoch (1-based) on, every validation
+    # multiplies the lr by plateau_factor, improved or not; 0 = off. Needs one validation per epoch.
+    decay_start_epoch: int = 0
+    # plateau, OpenNMT-py 2018's Optim.update_learning_rate: once a validation has cut the lr, every later one cuts it
+    # too (the decay stays on); False = cut only at validations without a new best perplexity
+    decay_stays_on: bool = False
     clip_norm: float = 0.0  # gradient clipping by global norm; 0 = off
+
+    def __post_init__(self):
+        if self.decay_start_epoch < 0:
+            raise ValueError(f"optim.decay_start_epoch must be 0 (off) or positive, got {self.decay_start_epoch}")
+        if (self.decay_start_epoch or self.decay_stays_on) and self.schedule != "plateau":
+            raise ValueError("optim.decay_start_epoch and optim.decay_stays_on belong to the 'plateau' schedule, not "
+                             f"{self.schedule!r}")
 
 
 def build_optimizer(params, config: OptimConfig) -> torch.optim.Optimizer:
@@ -57,7 +71,9 @@ def cosine_lr(step: int, config: OptimConfig, total_steps: int) -> float:
 
 class LRSchedule:
     """Sets the learning rate of every parameter group from the update count; ``plateau`` is driven by
-    :meth:`on_validation` (lr halves whenever validation perplexity fails to improve on the best so far)."""
+    :meth:`on_validation`: the lr is multiplied by ``plateau_factor`` after a validation whose perplexity is no new
+    best, after every validation from epoch ``decay_start_epoch`` on, and, with ``decay_stays_on``, after every
+    validation once it was cut the first time."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, config: OptimConfig, total_steps: int = 0):
         if config.schedule not in ("inverse_sqrt", "cosine", "plateau", "constant"):
@@ -66,7 +82,7 @@ class LRSchedule:
             raise ValueError("the cosine schedule needs optim.total_steps or train.max_steps")
         self.optimizer, self.config = optimizer, config
         self.total_steps = config.total_steps or total_steps
-        self.num_updates, self.scale, self.best = 0, 1.0, math.inf
+        self.num_updates, self.scale, self.best, self.decaying = 0, 1.0, math.inf, False
         self.step(0)
 
     def lr_at(self, step: int) -> float:
@@ -84,16 +100,26 @@ class LRSchedule:
             group["lr"] = lr
         return lr
 
-    def on_validation(self, perplexity: float) -> None:
-        if perplexity < self.best:
-            self.best = perplexity
-        elif self.config.schedule == "plateau":
-            self.scale *= self.config.plateau_factor
-            self.step(self.num_updates)
+    def on_validation(self, perplexity: float, epoch: int | None = None) -> None:
+        """After a validation; ``epoch``: the epochs completed so far (needed by ``decay_start_epoch``)."""
+        c = self.config
+        improved = perplexity < self.best
+        self.best = min(self.best, perplexity)
+        if c.schedule != "plateau":
+            return
+        if c.decay_start_epoch and epoch is None:
+            raise ValueError("optim.decay_start_epoch needs the epoch of each validation")
+        reached = bool(c.decay_start_epoch) and epoch >= c.decay_start_epoch
+        if improved and not reached and not self.decaying:
+            return
+        self.decaying = c.decay_stays_on or reached
+        self.scale *= c.plateau_factor
+        self.step(self.num_updates)
 
     def state_dict(self) -> dict:
-        return {"num_updates": self.num_updates, "scale": self.scale, "best": self.best}
+        return {"num_updates": self.num_updates, "scale": self.scale, "best": self.best, "decaying": self.decaying}
 
     def load_state_dict(self, state: dict) -> None:
         self.scale, self.best = float(state["scale"]), float(state["best"])
+        self.decaying = bool(state.get("decaying", False))  # absent from checkpoints written before the option
         self.step(int(state["num_updates"]))

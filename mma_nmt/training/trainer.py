@@ -306,7 +306,7 @@ class Trainer:
 
     def _validate_and_save(self) -> dict:
         result = self.validate()
-        self.schedule.on_validation(result["valid_ppl"])
+        self.schedule.on_validation(result["valid_ppl"], epoch=self.sampler.epoch)
         is_best = self.early_stopping.update(result, self.step)
         self.logger.log("valid", step=self.step, epoch=self.sampler.epoch, lr=self.optimizer.param_groups[0]["lr"],
                         best=is_best, stale_validations=self.early_stopping.stale, **result)

@@ -82,3 +82,38 @@ def test_paired_bootstrap_of_identical_outputs_is_not_significant():
     system = _system(refs)
     result = paired_bootstrap(list(system), list(system), refs, samples=200)
     assert result["p_value"] == 1.0 and result["system_bleu"] == result["baseline_bleu"]
+
+
+JA_REFERENCES = ["私は東京大学の学生で、毎日電車で大学に通っています。", "今日は天気がいいので、公園まで散歩に出かけました。",
+                 "この論文では新しい翻訳モデルを提案し、その性能を評価する。", "実験の結果、提案手法は従来手法より高い精度を示した。"]
+JA_HYPOTHESES = ["私は東京大学の学生で、毎日バスで大学に通っています。", "今日は天気がいいので、公園まで散歩に行きました。",
+                 "この論文では新しい翻訳モデルを提案し、その性能を評価した。", "実験の結果、提案手法は従来手法より高い精度を示した。"]
+
+
+def test_japanese_bleu_counts_mecab_words():
+    """Japanese has no spaces: 13a sees whole clauses as words, so one changed word costs the clause; ja-mecab (WAT's
+    kind of word-segmented BLEU) counts the words that match."""
+    pytest.importorskip("MeCab")
+    pytest.importorskip("ipadic")
+    clauses, _ = corpus_bleu(JA_HYPOTHESES, JA_REFERENCES)
+    words, signature = corpus_bleu(JA_HYPOTHESES, JA_REFERENCES, tokenize="ja-mecab")
+    assert "tok:ja-mecab" in signature
+    assert words > 60.0 and words > clauses + 20.0
+
+
+def test_eval_bleu_tokenize_reaches_bleu_and_its_bootstrap(tmp_path):
+    from mma_nmt.cli import commands
+    from mma_nmt.training.config import load_run_config
+
+    pytest.importorskip("MeCab")
+    pytest.importorskip("ipadic")
+    for name, lines in (("ref", JA_REFERENCES), ("hyp", JA_HYPOTHESES), ("base", JA_HYPOTHESES[:3] + ["実験。"])):
+        (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run = load_run_config(None, ["eval.bleu_tokenize=ja-mecab", "eval.buckets=[]", "eval.tokenized_bleu=false"])
+    result = commands.evaluate(run, hypotheses=str(tmp_path / "hyp.txt"), references=str(tmp_path / "ref.txt"),
+                               baseline=str(tmp_path / "base.txt"), bootstrap_samples=50)
+    assert "tok:ja-mecab" in result["bleu_signature"]
+    assert result["bleu"] == pytest.approx(corpus_bleu(JA_HYPOTHESES, JA_REFERENCES, tokenize="ja-mecab")[0])
+    assert result["bootstrap"]["system_bleu"] == pytest.approx(result["bleu"])
+    with pytest.raises(ValueError, match="eval.bleu_tokenize must be one of"):
+        load_run_config(None, ["eval.bleu_tokenize=kytea"])

@@ -168,3 +168,32 @@ def test_seeds_expand_the_seeded_rows_and_share_the_recipe_seed_run(tmp_path):
     with pytest.raises(ExperimentError, match="seeds.mini"):
         load_experiment(write_experiment(tmp_path, GOOD.replace('baseline = "baseline"\n',
                                                                 'baseline = "baseline"\nseeds = { mini = [1, 1] }\n', 1)))
+
+
+def test_a_system_can_average_more_checkpoints_but_must_keep_them(tmp_path):
+    """``average_last = { scale = N }`` on a system replaces the dataset recipe's at that scale; a cell that would
+    average more checkpoints than it keeps fails when the experiment is read, not after training."""
+    body = GOOD.replace('[systems.also_baseline]', '[systems.also_baseline]\naverage_last = { mini = 4 }\n'
+                        'set = { "train.keep_periodic" = 4 }')
+    experiment = load_experiment(write_experiment(tmp_path, body))
+    assert experiment.cell("also_baseline", "de_en", "mini").average_last == 4
+    assert experiment.cell("also_baseline", "de_en", "smoke").average_last == 0
+    assert experiment.cell("baseline", "de_en", "mini").average_last == 0
+    too_few = GOOD.replace('[systems.also_baseline]', '[systems.also_baseline]\naverage_last = { mini = 4 }')
+    with pytest.raises(ExperimentError, match="average_last = 4 needs train.keep_periodic >= 4, got 2"):
+        load_experiment(write_experiment(tmp_path, too_few)).cell("also_baseline", "de_en", "mini")
+    with pytest.raises(ExperimentError, match="unknown key"):
+        load_experiment(write_experiment(tmp_path, GOOD.replace(
+            '[systems.also_baseline]', '[systems.also_baseline]\naverage_last = { huge = 4 }')))
+
+
+def test_gmm_full_recipes_follow_vaswanis_learning_rate_and_averaging():
+    """Vaswani et al.: lrate peaks at d_model^-0.5 * warmup^-0.5 (6.99e-4 for the base, 4.94e-4 for the big model);
+    the big models train 300K steps and average the last 20 checkpoints, the base 100K and the last 5."""
+    experiment = load_experiment(REPO / "experiments" / "gmm")
+    for table, steps, averaged in (("main", 100000, 5), ("big", 300000, 20)):
+        for cell in experiment.cells(table, "full"):
+            run = resolved_run_config(cell, Path("unused"))
+            peak = run.model.d_model ** -0.5 * run.train.optim.warmup_steps ** -0.5
+            assert run.train.optim.lr == pytest.approx(peak, rel=2e-3), (table, cell.key)
+            assert (run.train.max_steps, cell.average_last, run.train.optim.eps) == (steps, averaged, 1e-9)

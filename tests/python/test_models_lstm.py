@@ -81,3 +81,21 @@ def test_paper_preset_sizes():
     config = preset("lstm_iwslt15")
     assert (config.embed_dim, config.hidden_size, config.layers, config.heads) == (1024, 1024, 2, 4)
     assert (config.softmax_dim, config.feed_dim, config.dropout) == (512, 1024, 0.5)
+
+
+def test_param_init_draws_every_weight_from_the_uniform_range():
+    """OpenNMT-py's -param_init 0.1: every weight in U(-0.1, 0.1), spread over the range (std 0.1 / sqrt(3)); the
+    padding embeddings stay zero. PyTorch's own initialisation leaves some weights outside that range."""
+    torch.manual_seed(0)
+    default = build_model(tiny_lstm())
+    assert max(float(p.detach().abs().max()) for p in default.parameters()) > 0.1
+    model = build_model(tiny_lstm(param_init=0.1))
+    for name, parameter in model.named_parameters():
+        parameter = parameter.detach()
+        assert float(parameter.abs().max()) <= 0.1, name
+        if parameter.numel() >= 1000:
+            assert float(parameter.std()) == pytest.approx(0.1 / 3 ** 0.5, rel=0.1), name
+    for embedding in (model.encoder.embedding, model.decoder.embedding):
+        assert float(embedding.weight.detach()[model.config.pad_id].abs().max()) == 0.0
+    with pytest.raises(ValueError, match="param_init"):
+        tiny_lstm(param_init=-0.1)

@@ -1,4 +1,5 @@
-"""Learning-rate schedules, label smoothing, config files, and an LSTM run with SGD halved on plateau."""
+"""Learning-rate schedules (with OpenNMT-py's per-epoch decay), label smoothing, config files, and LSTM runs with SGD
+halved on plateau."""
 
 from __future__ import annotations
 
@@ -42,6 +43,60 @@ def test_plateau_halves_when_validation_does_not_improve():
         assert s.optimizer.param_groups[0]["lr"] == pytest.approx(lr)
 
 
+def _lrs_over_epochs(schedule: LRSchedule, perplexities: list[float]) -> list[float]:
+    """The lr after each epoch's validation (epochs counted from 1)."""
+    lrs = []
+    for epoch, ppl in enumerate(perplexities, start=1):
+        schedule.on_validation(ppl, epoch=epoch)
+        lrs.append(schedule.optimizer.param_groups[0]["lr"])
+    return lrs
+
+
+# OpenNMT-py of March 2018 (the multi-head LSTM paper's toolkit), Optim.update_learning_rate after each epoch:
+# decay switches on for good once epoch >= start_decay_at (default 8) or once validation perplexity rises, and then the
+# lr is multiplied by learning_rate_decay (0.5) after every epoch.
+def test_decay_start_epoch_halves_every_epoch_from_that_epoch():
+    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", decay_start_epoch=8, decay_stays_on=True)
+    lrs = _lrs_over_epochs(s, [100.0 - epoch for epoch in range(11)])  # always improving
+    assert lrs == pytest.approx([0.1] * 7 + [0.05, 0.025, 0.0125, 0.00625])
+
+
+def test_decay_stays_on_after_the_first_epoch_without_improvement():
+    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", decay_start_epoch=8, decay_stays_on=True)
+    lrs = _lrs_over_epochs(s, [50.0, 40.0, 41.0, 30.0, 29.0])
+    assert lrs == pytest.approx([0.1, 0.1, 0.05, 0.025, 0.0125])
+    plain = _schedule(optimizer="sgd", lr=0.1, schedule="plateau")  # the plateau rule alone: only epoch 3 cuts
+    assert _lrs_over_epochs(plain, [50.0, 40.0, 41.0, 30.0, 29.0]) == pytest.approx([0.1, 0.1, 0.05, 0.05, 0.05])
+
+
+def test_decay_start_epoch_without_stays_on_keeps_the_plateau_rule_before_it():
+    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", decay_start_epoch=4)
+    lrs = _lrs_over_epochs(s, [50.0, 51.0, 40.0, 39.0, 38.0])
+    assert lrs == pytest.approx([0.1, 0.05, 0.05, 0.025, 0.0125])
+
+
+def test_decay_state_survives_a_resume():
+    config = dict(optimizer="sgd", lr=0.1, schedule="plateau", decay_start_epoch=8, decay_stays_on=True)
+    first = _schedule(**config)
+    _lrs_over_epochs(first, [50.0, 51.0])  # epoch 2 switched the decay on
+    resumed = _schedule(**config)
+    resumed.load_state_dict(first.state_dict())
+    resumed.on_validation(40.0, epoch=3)  # improved, but the decay stays on
+    assert resumed.optimizer.param_groups[0]["lr"] == pytest.approx(0.025)
+
+
+def test_decay_options_are_checked():
+    with pytest.raises(ValueError, match="plateau"):
+        OptimConfig(schedule="inverse_sqrt", decay_start_epoch=8)
+    with pytest.raises(ValueError, match="decay_start_epoch"):
+        OptimConfig(schedule="plateau", decay_start_epoch=-1)
+    with pytest.raises(ValueError, match="needs the epoch"):
+        _schedule(schedule="plateau", decay_start_epoch=2).on_validation(10.0)
+    with pytest.raises(ValueError, match="validate_every"):
+        load_run_config(None, ["train.optim.schedule=plateau", "train.optim.decay_start_epoch=8",
+                               "train.validate_every=100"])
+
+
 def test_label_smoothing_matches_its_formula():
     logits = torch.randn(2, 3, 5)
     target = torch.tensor([[1, 2, 0], [4, 0, 0]])
@@ -77,3 +132,16 @@ def test_lstm_trains_with_sgd(tmp_path, tiny_data):  # noqa: F811
     assert math.isfinite(result["valid_loss"])
     events = [json.loads(line) for line in (tmp_path / "lstm" / "log.jsonl").open()]
     assert events[-1]["step"] == 4 and events[0]["model"]["arch"] == "lstm"
+
+
+def test_trainer_passes_the_epoch_to_the_decay(tmp_path, tiny_data):  # noqa: F811
+    """Three epochs, one validation each, decay from epoch 2 on: the lr logged after the validations halves at epochs
+    2 and 3 (epoch 1 improves on nothing before it, so it keeps the initial lr)."""
+    run = load_run_config(None, tiny_overrides(
+        tiny_data, tmp_path / "lstm", "train.max_epochs=3", "train.validate_every=0", "train.optim.optimizer=sgd",
+        "train.optim.schedule=plateau", "train.optim.decay_start_epoch=2", "train.optim.lr=0.5",
+        "train.loss_normalization=sentences", model=["model.preset=lstm_tiny"]))
+    Trainer(run).train()
+    events = [json.loads(line) for line in (tmp_path / "lstm" / "log.jsonl").open()]
+    valid = [(e["epoch"], e["lr"]) for e in events if e["event"] == "valid"]
+    assert valid == [(1, pytest.approx(0.5)), (2, pytest.approx(0.25)), (3, pytest.approx(0.125))]

@@ -1,0 +1,67 @@
+"""BLEU against several references per sentence, test set by test set, and the average over the sets: the NIST Zh-En
+protocol of the GMM paper ("MT03, MT04, MT05, MT06, MT08 as the test sets, each with 4 English references. Results are
+averaged on all test sets").
+
+The decoded test split is the test sets concatenated in a fixed order; :func:`score_test_sets` cuts the hypotheses
+back into the sets by their sizes and scores each set against all of its references with sacreBLEU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sacrebleu.metrics import BLEU
+
+
+@dataclass
+class ReferenceSet:
+    """One test set: its name and its reference streams (``references[i][j]``: reference ``i`` of sentence ``j``)."""
+
+    name: str
+    references: list[list[str]]
+
+    def __post_init__(self):
+        if not self.references:
+            raise ValueError(f"test set {self.name!r} has no reference")
+        sizes = {len(stream) for stream in self.references}
+        if len(sizes) != 1:
+            raise ValueError(f"test set {self.name!r}: its references have different numbers of lines "
+                             f"{[len(stream) for stream in self.references]}")
+
+    def __len__(self) -> int:
+        return len(self.references[0])
+
+
+def multi_reference_bleu(hypotheses: list[str], references: list[list[str]], *, tokenize: str = "13a",
+                         lowercase: bool = False) -> tuple[float, str]:
+    """sacreBLEU corpus BLEU of ``hypotheses`` against every reference stream at once (n-gram counts clipped by the
+    maximum over the references, brevity penalty from the closest reference length); returns (BLEU, signature)."""
+    for index, stream in enumerate(references):
+        if len(stream) != len(hypotheses):
+            raise ValueError(f"reference {index} has {len(stream)} lines but there are {len(hypotheses)} hypotheses")
+    metric = BLEU(tokenize=tokenize, lowercase=lowercase)
+    return metric.corpus_score(hypotheses, references).score, str(metric.get_signature())
+
+
+def score_test_sets(hypotheses: list[str], test_sets: list[ReferenceSet], *, tokenize: str = "13a",
+                    lowercase: bool = False) -> dict:
+    """Multi-reference BLEU of each test set and their unweighted mean.
+
+    ``hypotheses`` are the translations of the test sets concatenated in the order of ``test_sets``. Returns
+    ``{"bleu_by_test_set": {name: BLEU}, "bleu_test_set_mean": mean, "references_per_set": {name: n},
+    "bleu_signature": signature}``.
+    """
+    if not test_sets:
+        raise ValueError("no test set to score")
+    total = sum(len(test_set) for test_set in test_sets)
+    if total != len(hypotheses):
+        raise ValueError(f"{len(hypotheses)} hypotheses but the test sets "
+                         f"{[(t.name, len(t)) for t in test_sets]} hold {total} sentences")
+    scores, signature, start = {}, "", 0
+    for test_set in test_sets:
+        part = hypotheses[start:start + len(test_set)]
+        scores[test_set.name], signature = multi_reference_bleu(part, test_set.references, tokenize=tokenize,
+                                                                lowercase=lowercase)
+        start += len(test_set)
+    return {"bleu_by_test_set": scores, "bleu_test_set_mean": sum(scores.values()) / len(scores),
+            "references_per_set": {t.name: len(t.references) for t in test_sets}, "bleu_signature": signature}
