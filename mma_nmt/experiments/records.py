@@ -99,7 +99,8 @@ def stopping_point(log_path: Path, checkpoint: str) -> dict:
             "best_update": end.get("best_step"), "checkpoint": checkpoint}
 
 
-_METRICS = ("bleu", "bleu_signature", "tokenized_bleu", "chrf", "ter", "sentences", "bleu_by_source_length")
+_METRICS = ("bleu", "bleu_signature", "tokenized_bleu", "chrf", "ter", "sentences", "bleu_by_source_length",
+            "multi_reference")
 _TRAINING = ("parameters", "train_tokens_per_s", "train_steps", "train_minutes", "valid_nll", "resumed",
              "decode_sentences_per_s")
 

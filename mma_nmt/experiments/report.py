@@ -43,6 +43,15 @@ def significance_mark(p_value: float | None) -> str:
     return "††" if p_value < 0.01 else "†" if p_value < SIGNIFICANT else " (n.s.)"
 
 
+def score(record: dict, metric: str) -> float:
+    """The table's number for a run: ``metric``, or for a corpus with several references per test set (NIST) the
+    mean over its test sets of the multi-reference BLEU, as the paper reports it."""
+    multi = record["metrics"].get("multi_reference")
+    if metric == "bleu" and multi:
+        return multi["bleu_test_set_mean"]
+    return record["metrics"][metric]
+
+
 def _spread(values: list[float]) -> dict:
     return {"mean": statistics.fmean(values) if values else None,
             "std": statistics.stdev(values) if len(values) > 1 else None, "n": len(values)}
@@ -53,9 +62,10 @@ def _compare(ours: dict, base: dict, references: list[str], metric: str, samples
     significant)."""
     from mma_nmt.evaluation.bootstrap import paired_bootstrap
 
-    delta = ours["metrics"][metric] - base["metrics"][metric]
+    delta = score(ours, metric) - score(base, metric)
+    tokenize = ours.get("config", {}).get("eval", {}).get("bleu_tokenize", "13a")  # ja-mecab for Japanese
     test = paired_bootstrap(_read_lines(base["hypotheses"]), _read_lines(ours["hypotheses"]), references,
-                            samples=samples)
+                            samples=samples, tokenize=tokenize)
     return {"seed": ours["seed"], "delta": delta, "p_value": test["p_value"], "bleu_ci95": test["system_ci"],
             "significant": bool(test["p_value"] < SIGNIFICANT and delta != 0.0)}
 
@@ -71,7 +81,7 @@ def _cell(experiment, table, scale, row, column, records, references, samples) -
     ours, bases = runs_of(row), {record["seed"]: record for record in runs_of(base_row)}
     paper, paper_base = table.paper.get(row, {}).get(column), table.paper.get(base_row, {}).get(column)
     entry = {"baseline": base_row, "seeds": [r["seed"] for r in ours],
-             "bleus": [r["metrics"][table.metric] for r in ours], "paper": paper,
+             "bleus": [score(r, table.metric) for r in ours], "paper": paper,
              "paper_delta": None if row == base_row or paper is None or paper_base is None
              else round(paper - paper_base, 2)}
     entry.update({f"bleu_{k}" if k != "n" else "n": v for k, v in _spread(entry["bleus"]).items()})
@@ -183,6 +193,9 @@ def to_markdown(data: dict, *, command: str = "") -> str:
             out += [_ours(cell), _delta(cell), _num(cell["paper"]), _num(cell["paper_delta"], signed=True)]
         lines.append("| " + " | ".join(out) + " |")
     on = "" if data["metric"] == "bleu" else " (the test runs on sacreBLEU, the Δ column on tokenised BLEU)"
+    if any(run.get("metrics", {}).get("multi_reference") for run in data["runs"]):
+        on += (" (where a column has several references per test set, BLEU is the mean over its test sets of "
+               "multi-reference BLEU, as the paper; the bootstrap then runs on the first reference)")
     lines += ["", f"ours: mean ± standard deviation over seeds (number of seeds) when there are several. Δ: difference "
                   f"to the row's baseline trained with the same seed. Paired bootstrap resampling (sacreBLEU, "
                   f"{data['bootstrap_samples']} samples) of each seed against that baseline{on}: † p < 0.05, "

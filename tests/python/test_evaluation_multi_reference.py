@@ -74,3 +74,30 @@ def test_nist_has_five_test_sets_with_four_references():
     assert nist.test_sets == ("mt03", "mt04", "mt05", "mt06", "mt08") and nist.references == 4
     with pytest.raises(ValueError, match="one test set"):
         get_corpus("wmt14_en_de").reference_sets("unused")
+
+
+def test_table_cells_of_nist_runs_read_the_mean_over_test_sets(tmp_path):
+    """The experiment runner scores a NIST run set by set with 4 references, and its table shows that mean."""
+    from mma_nmt.experiments.cell import multi_reference_scores
+    from mma_nmt.experiments.report import score
+    from mma_nmt.training.config import load_run_config
+
+    folder = tmp_path / "nist_zh_en"
+    folder.mkdir()
+    hypotheses = []
+    for index, stem in enumerate(("mt03", "mt04", "mt05", "mt06", "mt08")):
+        sentence = f"the {stem} set has its own sentence number {index} here"
+        hypotheses.append(sentence)
+        for ref in range(4):  # only the last reference matches the hypothesis exactly
+            text = sentence if ref == 3 else f"another reference {ref} for {stem}"
+            (folder / f"{stem}.en{ref}").write_text(text + "\n", encoding="utf-8")
+    hyp_file = tmp_path / "test.hyp.txt"
+    hyp_file.write_text("".join(line + "\n" for line in hypotheses), encoding="utf-8")
+    run = load_run_config(None, ["data.corpus=nist_zh_en", f"data.data_dir={tmp_path}"])
+    scores = multi_reference_scores(run, hyp_file)
+    assert set(scores["bleu_by_test_set"]) == {"mt03", "mt04", "mt05", "mt06", "mt08"}
+    assert scores["bleu_test_set_mean"] == pytest.approx(100.0)  # the 4th reference counts
+    record = {"metrics": {"bleu": 3.0, "multi_reference": scores}}
+    assert score(record, "bleu") == pytest.approx(100.0)
+    assert score({"metrics": {"bleu": 3.0}}, "bleu") == 3.0
+    assert multi_reference_scores(load_run_config(None, ["data.corpus=multi30k_de_en"]), hyp_file) is None
