@@ -21,7 +21,7 @@ case "${1:-}" in
 esac
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo"
-venv="${VENV:-.venv}"
+venv="$(realpath -m "${VENV:-.venv}")"  # relative to the repository root
 torch_spec="${MMA_NMT_TORCH:-torch==2.13.0}"
 stamp="$venv/.mma_nmt-installed$([ "$tests" = 1 ] && echo -tests || true)"
 started=$SECONDS
@@ -37,7 +37,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 py="$venv/bin/python"
-export PATH="$repo/$venv/bin:$PATH"  # the venv's cmake, ninja and ctest
+export PATH="$venv/bin:$PATH"  # the venv's cmake, ninja and ctest
 pip_quiet() { "$py" -m pip install -q --disable-pip-version-check "$@"; }
 
 if "$py" -c "import torch" 2>/dev/null; then

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from nmt_fixtures import tiny_data, tiny_overrides  # noqa: F401  (fixture)
 
 from mma_nmt.demos import notebook_models
 from mma_nmt.demos.notebook_models import NotebookModel, models_for_notebook, notebook_scale
@@ -116,3 +117,28 @@ def test_a_notebook_trains_all_its_own_models_when_one_run_is_missing(runs, monk
     models = models_for_notebook("gmm", WANTED, notebook_scale("tiny"), tmp_path / "cache")
     assert models == {"GMM": "tiny", "baseline": "tiny"}
     assert [Path(c[1].train.save_dir).name.split("-")[0] for c in calls] == ["gmm", "baseline"]
+
+
+def test_the_demo_run_loads_with_its_model_and_its_data(tmp_path, monkeypatch, tiny_data):  # noqa: F811
+    """A real (one-update) run written the way ``mma-nmt demo`` writes it: the notebook loads its weights and its
+    prepared data from the run config recorded in ``test.scores.json``."""
+    import torch
+
+    from mma_nmt.cli.main import _absolute_run_config
+    from mma_nmt.training.config import load_run_config
+    from mma_nmt.training.trainer import Trainer
+
+    run_dir = tmp_path / "runs" / "tiny_mma_multi30k"
+    run = load_run_config(None, tiny_overrides(tiny_data, run_dir, "train.max_steps=1"))
+    Trainer(run).train()
+    (run_dir / "translations").mkdir()
+    (run_dir / "translations" / "test.scores.json").write_text(
+        json.dumps({"bleu": 1.5, "run_config": _absolute_run_config(run)}))
+    monkeypatch.setenv(RUNS_ENV, str(tmp_path / "runs"))
+    loaded = models_for_notebook("mma", {"MMA": NotebookModel(("mma",), "mma", {})}, notebook_scale("tiny"),
+                                 tmp_path / "cache", demo=True)["MMA"]
+    assert "the demo's run, test BLEU 1.50" in loaded.summary()
+    saved = torch.load(run_dir / "best.pt", weights_only=True)["model"]
+    assert all(torch.equal(saved[name], value) for name, value in loaded.model.state_dict().items())
+    assert loaded.run.model == run.model and loaded.run.prepared_dir() == Path(tiny_data).resolve()
+    assert len(loaded.dataset("valid")) > 0
