@@ -1,16 +1,37 @@
-# make bench        the benchmark suite (under 10 minutes on 2 cores): benchmarks/results/<date>.md and .json
-# make bench-quick  the same at smaller sizes (about a minute; written as <date>.quick.md)
-# make test         the Python tests, then the GoogleTest suite when the extension was built with it
-PYTHON ?= python
+# The two commands of the README, each of which sets up what it needs on first use (scripts/setup.sh: the virtual
+# environment .venv, torch, the dependencies, the build, and for the tests GoogleTest):
+#   make demo         prepare Multi30k, train the tiny MMA Transformer for 3 minutes, translate, score (DEMO_ARGS=...)
+#   make test         the Python tests, then the GoogleTest suite of the C++ code (what CI runs)
+# Others:
+#   make notebooks-html  execute the notebooks and write them as HTML to runs/notebooks/html/
+#   make bench        the benchmark suite (under 10 minutes on 2 cores): benchmarks/results/<date>.md and .json
+#   make bench-quick  the same at smaller sizes (about a minute; written as <date>.quick.md)
+# VENV=path picks another virtual environment (a torch already in it is kept, e.g. a CUDA build).
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+DEMO_ARGS ?=
 
-.PHONY: bench bench-quick test
+.PHONY: setup setup-tests demo test notebooks-html bench bench-quick
 
-bench:
+setup:
+	@VENV=$(VENV) bash scripts/setup.sh
+
+setup-tests:
+	@VENV=$(VENV) bash scripts/setup.sh --tests
+
+demo: setup
+	$(PYTHON) -m mma_nmt demo $(DEMO_ARGS)
+
+test: setup-tests
+	$(PYTHON) -m pytest
+	ctest --test-dir build/dev --output-on-failure
+
+notebooks-html: setup-tests
+	$(PYTHON) -m mma_nmt.demos.export_notebooks
+
+bench: setup
 	$(PYTHON) -m benchmarks
 
-bench-quick:
+bench-quick: setup
 	$(PYTHON) -m benchmarks --quick
-
-test:
-	$(PYTHON) -m pytest
-	if [ -f build/dev/CTestTestfile.cmake ]; then ctest --test-dir build/dev --output-on-failure; fi

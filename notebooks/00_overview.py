@@ -18,10 +18,12 @@
 # `mma_nmt.modules.MixedMultiheadAttention`, the plain-PyTorch formulas in `mma_nmt.reference`, and the analysis
 # functions of `mma_nmt.analysis`, on real German sentences from Multi30k (`../shared/data/multi30k/val.de.gz`).
 #
-# **The attention layer here is untrained**: its projections are freshly initialised and the word embeddings are
-# random vectors plus sinusoidal positions. The pictures therefore show what each head *kind* allows (its mask) and
-# how a random layer spreads weight inside that mask — not what a trained translation model learns. The per-paper
-# notebooks (`01_mma.py` to `05_gmm.py`, see `notebooks/README.md`) repeat these analyses on trained models.
+# **The attention layer of the first part is untrained**: its projections are freshly initialised and the word
+# embeddings are random vectors plus sinusoidal positions. Those pictures show what each head *kind* allows (its mask)
+# and how a random layer spreads weight inside that mask. The last part repeats the analyses on a **trained** MMA
+# Transformer: the best one on disk (the `GLFB` runs of `mma-nmt experiment mma`, or the demo's run of `make demo`),
+# else the tiny model that `01_mma.py` trains too (trained here in about half a minute and shared through the cache).
+# The per-paper notebooks (`01_mma.py` to `05_gmm.py`, see `notebooks/README.md`) go further.
 #
 # `MMA_NMT_NOTEBOOK_PRESET=tiny` (the default, used by the tests) runs on a dozen sentences; `full` reads 500.
 
@@ -132,4 +134,40 @@ for letter in "GLFB":
 response = relative_position_response(per_sentence)
 show(plot_relative_position_response(response, head_labels=labels, window=8), "relative_position.png")
 print("peak offset per head:", dict(zip(labels, response.peak_offsets().tolist())))
+
+# %% [markdown]
+# ## After training: an MMA encoder's heads
+# The same distance and entropy per head kind for the encoder of a trained MMA Transformer (heads `GLFB`, window 1),
+# over the same number of test sentences, force-decoded in record mode. Training is what separates heads of one
+# kind: compare each kind's numbers with those of the untrained layer above, and look at the maps in the
+# interactive view below.
+
+# %%
+from mma_nmt.demos.notebook_figures import show_attention_explorer
+from mma_nmt.demos.notebook_models import MMA_TINY, NotebookModel, cache_dir, models_for_notebook, notebook_scale
+from mma_nmt.evaluation.force_decode import force_decode_sentences
+
+mma = models_for_notebook("mma", {"MMA": NotebookModel(("mma", "mma_seed2", "mma_seed3"), "mma", MMA_TINY)},
+                          notebook_scale(), cache_dir(), demo=True)["MMA"]
+print("trained model:", mma.summary())
+test = mma.dataset("test")
+records = list(force_decode_sentences(mma.model, test.src[:SENTENCES], test.tgt[:SENTENCES]))
+trained_labels = head_labels(mma.run.model.encoder.head_spec, mma.model.config.heads)
+trained_stats = head_distance_entropy([r.encoder_self for r in records])
+show(plot_distance_entropy(trained_stats, head_labels=trained_labels, title="Trained MMA encoder"),
+     "trained_distance_entropy.png")
+print("kind | untrained distance | trained distance | untrained entropy | trained entropy")
+for letter in "GLFB":
+    before = [h for h, name in enumerate(labels) if name.endswith(letter)]
+    after = [h for h, name in enumerate(trained_labels) if name.endswith(letter)]
+    print(f"  {letter}  | {stats.distance[0, before].mean():18.2f} | {trained_stats.distance[:, after].mean():16.2f} | "
+          f"{stats.entropy[0, before].mean():17.2f} | {trained_stats.entropy[:, after].mean():15.2f}")
+
+# %% [markdown]
+# ### Interactive view of the trained model's attention
+# Pick a sentence, a block (encoder self-, decoder self-, cross-attention) and a layer; click a head to draw it large
+# and hover a cell for its weight. Encoder heads carry their kind in their label.
+
+# %%
+print(show_attention_explorer(OUT, test, records, title="Trained MMA Transformer: force-decoded test sentences"))
 print(f"done in {time.time() - started:.1f} s")

@@ -15,19 +15,22 @@
 # # 01 — Mixed multi-head self-attention (MMA): what do global, local, forward and backward heads do after training?
 #
 # The MMA paper gives each encoder self-attention head a hard mask: **G**lobal heads see every word, **L**ocal heads
-# only `|i - j| <= 1`, **F**orward heads `j >= i` and **B**ackward heads `j <= i`. This notebook trains a small
-# Transformer whose encoder uses the spec `GLFB` (4 heads, one of each kind) on Multi30k De-En with the library's own
-# pipeline, then force-decodes reference translations in *record mode* (every attention module computes with its
-# plain-PyTorch reference and hands out its weights) and looks at:
+# only `|i - j| <= 1`, **F**orward heads `j >= i` and **B**ackward heads `j <= i`. This notebook takes a Transformer
+# whose encoder uses the spec `GLFB` (one of each kind, stretched over the heads), force-decodes reference
+# translations in *record mode* (every attention module computes with its plain-PyTorch reference and hands out its
+# weights) and looks at:
 #
 # 1. the attention maps of one sentence: every encoder, decoder and cross-attention head, encoder heads titled with
-#    their kind;
+#    their kind, as figures and in an interactive view;
 # 2. mean attention distance and entropy per head (MLMHA paper, eqs. 13-16) summarised by head kind;
 # 3. BLEU by source length.
 #
-# `MMA_NMT_NOTEBOOK_PRESET=tiny` (the default, what CI runs) trains for about half a minute on a few thousand sentence
-# pairs; `full` trains on all of Multi30k for thousands of updates (tens of minutes on a CPU) and also trains an
-# all-global baseline. A trained model is cached under `runs/notebooks/cache` and loaded on the next run.
+# **Which model.** The best one on disk: the `GLFB` systems of `mma-nmt experiment mma` (full scale first, then
+# `--scale mini`: 800 updates, BLEU about 32 on Multi30k), or the demo's run (`make demo`: 3 minutes, BLEU about 28).
+# Only when there is none does the notebook train its own tiny model (what CI does): about half a minute on a few
+# thousand sentence pairs with `MMA_NMT_NOTEBOOK_PRESET=tiny` (the default), or all of Multi30k for thousands of updates
+# with `full`, which also trains an all-global baseline. `MMA_NMT_NOTEBOOK_RUNS` names another folder to search
+# (`none`: train the notebook's own model whatever is on disk).
 
 # %%
 import time
@@ -35,9 +38,10 @@ import time
 import torch
 
 from mma_nmt.analysis import (head_distance_entropy, head_labels, plot_distance_entropy, plot_sentence_attention)
-from mma_nmt.demos.notebook_figures import figure_dir, figure_shower, show_bleu_by_source_length
-from mma_nmt.demos.notebook_models import (cache_dir, greedy_translations, notebook_run, notebook_scale,
-                                          train_or_load)
+from mma_nmt.demos.notebook_figures import (figure_dir, figure_shower, show_attention_explorer,
+                                           show_bleu_by_source_length)
+from mma_nmt.demos.notebook_models import (MMA_TINY, NotebookModel, cache_dir, greedy_translations,
+                                          models_for_notebook, notebook_scale)
 from mma_nmt.evaluation.force_decode import force_decode_sentences, pieces, sentence_maps
 
 SCALE = notebook_scale()
@@ -51,19 +55,15 @@ started = time.time()
 print(SCALE)
 
 # %% [markdown]
-# ## Train (or load) the model
-# The model config is the `[model]` section of a run config: the `transformer_tiny` preset (d_model 128, 4 heads,
-# 2 + 2 layers) with mixed encoder heads. In the full preset an all-global baseline (`attention = "standard"`) is
-# trained too.
+# ## Load (or train) the model
 
 # %%
-MODELS = {"MMA GLFB": {"preset": "transformer_tiny", "encoder": {"attention": "mma", "head_spec": "GLFB", "window": 1}}}
+MODELS = {"MMA GLFB": NotebookModel(("mma", "mma_seed2", "mma_seed3"), "mma", MMA_TINY)}
 if SCALE.name == "full":
-    MODELS["baseline GGGG"] = {"preset": "transformer_tiny"}
-trained = {}
-for name, model_config in MODELS.items():
-    trained[name] = train_or_load(notebook_run(name.split()[0].lower(), model_config, SCALE, CACHE))
-    print(f"{name}: {trained[name].summary()}")
+    MODELS["baseline GGGG"] = NotebookModel(("baseline",), "baseline", {"preset": "transformer_tiny"})
+trained = models_for_notebook("mma", MODELS, SCALE, CACHE, demo=True)
+for name, run in trained.items():
+    print(f"{name}: {run.summary()}")
 mma = trained["MMA GLFB"]
 model, test = mma.model, mma.dataset("test")
 kinds = mma.run.model.encoder.head_spec
@@ -86,8 +86,9 @@ print(f"{len(records)} test sentences force-decoded; encoder head kinds per laye
 # Rows are queries, columns keys. Decoder positions are labelled by the token each one predicts (the last row
 # predicts `</s>`). What to look for: the masks of the L, F and B heads are exact by construction (zeros outside them);
 # the interesting question is *inside* the masks — does the global head spread its weight or pick a few words, does
-# the forward head look at the next word or at the end of the sentence? A model trained for half a minute has only
-# begun to move away from near-uniform weights, so expect soft maps in the tiny preset.
+# the forward head look at the next word or at the end of the sentence? A model trained for half a minute (the
+# notebook's own tiny model) has only begun to move away from near-uniform weights, so expect soft maps from it; the
+# experiment's and the demo's models show sharper heads.
 
 # %%
 index = min(range(len(records)), key=lambda i: abs(records[i].source_length - 10))  # a sentence of about 10 pieces
@@ -98,6 +99,15 @@ print("source:", test.src_text[index])
 print("reference:", test.tgt_text[index])
 for block, figure in plot_sentence_attention(maps, cell=1.9).items():
     show(figure, f"maps_{block}.png")
+
+# %% [markdown]
+# ### The same maps, interactive
+# Pick a sentence, a block and a layer; click a head to draw it large, hover a cell for its weight. Encoder heads are
+# labelled with their kind (`2 L`: head 2 is local). The view is also written to `attention_explorer.html` beside the
+# figures (it opens in any browser, offline).
+
+# %%
+print(show_attention_explorer(OUT, test, records, title="MMA GLFB: attention of the force-decoded test sentences"))
 
 # %% [markdown]
 # ## Mean attention distance and entropy per head
@@ -120,9 +130,9 @@ for letter in "GLFB":
 
 # %% [markdown]
 # ## BLEU by source length
-# Greedy translations of the first test sentences, sacreBLEU per source-length bucket (words). In the tiny preset BLEU
-# is a few points at most and the buckets hold few sentences: the figure shows the analysis works end to end, not how
-# MMA compares with a baseline (run the full preset for that).
+# Greedy translations of the first test sentences, sacreBLEU per source-length bucket (words). With the notebook's
+# own tiny model BLEU is a few points at most and the buckets hold few sentences: the figure shows the analysis works
+# end to end, not how MMA compares with a baseline (the experiment's tables do that).
 
 # %%
 hypotheses = greedy_translations(trained, test, SCALE.test_sentences)

@@ -33,9 +33,10 @@ def default_checkpoint(run: RunConfig) -> Path:
 
 
 def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | None = None,
-              split: str | None = None, input_file: str | None = None) -> Path:
+              split: str | None = None, input_file: str | None = None, progress: bool = False) -> Path:
     """Translates a prepared split (or the raw sentences of ``input_file``) with ``[decode]`` settings; writes one line
-    per sentence, and attention maps of the first ``eval.attention_maps`` sentences of a split."""
+    per sentence, and attention maps of the first ``eval.attention_maps`` sentences of a split. ``progress``: a
+    progress bar over the sentences (on a terminal)."""
     from mma_nmt.data import ParallelDataset, Tokenizer
     from mma_nmt.decoding.translate import special_ids, translate_ids, translate_texts
     from mma_nmt.evaluation.attention_maps import write_attention_maps
@@ -51,10 +52,11 @@ def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | No
     if input_file:
         src_tok, tgt_tok = Tokenizer.load(prepared / "spm_src.model"), Tokenizer.load(prepared / "spm_tgt.model")
         lines = translate_texts(model, _read_lines(input_file), run.decode, src_tokenizer=src_tok,
-                                tgt_tokenizer=tgt_tok, device=device)
+                                tgt_tokenizer=tgt_tok, device=device, progress=progress)
     else:
         data = ParallelDataset.load(prepared, split)
-        hyps = translate_ids(model, list(data.src), run.decode, special_ids(data.tgt_tokenizer), device=device)
+        hyps = translate_ids(model, list(data.src), run.decode, special_ids(data.tgt_tokenizer), device=device,
+                             progress=progress)
         lines = [data.tgt_tokenizer.decode(h.tokens) for h in hyps]
     if run.eval.detokenize == "moses":
         meta = json.loads((prepared / "meta.json").read_text(encoding="utf-8"))
@@ -105,6 +107,3 @@ def average(inputs: list[str], output: str) -> Path:
 
     return save_checkpoint(average_checkpoints(inputs), output)
 
-
-def print_json(data: dict) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))

@@ -10,7 +10,22 @@ import sys
 import time
 from pathlib import Path
 
+DESCRIPTION = "Neural machine translation with fused attention operators: data, training, decoding, evaluation."
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny_mma_multi30k.toml"
+TINY = "configs/tiny_mma_multi30k.toml"
+
+# One example per command, shown at the end of its --help.
+EXAMPLES = {
+    "prepare": f"mma-nmt prepare --config {TINY}",
+    "train": f"mma-nmt train --config {TINY} --set train.max_minutes=3\n"
+             f"  torchrun --standalone --nproc_per_node=2 -m mma_nmt train --config {TINY}   # data parallel",
+    "translate": f"mma-nmt translate --config {TINY}                # the test split, with scores\n"
+                 f"  mma-nmt translate --config {TINY} --input my_sentences.de --output my_sentences.en",
+    "evaluate": f"mma-nmt evaluate --config {TINY} --hyp system.txt --baseline baseline.txt",
+    "average": "mma-nmt average runs/big/step_*.pt --output runs/big/averaged.pt",
+    "experiment": "mma-nmt experiment mma --table main --scale mini --jobs 2   (--from-records: rebuild, no training)",
+    "demo": "mma-nmt demo --minutes 3",
+}
 
 
 def _run_config(args):
@@ -25,28 +40,66 @@ def _add_config(parser: argparse.ArgumentParser, default=None) -> None:
                         help="override a config value by dotted key, e.g. model.encoder.attention=mma (repeatable)")
 
 
+def _add_json(parser: argparse.ArgumentParser, where: str) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help=f"print the result as JSON instead of the summary (it is written to {where} either way)")
+
+
+def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+                          epilog="example:\n  " + EXAMPLES[name], formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _version() -> str:
+    import torch
+
+    import mma_nmt
+
+    info = mma_nmt.build_info()
+    return (f"mma-nmt {mma_nmt.__version__} (torch {torch.__version__}, CPU kernels {info['cpu_kernel']}, "
+            f"CUDA kernels {'yes' if info['cuda'] else 'no'})")
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: computed only when asked for (it reads the extension's build info)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_version())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mma-nmt", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_config(sub.add_parser("prepare", help="prepare a corpus (SentencePiece + binarised splits)"))
-    _add_config(sub.add_parser("train", help="train a model (torchrun for several processes)"))
-    p = sub.add_parser("translate", help="translate a prepared split with greedy/beam search")
+    parser = argparse.ArgumentParser(prog="mma-nmt", description=DESCRIPTION,
+                                     epilog="mma-nmt COMMAND --help shows a command's options and an example.")
+    parser.add_argument("--version", action=_VersionAction, help="print the version and how the extension was built")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_config(_command(sub, "prepare", "prepare a corpus (SentencePiece + binarised splits)"))
+    p = _command(sub, "train", "train a model (torchrun for several processes)")
+    _add_config(p)
+    _add_json(p, "<train.save_dir>/log.jsonl")
+    p = _command(sub, "translate", "translate a prepared split (and score it) or a file of sentences")
     _add_config(p)
     p.add_argument("--checkpoint", help="default: <train.save_dir>/best.pt, else last.pt")
     p.add_argument("--split", help="default: eval.split")
     p.add_argument("--input", help="raw source sentences, one per line, instead of a prepared split")
     p.add_argument("--output", help="default: <train.save_dir>/translations/<split>.hyp.txt")
-    p = sub.add_parser("evaluate", help="BLEU/chrF/TER, BLEU by length, paired bootstrap")
+    _add_json(p, "<split>.scores.json beside the translations")
+    p = _command(sub, "evaluate", "score translations: BLEU/chrF/TER, BLEU by length, paired bootstrap")
     _add_config(p)
     p.add_argument("--hyp", help="default: <train.save_dir>/translations/<split>.hyp.txt")
     p.add_argument("--ref", help="default: the prepared split's target text")
     p.add_argument("--baseline", help="baseline system output for paired bootstrap resampling")
     p.add_argument("--split")
     p.add_argument("--bootstrap-samples", type=int, default=1000)
-    p = sub.add_parser("average", help="average the weights of several checkpoints")
+    p.add_argument("--scores", help="where the JSON goes; default: <hyp without .txt/.hyp.txt>.scores.json")
+    _add_json(p, "--scores")
+    p = _command(sub, "average", "average the weights of several checkpoints")
     p.add_argument("inputs", nargs="+")
     p.add_argument("--output", required=True)
-    p = sub.add_parser("experiment", help="reproduce a paper's tables (experiments/<paper>/experiment.toml)")
+    p = _command(sub, "experiment", "reproduce a paper's tables (experiments/<paper>/experiment.toml)")
     p.add_argument("paper", help="a folder name under experiments/ (mma, lstm_multihead, mlmha, multihop, gmm) or a path")
     p.add_argument("--table", action="append", help="table name (repeatable); default: every table of the paper")
     p.add_argument("--scale", default="mini", choices=["full", "mini", "smoke"])
@@ -57,46 +110,128 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", action="append", help="train only this column (repeatable); default: every column")
     p.add_argument("--from-records", action="store_true",
                    help="train nothing: rebuild the tables from the committed run records")
-    p = sub.add_parser("demo", help="prepare Multi30k De-En, train the tiny MMA Transformer, translate, score")
+    p = _command(sub, "demo", "prepare Multi30k De-En, train the tiny MMA Transformer, translate, score")
     _add_config(p, default=str(DEMO_CONFIG))
     p.add_argument("--minutes", type=float, default=3.0, help="training time budget")
+    _add_json(p, "<train.save_dir>/translations/test.scores.json")
     return parser
 
 
+def commands_overview(parser: argparse.ArgumentParser) -> str:
+    """``mma-nmt`` without arguments: the commands, one line each."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    width = max(len(choice.dest) for choice in sub._choices_actions)
+    lines = ["usage: mma-nmt COMMAND [options]", "", parser.description, "", "commands:"]
+    lines += [f"  {choice.dest:<{width}}  {choice.help}" for choice in sub._choices_actions]
+    lines += ["", "mma-nmt COMMAND --help shows a command's options and an example; mma-nmt --version the version."]
+    return "\n".join(lines)
+
+
+def _translate(args) -> dict:
+    from mma_nmt.cli import commands, summary
+
+    run = _run_config(args)
+    out = commands.translate(run, checkpoint=args.checkpoint, output=args.output, split=args.split,
+                             input_file=args.input, progress=True)
+    files = {"translations": out}
+    if args.input:
+        count = sum(1 for _ in out.open(encoding="utf-8"))
+        result = {"translations": str(out), "sentences": count}
+        summary.report(result, [f"translated {count} sentences"] + summary.files_lines(files), json_path=None,
+                       as_json=args.json)
+        return result
+    result = commands.evaluate(run, hypotheses=str(out), split=args.split)
+    result["translations"] = str(out)
+    files["scores"] = summary.scores_path(out)
+    if run.eval.attention_maps and (out.parent / "attention").is_dir():
+        files["attention maps"] = out.parent / "attention"
+    summary.report(result, summary.scores_lines(result) + summary.files_lines(files), json_path=files["scores"],
+                   as_json=args.json)
+    return result
+
+
+def _evaluate(args) -> dict:
+    from mma_nmt.cli import commands, summary
+
+    run = _run_config(args)
+    result = commands.evaluate(run, hypotheses=args.hyp, references=args.ref, baseline=args.baseline,
+                               split=args.split, bootstrap_samples=args.bootstrap_samples)
+    hyp = args.hyp or Path(run.train.save_dir) / "translations" / f"{args.split or run.eval.split}.hyp.txt"
+    json_path = Path(args.scores) if args.scores else summary.scores_path(hyp)
+    summary.report(result, summary.scores_lines(result) + summary.files_lines({"scores": json_path}),
+                   json_path=json_path, as_json=args.json)
+    return result
+
+
+def _train(args) -> dict:
+    from mma_nmt.cli import commands, summary
+
+    run = _run_config(args)
+    result = commands.train(run)
+    save_dir = Path(run.train.save_dir)
+    files = {"checkpoints": save_dir, "training log": save_dir / "log.jsonl"}
+    summary.report(result, summary.train_lines(result) + summary.files_lines(files), json_path=None,
+                   as_json=args.json)
+    return result
+
+
+def _absolute_run_config(run) -> dict:
+    from mma_nmt.config_io import to_dict
+
+    config = to_dict(run)
+    config["data"]["out_dir"] = str(run.prepared_dir().resolve())
+    config["train"]["save_dir"] = str(Path(run.train.save_dir).resolve())
+    return config
+
+
 def demo(args) -> dict:
-    from mma_nmt.cli import commands
+    from mma_nmt.cli import commands, summary
 
     args.set = [f"train.max_minutes={args.minutes}"] + args.set
     run = _run_config(args)
     started = time.monotonic()
-    print(f"[demo] preparing {run.data.get('corpus')} into {commands.prepare_data(run)}", flush=True)
+    quiet = args.json  # with --json, stdout holds the JSON alone
+    say = (lambda text: None) if quiet else (lambda text: print(f"[demo] {text}", flush=True))
+    say(f"preparing {run.data.get('corpus')} into {run.prepared_dir()}")
+    commands.prepare_data(run)
+    model = run.model
+    say(f"training the tiny {model.encoder.attention.upper()} Transformer (encoder heads {model.encoder.head_spec}) "
+        f"for {args.minutes:g} minutes")
     commands.train(run)
-    print(f"[demo] trained; translating {run.eval.split} with beam {run.decode.beam_size}", flush=True)
-    hyp = commands.translate(run)
+    say(f"translating the {run.eval.split} split with beam {run.decode.beam_size}")
+    hyp = commands.translate(run, progress=True)
     scores = commands.evaluate(run, hypotheses=str(hyp))
+    save_dir = Path(run.train.save_dir)
+    files = {"translations": hyp, "scores": summary.scores_path(hyp),
+             "attention maps": f"{hyp.parent / 'attention'}/ ({run.eval.attention_maps} sentences)",
+             "checkpoints": f"{save_dir}/ (best.pt, last.pt)", "training log": save_dir / "log.jsonl"}
     scores["minutes_total"] = round((time.monotonic() - started) / 60.0, 2)
     scores["translations"] = str(hyp)
     scores["attention_maps"] = str(hyp.parent / "attention")
-    commands.print_json(scores)
-    print(f"[demo] BLEU {scores['bleu']:.2f} ({scores['bleu_signature']})", flush=True)
+    scores["run_config"] = _absolute_run_config(run)  # lets the notebooks find and load this run
+    lines = [""] + summary.scores_lines(scores) + summary.files_lines(files)
+    lines.append(f"\ndone in {scores['minutes_total']:.1f} minutes")
+    summary.report(scores, lines, json_path=files["scores"], as_json=args.json)
     return scores
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if not argv:
+        print(commands_overview(parser))
+        return 0
+    args = parser.parse_args(argv)
     from mma_nmt.cli import commands
 
     if args.command == "prepare":
         print(commands.prepare_data(_run_config(args)))
     elif args.command == "train":
-        commands.print_json(commands.train(_run_config(args)))
+        _train(args)
     elif args.command == "translate":
-        print(commands.translate(_run_config(args), checkpoint=args.checkpoint, output=args.output,
-                                 split=args.split, input_file=args.input))
+        _translate(args)
     elif args.command == "evaluate":
-        commands.print_json(commands.evaluate(_run_config(args), hypotheses=args.hyp, references=args.ref,
-                                              baseline=args.baseline, split=args.split,
-                                              bootstrap_samples=args.bootstrap_samples))
+        _evaluate(args)
     elif args.command == "average":
         print(commands.average(args.inputs, args.output))
     elif args.command == "experiment":

@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 from mma_nmt.data.corpora import CorpusSpec, default_data_dir, get_corpus
 from mma_nmt.data.dataset import save_ids
 from mma_nmt.data.fileio import atomic_write_bytes, atomic_write_json, atomic_write_lines
@@ -307,20 +309,28 @@ def prepare(config: PrepareConfig) -> Path:
     prep.out.mkdir(parents=True, exist_ok=True)
     spm_fp = prep.spm_fingerprint(files)
     models = [prep.out / "spm_src.model", prep.out / "spm_tgt.model"]
+    # One bar over the stages (subword models, then each split); on a terminal only.
+    stages = tqdm(total=1 + len(prep.splits), desc=f"preparing {prep.spec.name}", unit=" stage", leave=False,
+                  disable=None if config.progress else True)
     if prep.meta["stages"].get("spm") != spm_fp or not all(p.is_file() for p in models):
+        stages.set_postfix_str("subword models")
         prep.train_tokenizers(files, spm_fp)
     else:
         log.info("%s: subword models up to date", prep.out)
+    stages.update()
     tokenizers = {"src": Tokenizer.load(models[0]), "tgt": Tokenizer.load(models[1])}
     for split in prep.splits:
         fingerprint = prep.split_fingerprint(split, files[split], spm_fp)
+        stages.set_postfix_str(split)
         if prep.meta["stages"].get(f"split:{split}") == fingerprint and all(p.is_file()
                                                                              for p in _split_outputs(prep.out, split)):
             log.info("%s: split %s up to date", prep.out, split)
-            continue
-        _binarise(prep, split, files[split], tokenizers)
-        prep.meta["stages"][f"split:{split}"] = fingerprint
-        prep.save_meta()
+        else:
+            _binarise(prep, split, files[split], tokenizers)
+            prep.meta["stages"][f"split:{split}"] = fingerprint
+            prep.save_meta()
+        stages.update()
+    stages.close()
     _finish_meta(prep, tokenizers, time.perf_counter() - started)
     return prep.out
 

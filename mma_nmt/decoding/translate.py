@@ -14,11 +14,15 @@ def special_ids(tokenizer) -> SpecialIds:
 
 @torch.no_grad()
 def translate_ids(model, sources: list[torch.Tensor], config: SearchConfig, ids: SpecialIds, *,
-                  device: torch.device | str = "cpu") -> list[Hypothesis]:
-    """Best hypothesis per source (1-d id tensors without specials), in input order; batches of similar length."""
+                  device: torch.device | str = "cpu", progress: bool = False) -> list[Hypothesis]:
+    """Best hypothesis per source (1-d id tensors without specials), in input order; batches of similar length.
+    ``progress``: a tqdm bar counting sentences (on a terminal only)."""
+    from tqdm import tqdm
+
     model.eval()
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[Hypothesis | None] = [None] * len(sources)
+    bar = tqdm(total=len(sources), desc="translating", unit=" sent", leave=False, disable=None if progress else True)
     for start in range(0, len(order), config.batch_size):
         chunk = order[start:start + config.batch_size]
         src, lengths = pad_sequences([sources[i] for i in chunk], pad_id=ids.pad)
@@ -27,6 +31,8 @@ def translate_ids(model, sources: list[torch.Tensor], config: SearchConfig, ids:
         lengths = lengths.clamp(min=1)  # an empty source is read as one padding token
         for i, hyp in zip(chunk, search(model, src.to(device), lengths.to(device), config, ids)):
             results[i] = hyp
+        bar.update(len(chunk))
+    bar.close()
     return results
 
 
@@ -38,8 +44,8 @@ def translate_dataset(model, dataset, config: SearchConfig, *, device="cpu", lim
 
 
 def translate_texts(model, texts: list[str], config: SearchConfig, *, src_tokenizer, tgt_tokenizer,
-                    device="cpu") -> list[str]:
+                    device="cpu", progress: bool = False) -> list[str]:
     """Translations of raw source sentences (SentencePiece-encoded here, decoded back to text)."""
     sources = [torch.tensor(src_tokenizer.encode(text), dtype=torch.long) for text in texts]
-    hyps = translate_ids(model, sources, config, special_ids(tgt_tokenizer), device=device)
+    hyps = translate_ids(model, sources, config, special_ids(tgt_tokenizer), device=device, progress=progress)
     return [tgt_tokenizer.decode(h.tokens) for h in hyps]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 OUT_ENV = "MMA_NMT_NOTEBOOK_OUT"
 
@@ -37,6 +37,29 @@ def show_bleu_by_source_length(show: Callable[[object, str], None], test, hypoth
                for name, hyps in hypotheses.items()}
     show(plot_bleu_by_source_length(systems, title=f"BLEU by source length ({count} test sentences, greedy)"),
          "bleu_by_length.png")
+    from sacrebleu.metrics import BLEU
+
     for name, rows in systems.items():
-        print(name, [(r.label, r.sentences, None if r.bleu is None else round(r.bleu, 2)) for r in rows])
+        overall = BLEU().corpus_score(hypotheses[name], [test.tgt_text[:count]]).score
+        print(f"{name}: BLEU {overall:.2f} over these {count} sentences (greedy);",
+              [(r.label, r.sentences, None if r.bleu is None else round(r.bleu, 2)) for r in rows])
     return systems
+
+
+def show_attention_explorer(out: Path, test, records: Sequence, *, title: str, count: int = 8,
+                            extra: Callable[[int, object], dict] | None = None) -> Path:
+    """Displays the interactive attention view (:mod:`mma_nmt.analysis.attention_explorer`) of the first ``count``
+    force-decoded ``records`` of ``test`` (a ParallelDataset, records in its order) and writes it to
+    ``out / "attention_explorer.html"``. ``extra(i, record)`` may add blocks to sentence ``i``."""
+    from IPython.display import HTML, display
+
+    from mma_nmt.analysis.attention_explorer import attention_explorer_html, explorer_sentence, write_attention_explorer
+    from mma_nmt.evaluation.force_decode import pieces, sentence_maps
+
+    sentences = []
+    for i, record in enumerate(records[:count]):
+        maps = sentence_maps(record, source_tokens=pieces(test.src_tokenizer, test.src[i]),
+                             target_tokens=pieces(test.tgt_tokenizer, test.tgt[i]) + ["</s>"])
+        sentences.append(explorer_sentence(maps, title=test.src_text[i], extra=extra(i, record) if extra else None))
+    display(HTML(attention_explorer_html(sentences, title=title)))
+    return write_attention_explorer(sentences, Path(out) / "attention_explorer.html", title=title)

@@ -3,6 +3,9 @@ it into a run config on Multi30k De-En (the first lines of the training split, a
 with the library's own pipeline (``prepare`` + :class:`~mma_nmt.training.trainer.Trainer`) or loads it from the cache
 folder when a finished run of the same config is there.
 
+A notebook first looks for a model trained for longer (``model_for_notebook``): the runs of ``mma-nmt experiment
+<paper>`` and the demo's run (:mod:`mma_nmt.demos.trained_runs`); it trains its own only when there is none.
+
 Two sizes, chosen by ``MMA_NMT_NOTEBOOK_PRESET``: ``tiny`` (the default and what CI runs: seconds of training, a few
 dozen sentences analysed) and ``full`` (the whole training split, thousands of updates: tens of minutes per model on
 a CPU). Models trained for seconds translate badly; the notebooks say what to look for, not what the papers found.
@@ -21,6 +24,7 @@ from torch import nn
 
 from mma_nmt.config_io import to_dict
 from mma_nmt.data import ParallelDataset
+from mma_nmt.demos.trained_runs import RunOnDisk, best_run
 from mma_nmt.training.config import RunConfig, run_config_from_dict
 
 PRESET_ENV = "MMA_NMT_NOTEBOOK_PRESET"
@@ -49,6 +53,11 @@ SCALES: dict[str, NotebookScale] = {
     "full": NotebookScale("full", train_lines=None, vocab_size=4000, steps=3000, max_tokens=4096, warmup_steps=400,
                           lr=0.002, test_sentences=1000, analysis_sentences=500, gold_pairs=None),
 }
+
+
+# The notebooks' own models (``[model]`` sections), trained when no longer-trained run is found. 00 and 01 share the MMA
+# model, so it is trained once.
+MMA_TINY = {"preset": "transformer_tiny", "encoder": {"attention": "mma", "head_spec": "GLFB", "window": 1}}
 
 
 def notebook_scale(name: str | None = None) -> NotebookScale:
@@ -94,14 +103,58 @@ class TrainedModel:
     from_cache: bool
     seconds: float  # training time of this call (0 when loaded)
     valid_nll: float | None
+    found: RunOnDisk | None = None  # the experiment or demo run it was loaded from (None: a notebook model)
 
     def dataset(self, split: str) -> ParallelDataset:
         return ParallelDataset.load(self.run.prepared_dir(), split)
 
     def summary(self) -> str:
+        if self.found is not None:
+            return f"loaded {self.found.describe()} ({self.steps} updates)"
         how = "loaded from " + self.run.train.save_dir if self.from_cache else f"trained in {self.seconds:.0f} s"
         nll = f", valid nll/token {self.valid_nll:.2f}" if self.valid_nll is not None else ""
-        return f"{self.steps} updates, {how}{nll}"
+        return (f"the notebook's own {self.run.train.max_steps}-update model ({self.steps} updates, {how}{nll}); "
+                f"its BLEU is measured at the end of the notebook")
+
+
+def load_found(found: RunOnDisk) -> TrainedModel:
+    """The model of a finished experiment or demo run, with its run config (on the CPU, in eval mode)."""
+    from mma_nmt.training.checkpoint import load_checkpoint, load_model
+
+    config = json.loads(json.dumps(found.config))
+    config["model"] = {"preset": "", **config.get("model", {})}
+    run = run_config_from_dict(config)
+    run.train.save_dir = str(found.run_dir)
+    model, _ = load_model(found.checkpoint)
+    step = load_checkpoint(found.checkpoint).get("step", 0)
+    return TrainedModel(model=model, run=run, steps=step, from_cache=True, seconds=0.0, valid_nll=None, found=found)
+
+
+@dataclass(frozen=True)
+class NotebookModel:
+    """A model a notebook wants: the ``systems`` of the paper's experiment that fit, and its own model for when none
+    is on disk (``tiny_name``, ``tiny_model``: a ``[model]`` section, see :func:`notebook_run`)."""
+
+    systems: tuple[str, ...]
+    tiny_name: str
+    tiny_model: dict
+
+
+def models_for_notebook(paper: str, wanted: dict[str, NotebookModel], scale: NotebookScale, cache: str | Path, *,
+                        demo: bool = False, languages: set[str] | None = None) -> dict[str, TrainedModel]:
+    """The models of a notebook by name. The first is the best finished run of its systems of ``mma-nmt experiment
+    <paper>`` (or the demo's run when ``demo``), the others the best runs of theirs on the same prepared data, so
+    that all translate the same test set. When one of them is not on disk, the notebook's own models are used, all
+    of them (trained, or loaded from the cache). ``languages``: see :func:`~mma_nmt.demos.trained_runs.best_run`."""
+    names = list(wanted)
+    first = best_run(paper, wanted[names[0]].systems, demo=demo, languages=languages)
+    found = {names[0]: first}
+    for name in names[1:]:
+        found[name] = None if first is None else best_run(paper, wanted[name].systems,
+                                                          prepared=first.config["data"]["out_dir"])
+    if all(run is not None for run in found.values()):
+        return {name: load_found(run) for name, run in found.items()}
+    return {name: train_or_load(notebook_run(w.tiny_name, w.tiny_model, scale, cache)) for name, w in wanted.items()}
 
 
 def train_or_load(run: RunConfig) -> TrainedModel:

@@ -2,7 +2,9 @@
 
 Environment: ``MMA_NMT_NOTEBOOK_PRESET`` (default ``tiny`` here), ``MMA_NMT_NOTEBOOK_TIMEOUT`` (seconds per cell,
 default 600). Figures go to a temporary folder; the notebooks' cache (prepared data, trained models) to one temporary
-folder per test session, so the data is prepared once and every model is trained from scratch.
+folder per test session, so the data is prepared once and every model is trained from scratch. The notebooks search
+an empty folder for trained runs (``MMA_NMT_NOTEBOOK_RUNS``), so they always train their own tiny models here, whatever
+``runs/`` holds.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path, tmp_path_factory, sha
     monkeypatch.setenv("MMA_NMT_NOTEBOOK_PRESET", os.environ.get("MMA_NMT_NOTEBOOK_PRESET", "tiny"))
     monkeypatch.setenv("MMA_NMT_NOTEBOOK_OUT", str(tmp_path / "figures"))
     monkeypatch.setenv("MMA_NMT_NOTEBOOK_CACHE", str(tmp_path_factory.getbasetemp() / "notebook_cache"))
+    (tmp_path / "no_runs").mkdir()
+    monkeypatch.setenv("MMA_NMT_NOTEBOOK_RUNS", str(tmp_path / "no_runs"))
     monkeypatch.setenv("MMA_NMT_DATA_DIR", str(shared_data))
     monkeypatch.setenv("MPLBACKEND", "Agg")
     notebook = jupytext.read(path)
@@ -39,3 +43,8 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path, tmp_path_factory, sha
     print(f"{path.name}: executed {len(notebook.cells)} cells in {time.time() - started:.1f} s")
     errors = [out for cell in notebook.cells for out in cell.get("outputs", []) if out.get("output_type") == "error"]
     assert not errors
+    outputs = [out for cell in notebook.cells for out in cell.get("outputs", [])]
+    text = "".join(out.get("text", "") for out in outputs if out.get("output_type") == "stream")
+    html = "".join(out.get("data", {}).get("text/html", "") for out in outputs)
+    assert "the notebook's own" in text  # no run was found: it says that it trained (or reused) its own tiny model
+    assert 'class="mma-explorer"' in html  # the interactive attention view
