@@ -1,6 +1,7 @@
 // CUDA implementation of mma_nmt::attention and mma_nmt::attention_backward: argument checks and the device guard, then
-// the kernels' entry points (attention_cuda.h). Plain C++ (no device code), so only the two kernel files go through
-// nvcc.
+// PyTorch's fused SDPA kernels where every head has one kind (attention_composition.h), else the hand-written kernels
+// (attention_cuda.h); MMA_NMT_CUDA_KERNELS=handwritten forces those (common/cuda_dispatch.h). Plain C++ (no device
+// code), so only the two kernel files go through nvcc.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -8,8 +9,10 @@
 #include <limits>
 #include <tuple>
 
+#include "attention/attention_composition.h"
 #include "attention/attention_outputs.h"  // check_backward_extras, lse_dtype
 #include "attention/cuda/attention_cuda.h"
+#include "common/cuda_dispatch.h"
 
 namespace mma_nmt::attention::cuda {
 namespace {
@@ -38,6 +41,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
       check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
+  if (!handwritten_cuda_kernels_only() && composable(p, return_probs)) {
+    if (auto result = attention_forward_by_sdpa(p, q, k, v, key_lengths)) return *result;
+  }
   return attention_forward(p, q, k, v, key_lengths, return_probs);
 }
 
@@ -51,6 +57,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   check_backward_extras(op, p, q, grad_out, out, lse, lse_dtype(q.scalar_type()));
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
+  // Either backend's lse serves either backward (attention_composition.h), so the choice is made again here.
+  if (!handwritten_cuda_kernels_only() && composable(p, /*return_probs=*/false)) {
+    if (auto grads = attention_backward_by_sdpa(p, grad_out, q, k, v, out, lse, key_lengths)) return *grads;
+  }
   return attention_backward(p, grad_out, q, k, v, out, lse, key_lengths);
 }
 
