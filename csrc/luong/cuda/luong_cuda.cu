@@ -1,10 +1,14 @@
 // CUDA implementation of mma_nmt::shared_value_attention and its backward: argument checks and the device guard, then
-// the kernels of shared_value_kernels.cuh on the current stream.
+// batched GEMMs around a masked softmax (shared_value_composition.h), or with MMA_NMT_CUDA_KERNELS=handwritten the
+// kernels of shared_value_kernels.cuh on the current stream.
 #include "luong/cuda/shared_value_kernels.cuh"  // first: it includes common/cuda_compat.h
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+
+#include "common/cuda_dispatch.h"
+#include "luong/shared_value_composition.h"
 
 namespace mma_nmt::luong::cuda {
 namespace {
@@ -16,6 +20,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_cuda(
     double scale, bool return_probs) {
   const SharedValueParams p = check_shared_value_args("mma_nmt.shared_value_attention", q, k, v, key_lengths, scale);
   const c10::cuda::CUDAGuard guard(q.device());
+  if (!handwritten_cuda_kernels_only()) return shared_value_forward_by_composition(p, q, k, v, key_lengths, return_probs);
   return run_shared_value_forward(p, q, k, v, key_lengths, return_probs, current_launch());
 }
 
@@ -26,6 +31,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_backward_c
   const SharedValueParams p = check_shared_value_args(op, q, k, v, key_lengths, scale);
   check_shared_value_backward_extras(op, p, q, grad_out, out, lse);
   const c10::cuda::CUDAGuard guard(q.device());
+  if (!handwritten_cuda_kernels_only()) {
+    return shared_value_backward_by_composition(p, grad_out, q, k, v, out, lse, key_lengths);
+  }
   return run_shared_value_backward(p, grad_out, q, k, v, out, lse, key_lengths, current_launch());
 }
 
