@@ -12,6 +12,7 @@
 
 #include "attention/cuda/warp_row.cuh"  // first: it includes common/cuda_compat.h
 
+#include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 
 #include <tuple>
