@@ -6,13 +6,15 @@
 #   make notebooks-html  execute the notebooks and write them as HTML to runs/notebooks/html/
 #   make bench        the benchmark suite (under 10 minutes on 2 cores): benchmarks/results/<date>.md and .json
 #   make bench-quick  the same at smaller sizes (about a minute; written as <date>.quick.md)
+#   make test-cuda    the CUDA suite, on a machine with a GPU (fails rather than skips without one)
+#   make bench-cuda   the CUDA benchmarks (benchmarks/results/<date>.cuda.md), on a machine with a GPU
 # VENV=path picks another virtual environment (a torch already in it is kept, e.g. a CUDA build).
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 DEMO_ARGS ?=
 
-.PHONY: setup setup-tests demo test notebooks-html bench bench-quick
+.PHONY: setup setup-tests demo test test-cuda notebooks-html bench bench-quick bench-cuda
 
 setup:
 	@VENV=$(VENV) bash scripts/setup.sh
@@ -35,3 +37,9 @@ bench: setup
 
 bench-quick: setup
 	$(PYTHON) -m benchmarks --quick
+
+bench-cuda: setup
+	$(PYTHON) -m benchmarks --device cuda
+
+test-cuda: setup-tests
+	MMA_NMT_REQUIRE_CUDA=1 $(PYTHON) -m pytest -m cuda

@@ -28,12 +28,13 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def run_section(name: str, profile: str, *, log=print) -> Section:
-    """One section; a failure becomes the section's ``error`` (the rest of the suite still runs)."""
+def run_section(name: str, profile: str, *, log=print, sections: dict[str, Callable[[str], Section]] = SECTIONS
+                ) -> Section:
+    """One section of ``sections``; a failure becomes the section's ``error`` (the rest of the suite still runs)."""
     start, cpu = time.perf_counter(), _cpu_seconds()
     log(f"[{time.strftime('%H:%M:%S')}] section {name} ({profile}), load average {load_average()}", flush=True)
     try:
-        section = SECTIONS[name](profile)
+        section = sections[name](profile)
     except Exception as error:  # noqa: BLE001 - reported, not hidden: the report names the section and the error
         traceback.print_exc()
         section = Section(name, name, error=f"{type(error).__name__}: {error}")

@@ -41,10 +41,10 @@ def _show(value: float, unit: str) -> str:
     return f"{100 * value:.0f}%" if unit == "%" else f"{value:.2f}" + ("x" if unit == "x" else "")
 
 
-def evaluate(sections: list[Section]) -> list[dict]:
+def evaluate(sections: list[Section], targets: tuple[Target, ...] = TARGETS) -> list[dict]:
     """One row per target: the worst figure (and where), the range over all figures, met / missed / not measured."""
     rows = []
-    for target in TARGETS:
+    for target in targets:
         figures = [f for s in sections for f in s.figures.get(target.id, [])]
         row = {"id": target.id, "target": target.text, "where": target.how, "figures": figures}
         if not figures:

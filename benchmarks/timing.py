@@ -10,26 +10,36 @@ from typing import Callable, Sequence
 import torch
 
 
+def _no_wait() -> None:
+    pass
+
+
 def time_interleaved(fns: Sequence[Callable[[], object]], *, repeat: int = 7, warmup: int = 2,
-                     min_seconds: float = 0.05) -> list[float]:
+                     min_seconds: float = 0.05, synchronize: Callable[[], None] = _no_wait) -> list[float]:
     """Median seconds per call of each function, measured in interleaved rounds (a, b, c, a, b, c, ...).
 
     Each round runs a function enough times to last about ``min_seconds`` (calibrated during warm-up).
+    ``synchronize`` waits for queued work (``torch.cuda.synchronize`` for GPU calls, which return before the kernels
+    finish); it runs before each clock start and stop.
     """
     loops = []
     for fn in fns:
         for _ in range(warmup):
             fn()
+        synchronize()
         start = time.perf_counter()
         fn()
+        synchronize()
         once = max(time.perf_counter() - start, 1e-6)
         loops.append(max(1, int(min_seconds / once)))
     samples: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
         for index, fn in enumerate(fns):
+            synchronize()
             start = time.perf_counter()
             for _ in range(loops[index]):
                 fn()
+            synchronize()
             samples[index].append((time.perf_counter() - start) / loops[index])
     return [statistics.median(s) for s in samples]
 

@@ -60,6 +60,9 @@ gtest_installed() {
 build_args=()
 if [ "$tests" = 1 ]; then
   build_args+=(-Ccmake.define.MMA_NMT_BUILD_TESTS=ON)
+  # MMA_NMT_EMULATED_TESTS=ON (CI) makes the emulated CUDA kernel tests mandatory; MMA_NMT_HIP_CPU_DIR names the runtime
+  [ -n "${MMA_NMT_EMULATED_TESTS:-}" ] && build_args+=("-Ccmake.define.MMA_NMT_EMULATED_TESTS=$MMA_NMT_EMULATED_TESTS")
+  [ -n "${MMA_NMT_HIP_CPU_DIR:-}" ] && build_args+=("-Ccmake.define.MMA_NMT_HIP_CPU_DIR=$MMA_NMT_HIP_CPU_DIR")
   if gtest_installed; then
     :
   elif [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then

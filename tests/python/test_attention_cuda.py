@@ -1,17 +1,16 @@
 """The CUDA kernels of mma_nmt::attention against the plain-PyTorch reference (SPEC section 1): outputs, weights and all
-gradients. Skipped without a GPU; .ci/cuda_build_check.sh proves there that the kernels compile and register."""
+gradients. Part of the CUDA suite (``python -m pytest -m cuda``, skipped without a GPU: see conftest.py); without a GPU,
+tests/cpp/emulated runs the same kernels under the HIP CPU emulator and .ci/cuda_build_check.sh proves they compile."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-import mma_nmt
 from attention_cases import assert_fused_matches_reference, make_qkv, padded_lengths
 from mma_nmt.ops import fused_attention, parse_head_spec
 
-pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and mma_nmt.build_info()["cuda"]),
-                                reason="needs a GPU and the CUDA build of mma_nmt")
+pytestmark = pytest.mark.cuda
 
 
 def cuda_qkv(batch, heads, query_len, key_len, head_dim, *, value_dim=None, dtype=torch.float32):

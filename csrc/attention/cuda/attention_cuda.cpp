@@ -1,15 +1,18 @@
-// CUDA implementation of mma_nmt::attention and mma_nmt::attention_backward: argument checks, output allocation and the
-// kernel launches on q's device. Plain C++ (no device code), so only the two kernel files go through nvcc.
+// CUDA implementation of mma_nmt::attention and mma_nmt::attention_backward: argument checks and the device guard, then
+// PyTorch's fused SDPA kernels where every head has one kind (attention_composition.h), else the hand-written kernels
+// (attention_cuda.h); MMA_NMT_CUDA_KERNELS=handwritten forces those (common/cuda_dispatch.h). Plain C++ (no device
+// code), so only the two kernel files go through nvcc.
 #include <ATen/ATen.h>
-#include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include <limits>
 #include <tuple>
 
-#include "attention/attention_outputs.h"
+#include "attention/attention_composition.h"
+#include "attention/attention_outputs.h"  // check_backward_extras, lse_dtype
 #include "attention/cuda/attention_cuda.h"
+#include "common/cuda_dispatch.h"
 
 namespace mma_nmt::attention::cuda {
 namespace {
@@ -27,10 +30,6 @@ void check_cuda_limits(const char* op, const AttentionParams& p, const at::Tenso
                     "sentence), got ", p.batch);
 }
 
-at::Tensor contiguous_lengths(const std::optional<at::Tensor>& key_lengths) {
-  return key_lengths.has_value() ? key_lengths->contiguous() : at::Tensor();
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k,
                                                               const at::Tensor& v,
                                                               const std::optional<at::Tensor>& key_lengths,
@@ -42,13 +41,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
       check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
-  ForwardOutputs o = allocate_forward_outputs(p, q, return_probs);
-  // As on the CPU: nothing to compute without a query row; a zero head_dim or value_dim still has weights and lse.
-  if (o.lse.numel() == 0) return {o.out, o.lse, o.probs};
-  const ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_lengths(key_lengths),
-                         o.out,          o.lse,          return_probs ? o.probs : at::Tensor()};
-  attention_forward(p, t);
-  return {o.out, o.lse, o.probs};
+  if (!handwritten_cuda_kernels_only() && composable(p, return_probs)) {
+    if (auto result = attention_forward_by_sdpa(p, q, k, v, key_lengths)) return *result;
+  }
+  return attention_forward(p, q, k, v, key_lengths, return_probs);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
@@ -61,22 +57,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   check_backward_extras(op, p, q, grad_out, out, lse, lse_dtype(q.scalar_type()));
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
-  const at::ScalarType acc_type = at::toOpMathType(q.scalar_type());
-  const BackwardTensors t{grad_out.contiguous(),
-                          q.contiguous(),
-                          k.contiguous(),
-                          v.contiguous(),
-                          out.contiguous(),
-                          lse.contiguous(),
-                          contiguous_lengths(key_lengths),
-                          at::zeros_like(q, at::MemoryFormat::Contiguous),
-                          at::zeros(k.sizes(), k.options().dtype(acc_type)),
-                          at::zeros(v.sizes(), v.options().dtype(acc_type))};
-  if (lse.numel() > 0 && p.key_len > 0) {  // as on the CPU: a zero head_dim still has grad_v
-    attention_backward(p, t);
+  // Either backend's lse serves either backward (attention_composition.h), so the choice is made again here.
+  if (!handwritten_cuda_kernels_only() && composable(p, /*return_probs=*/false)) {
+    if (auto grads = attention_backward_by_sdpa(p, grad_out, q, k, v, out, lse, key_lengths)) return *grads;
   }
-  // A no-op for float and double inputs, whose accumulators already have the input dtype.
-  return {t.grad_q, t.grad_k_acc.to(k.scalar_type()), t.grad_v_acc.to(v.scalar_type())};
+  return attention_backward(p, grad_out, q, k, v, out, lse, key_lengths);
 }
 
 }  // namespace

@@ -1,21 +1,26 @@
-// The CUDA attention kernels as seen from the host: attention_cuda.cpp checks arguments, allocates outputs and calls
-// these launchers (attention_cuda_forward.cu, attention_cuda_backward.cu) on q's device and current stream.
+// The CUDA attention kernels as seen from the host: attention_cuda.cpp checks arguments and calls these entry points
+// (attention_cuda_forward.cu, attention_cuda_backward.cu) on q's device and current stream. They run the device source
+// of attention_forward_kernel.cuh and attention_backward_kernel.cuh, which tests/cpp/emulated also runs on the CPU.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <tuple>
 
 #include "attention/attention_params.h"
 
 namespace mma_nmt::attention::cuda {
 
-// Tensors are contiguous (batch, heads, len, dim) on one CUDA device. `key_lengths` is undefined without padding and
-// `probs` unless weights were asked for (then zero-filled by the caller; only visible keys are written).
+// What the kernels read and write (run_attention_forward / run_attention_backward build them): contiguous (batch,
+// heads, len, dim) tensors on the kernels' device (CPU tensors under the emulator). `key_lengths` is undefined without
+// padding and `probs` unless weights were asked for (then zero-filled; only visible keys are written).
 struct ForwardTensors {
   at::Tensor q, k, v, key_lengths;
   at::Tensor out, lse, probs;
 };
 
-// grad_q is zero-filled by the caller. grad_k_acc / grad_v_acc are zero-filled accumulators in the accumulation type
+// grad_q is zero-filled. grad_k_acc / grad_v_acc are zero-filled accumulators in the accumulation type
 // (float for float/half/bfloat16 inputs, double for double), added to atomically by every query row.
 struct BackwardTensors {
   at::Tensor grad_out, q, k, v, out, lse, key_lengths;
@@ -27,7 +32,20 @@ constexpr int64_t kMaxHeadDim = 256;
 // Heads whose kinds travel inside the kernel parameters (no host-to-device copy, safe under CUDA graph capture).
 constexpr int64_t kMaxHeads = 1024;
 
-void attention_forward(const AttentionParams& p, const ForwardTensors& t);
-void attention_backward(const AttentionParams& p, const BackwardTensors& t);
+// The key lengths the kernels read, or an undefined tensor without padding.
+inline at::Tensor contiguous_lengths(const std::optional<at::Tensor>& key_lengths) {
+  return key_lengths.has_value() ? key_lengths->contiguous() : at::Tensor();
+}
+
+// (out, lse, probs) and (grad_q, grad_k, grad_v) of the operators, for checked arguments within the limits above.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_forward(const AttentionParams& p, const at::Tensor& q,
+                                                                 const at::Tensor& k, const at::Tensor& v,
+                                                                 const std::optional<at::Tensor>& key_lengths,
+                                                                 bool return_probs);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const AttentionParams& p, const at::Tensor& grad_out,
+                                                                  const at::Tensor& q, const at::Tensor& k,
+                                                                  const at::Tensor& v, const at::Tensor& out,
+                                                                  const at::Tensor& lse,
+                                                                  const std::optional<at::Tensor>& key_lengths);
 
 }  // namespace mma_nmt::attention::cuda

@@ -1,110 +1,17 @@
-// Backward pass of mma_nmt::attention on CUDA: one warp per query row recomputes the row's probabilities from the saved
-// log-sum-exp, keeps dQ of its row in registers and adds its share of dK and dV atomically.
-//
-// With logits s = scale * q.k, weights P = softmax(s), dropout keep factors z (0 or 1/(1-p)) and O = (P z) V:
-//   dV_j += P_ij z_ij dO_i,   dS_ij = P_ij (z_ij dO_i.v_j - delta_i) with delta_i = dO_i.O_i,
-//   dQ_i += scale dS_ij k_j,  dK_j += scale dS_ij q_i.
-// Several rows share a key, so dK and dV go through accumulators in the accumulation type (attention_cuda.cpp casts
-// them to the input dtype); dQ has one writer per row.
-#include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
+// The backward kernel of mma_nmt::attention (attention_backward_kernel.cuh) on the current CUDA stream.
+#include "attention/cuda/attention_backward_kernel.cuh"
 
-#include "attention/cuda/warp_row.cuh"
-#include "attention/online_softmax.h"
+#include <ATen/cuda/CUDAContext.h>
 
 namespace mma_nmt::attention::cuda {
-namespace {
 
-template <typename scalar_t>
-struct BackwardPointers {
-  using acc_t = at::opmath_type<scalar_t>;
-  const scalar_t* grad_out;  // (B, H, T, Dv)
-  const scalar_t* q;         // (B, H, T, D)
-  const scalar_t* k;         // (B, H, S, D)
-  const scalar_t* v;         // (B, H, S, Dv)
-  const scalar_t* out;       // (B, H, T, Dv)
-  const acc_t* lse;          // (B, H, T)
-  scalar_t* grad_q;          // (B, H, T, D)
-  acc_t* grad_k;             // (B, H, S, D) accumulator
-  acc_t* grad_v;             // (B, H, S, Dv) accumulator
-};
-
-// dst[d] += factor * slice[e] for this lane's elements d = lane + 32 e.
-template <int kPerLane, typename acc_t>
-__device__ __forceinline__ void atomic_add_slice(acc_t* dst, int64_t dim, const acc_t (&slice)[kPerLane], acc_t factor) {
-  const int lane = threadIdx.x % kWarpSize;
-#pragma unroll
-  for (int e = 0; e < kPerLane; ++e) {
-    const int64_t d = lane + e * kWarpSize;
-    if (d < dim) atomicAdd(dst + d, factor * slice[e]);
-  }
-}
-
-template <typename scalar_t, int kPerLane>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
-    attention_backward_kernel(const KernelParams p, const BackwardPointers<scalar_t> t) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const RowCoordinates r = locate_row(p);
-  if (!r.valid) return;  // the whole warp leaves together
-  const acc_t lse = t.lse[r.row];
-  // A fully masked row (lse = -inf) has zero weights: it adds nothing, and grad_q stays at the caller's zeros.
-  if (lse == negative_infinity<acc_t>() || r.keys.empty()) return;
-  const int64_t D = p.head_dim, Dv = p.value_dim, S = p.key_len;
-  const int64_t bh = r.b * p.heads + r.h;
-  const scalar_t* k = t.k + bh * S * D;
-  const scalar_t* v = t.v + bh * S * Dv;
-  const acc_t scale = static_cast<acc_t>(p.scale);
-  const int lane = threadIdx.x % kWarpSize;
-
-  acc_t q[kPerLane], grad_out[kPerLane], out[kPerLane], grad_q[kPerLane];
-  load_slice<kPerLane>(t.q + r.row * D, D, q);
-  load_slice<kPerLane>(t.grad_out + r.row * Dv, Dv, grad_out);
-  load_slice<kPerLane>(t.out + r.row * Dv, Dv, out);
-  acc_t delta_part = 0;
-#pragma unroll
-  for (int e = 0; e < kPerLane; ++e) {
-    delta_part += grad_out[e] * out[e];  // zero past Dv, since both slices are
-    grad_q[e] = 0;
-  }
-  const acc_t delta = warp_sum(delta_part);  // dO_i . O_i
-
-  for (int64_t j = r.keys.begin; j < r.keys.end; ++j) {
-    const acc_t prob = probability_from_lse(warp_dot<kPerLane>(q, k + j * D, D) * scale, lse);
-    const acc_t grad_prob = warp_dot<kPerLane>(grad_out, v + j * Dv, Dv);  // dO_i . v_j
-    const acc_t keep = keep_factor<acc_t>(p, r.row, j);
-    const acc_t grad_logit = prob * (grad_prob * keep - delta) * scale;  // dS_ij, times the logit scale
-    const scalar_t* key = k + j * D;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-      const int64_t d = lane + e * kWarpSize;
-      if (d < D) grad_q[e] += grad_logit * static_cast<acc_t>(key[d]);
-    }
-    atomic_add_slice<kPerLane>(t.grad_k + (bh * S + j) * D, D, q, grad_logit);
-    atomic_add_slice<kPerLane>(t.grad_v + (bh * S + j) * Dv, Dv, grad_out, prob * keep);
-  }
-  store_slice<kPerLane>(t.grad_q + r.row * D, D, grad_q, acc_t(1));
-}
-
-template <typename scalar_t, int kPerLane>
-void launch_backward(const AttentionParams& p, const BackwardTensors& t) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const BackwardPointers<scalar_t> ptrs{
-      t.grad_out.data_ptr<scalar_t>(), t.q.data_ptr<scalar_t>(),   t.k.data_ptr<scalar_t>(),
-      t.v.data_ptr<scalar_t>(),        t.out.data_ptr<scalar_t>(), t.lse.data_ptr<acc_t>(),
-      t.grad_q.data_ptr<scalar_t>(),   t.grad_k_acc.data_ptr<acc_t>(), t.grad_v_acc.data_ptr<acc_t>()};
-  const KernelParams params = make_kernel_params(p, t.key_lengths);
-  attention_backward_kernel<scalar_t, kPerLane>
-      <<<row_grid(p), kWarpsPerBlock * kWarpSize, 0, at::cuda::getCurrentCUDAStream()>>>(params, ptrs);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-}  // namespace
-
-void attention_backward(const AttentionParams& p, const BackwardTensors& t) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t.q.scalar_type(), "mma_nmt::attention cuda backward", [&] {
-    with_values_per_lane(p, [&](auto per_lane) { launch_backward<scalar_t, decltype(per_lane)::value>(p, t); });
-  });
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const AttentionParams& p, const at::Tensor& grad_out,
+                                                                  const at::Tensor& q, const at::Tensor& k,
+                                                                  const at::Tensor& v, const at::Tensor& out,
+                                                                  const at::Tensor& lse,
+                                                                  const std::optional<at::Tensor>& key_lengths) {
+  return run_attention_backward(p, grad_out, q, k, v, out, lse, key_lengths,
+                                gpu::Launch{at::cuda::getCurrentCUDAStream(), kMaxWarpsPerBlock});
 }
 
 }  // namespace mma_nmt::attention::cuda

@@ -1,100 +1,16 @@
-// Forward pass of mma_nmt::attention on CUDA: one warp per query row, online softmax over the row's visible key interval.
-//
-// Each lane holds a slice of the query and of the output accumulator (elements lane, lane + 32, ...). For every visible
-// key the warp forms the logit with a shuffle reduction, updates the shared OnlineSoftmax state (every lane keeps an
-// identical copy, so no broadcast is needed) and adds the key's weighted value row into its slice. Simple rather than
-// fast: one key at a time, no shared-memory tiling.
-#include <ATen/Dispatch.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
+// The forward kernel of mma_nmt::attention (attention_forward_kernel.cuh) on the current CUDA stream.
+#include "attention/cuda/attention_forward_kernel.cuh"
 
-#include "attention/cuda/warp_row.cuh"
-#include "attention/online_softmax.h"
+#include <ATen/cuda/CUDAContext.h>
 
 namespace mma_nmt::attention::cuda {
-namespace {
 
-template <typename scalar_t>
-struct ForwardPointers {
-  using acc_t = at::opmath_type<scalar_t>;
-  const scalar_t* q;  // (B, H, T, D)
-  const scalar_t* k;  // (B, H, S, D)
-  const scalar_t* v;  // (B, H, S, Dv)
-  scalar_t* out;      // (B, H, T, Dv)
-  acc_t* lse;         // (B, H, T); float for half/bfloat16 (lse_dtype)
-  scalar_t* probs;    // (B, H, T, S) or nullptr
-};
-
-// Second pass for analysis: the weight of every visible key from the finished row's maximum and sum (before dropout).
-template <typename scalar_t, int kPerLane, typename acc_t>
-__device__ void write_probabilities(const KernelParams& p, const RowCoordinates& r, const acc_t (&q)[kPerLane],
-                                    const scalar_t* k, const OnlineSoftmax<acc_t>& state, scalar_t* probs) {
-  const acc_t scale = static_cast<acc_t>(p.scale);
-  const int lane = threadIdx.x % kWarpSize;
-  for (int64_t j = r.keys.begin; j < r.keys.end; ++j) {
-    const acc_t logit = warp_dot<kPerLane>(q, k + j * p.head_dim, p.head_dim) * scale;
-    if (lane == j % kWarpSize) probs[j] = static_cast<scalar_t>(state.probability(logit));
-  }
-}
-
-template <typename scalar_t, int kPerLane>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
-    attention_forward_kernel(const KernelParams p, const ForwardPointers<scalar_t> t) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const RowCoordinates r = locate_row(p);
-  if (!r.valid) return;  // the whole warp leaves together, so the shuffles below always see 32 lanes
-  const int64_t D = p.head_dim, Dv = p.value_dim, S = p.key_len;
-  const int64_t bh = r.b * p.heads + r.h;
-  const scalar_t* k = t.k + bh * S * D;
-  const scalar_t* v = t.v + bh * S * Dv;
-  const acc_t scale = static_cast<acc_t>(p.scale);
-  const int lane = threadIdx.x % kWarpSize;
-
-  acc_t q[kPerLane], acc[kPerLane];
-  load_slice<kPerLane>(t.q + r.row * D, D, q);
-#pragma unroll
-  for (int e = 0; e < kPerLane; ++e) acc[e] = 0;
-
-  OnlineSoftmax<acc_t> state;
-  for (int64_t j = r.keys.begin; j < r.keys.end; ++j) {
-    const acc_t logit = warp_dot<kPerLane>(q, k + j * D, D) * scale;
-    const acc_t rescale = state.raise_max(logit);
-    const acc_t weight = state.weight(logit);
-    state.add(weight);  // the softmax sum runs over undropped weights; dropout only thins the output
-    const acc_t kept = weight * keep_factor<acc_t>(p, r.row, j);
-    const scalar_t* value = v + j * Dv;
-#pragma unroll
-    for (int e = 0; e < kPerLane; ++e) {
-      const int64_t d = lane + e * kWarpSize;
-      acc[e] = acc[e] * rescale + (d < Dv ? kept * static_cast<acc_t>(value[d]) : acc_t(0));
-    }
-  }
-  // A row without visible keys has inverse_sum 0 and lse -inf: zero output, never NaN.
-  store_slice<kPerLane>(t.out + r.row * Dv, Dv, acc, state.inverse_sum());
-  const acc_t lse = state.log_sum_exp();
-  if (lane == 0) t.lse[r.row] = lse;
-  if (t.probs != nullptr) write_probabilities<scalar_t, kPerLane>(p, r, q, k, state, t.probs + r.row * S);
-}
-
-template <typename scalar_t, int kPerLane>
-void launch_forward(const AttentionParams& p, const ForwardTensors& t) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const ForwardPointers<scalar_t> ptrs{
-      t.q.data_ptr<scalar_t>(), t.k.data_ptr<scalar_t>(),    t.v.data_ptr<scalar_t>(),
-      t.out.data_ptr<scalar_t>(), t.lse.data_ptr<acc_t>(),
-      t.probs.defined() ? t.probs.data_ptr<scalar_t>() : nullptr};
-  const KernelParams params = make_kernel_params(p, t.key_lengths);
-  attention_forward_kernel<scalar_t, kPerLane>
-      <<<row_grid(p), kWarpsPerBlock * kWarpSize, 0, at::cuda::getCurrentCUDAStream()>>>(params, ptrs);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-}  // namespace
-
-void attention_forward(const AttentionParams& p, const ForwardTensors& t) {
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t.q.scalar_type(), "mma_nmt::attention cuda forward", [&] {
-    with_values_per_lane(p, [&](auto per_lane) { launch_forward<scalar_t, decltype(per_lane)::value>(p, t); });
-  });
+std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_forward(const AttentionParams& p, const at::Tensor& q,
+                                                                 const at::Tensor& k, const at::Tensor& v,
+                                                                 const std::optional<at::Tensor>& key_lengths,
+                                                                 bool return_probs) {
+  return run_attention_forward(p, q, k, v, key_lengths, return_probs,
+                               gpu::Launch{at::cuda::getCurrentCUDAStream(), kMaxWarpsPerBlock});
 }
 
 }  // namespace mma_nmt::attention::cuda

@@ -2,6 +2,8 @@
 // per-row arithmetic. Mask, softmax and dropout rules themselves come from the HOST_DEVICE headers the CPU also uses.
 #pragma once
 
+#include "common/cuda_compat.h"  // first: under the emulator torch's headers must precede HIP's
+
 #include <ATen/OpMathType.h>
 #include <c10/util/Exception.h>
 
@@ -16,7 +18,8 @@
 namespace mma_nmt::attention::cuda {
 
 constexpr int kWarpSize = 32;
-constexpr int kWarpsPerBlock = 4;  // query rows per block; small blocks keep short sequences spread over the SMs
+// Query rows per block: gpu::Launch::warps_per_block, at most this many (the kernels' launch bounds).
+constexpr int kMaxWarpsPerBlock = 4;
 
 // AttentionParams without its std::vector, passed by value to the kernels.
 struct KernelParams {
@@ -52,9 +55,18 @@ inline KernelParams make_kernel_params(const AttentionParams& p, const at::Tenso
   return k;
 }
 
-// Grid: x covers query rows kWarpsPerBlock at a time, y the heads, z the sentences.
-inline dim3 row_grid(const AttentionParams& p) {
-  return dim3(static_cast<unsigned>((p.query_len + kWarpsPerBlock - 1) / kWarpsPerBlock),
+// Blocks of `warps_per_block` warps, one query row each: the warps the kernels read back as blockDim.x / kWarpSize.
+inline dim3 row_block(const gpu::Launch& launch) {
+  TORCH_CHECK(launch.warps_per_block >= 1 && launch.warps_per_block <= kMaxWarpsPerBlock,
+              "mma_nmt attention kernels: warps_per_block must be in [1, ", kMaxWarpsPerBlock, "], got ",
+              launch.warps_per_block);
+  return dim3(static_cast<unsigned>(launch.warps_per_block * kWarpSize));
+}
+
+// Grid: x covers query rows warps_per_block at a time, y the heads, z the sentences.
+inline dim3 row_grid(const AttentionParams& p, const gpu::Launch& launch) {
+  const int64_t rows_per_block = launch.warps_per_block;
+  return dim3(static_cast<unsigned>((p.query_len + rows_per_block - 1) / rows_per_block),
               static_cast<unsigned>(p.heads), static_cast<unsigned>(p.batch));
 }
 
@@ -81,7 +93,8 @@ __device__ __forceinline__ RowCoordinates locate_row(const KernelParams& p) {
   RowCoordinates r;
   r.b = blockIdx.z;
   r.h = blockIdx.y;
-  r.i = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  const int64_t warps_per_block = blockDim.x / kWarpSize;
+  r.i = static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarpSize;
   r.valid = r.i < p.query_len;
   r.row = (r.b * p.heads + r.h) * p.query_len + r.i;
   const int64_t n_keys = keys_of_sentence(p.key_lengths, r.b, p.key_len);

@@ -1,6 +1,6 @@
 // Backward CUDA kernels of GMM cross-attention (see csrc/gmm/cpu/gmm_backward.h for the formulas). The row kernel (one
 // warp per query row) computes dq, the mixture, gate and local-bias gradients, and leaves four statistics per row for
-// the key kernel (one warp per key), which computes dk and dv without atomics. Included only from gmm_kernels.cuh.
+// the key kernel (one warp per key), which computes dk and dv without atomics. Device source, included from gmm_kernels.cuh.
 #pragma once
 
 namespace mma_nmt::gmm::cuda {
@@ -40,7 +40,7 @@ __device__ void row_statistics(const GmmArgs<scalar_t, acc_t>& a, const GmmGrads
 template <typename scalar_t, typename acc_t>
 __global__ void gmm_backward_rows_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<scalar_t, acc_t> gr) {
   const int lane = threadIdx.x % kWarp;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int64_t row = warp_index();
   if (row >= a.batch * a.heads * a.query_len) return;
   const int64_t bh = row / a.query_len, n_keys = keys_of(a, row), D = a.head_dim, K = a.components;
   acc_t q[kMaxPerLane], dout[kMaxPerLane], dq[kMaxPerLane] = {};
@@ -97,7 +97,7 @@ __global__ void gmm_backward_rows_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
 template <typename scalar_t, typename acc_t>
 __global__ void gmm_backward_keys_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<scalar_t, acc_t> gr) {
   const int lane = threadIdx.x % kWarp;
-  const int64_t key_index = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int64_t key_index = warp_index();
   if (key_index >= a.batch * a.heads * a.key_len) return;
   const int64_t bh = key_index / a.key_len, j = key_index % a.key_len, D = a.head_dim, Dv = a.value_dim;
   if (j >= keys_of(a, bh * a.query_len)) return;  // padding keys keep their zero gradients

@@ -1,8 +1,13 @@
 // CUDA kernels of GMM cross-attention: one warp per query row (forward, row-side backward) or per key (key-side
 // backward). Lanes split the head dimensions; keys (or rows) are visited one after another, every dot product is a warp
 // reduction, so every lane holds the same softmax state and mixture value. The arithmetic is gmm_math.h's, shared with
-// the CPU kernels. Included only from gmm_cuda.cu.
+// the CPU kernels.
+//
+// Device source: launched by gmm_launch.cuh, compiled by nvcc (gmm_cuda.cu) and under the HIP CPU emulator
+// (tests/cpp/emulated).
 #pragma once
+
+#include "common/cuda_compat.h"  // first: under the emulator torch's headers must precede HIP's
 
 #include "attention/online_softmax.h"
 #include "gmm/gmm_math.h"
@@ -11,7 +16,13 @@ namespace mma_nmt::gmm::cuda {
 
 constexpr int kWarp = 32;
 constexpr int kMaxPerLane = 8;  // head_dim and value_dim up to 256
-constexpr int kWarpsPerBlock = 4;
+constexpr int kMaxWarpsPerBlock = 4;  // rows (or keys) per block: gpu::Launch::warps_per_block, at most this many
+
+// The row (or key) of this warp, with blocks of blockDim.x / kWarp warps.
+__device__ __forceinline__ int64_t warp_index() {
+  const int64_t warps_per_block = blockDim.x / kWarp;
+  return static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp;
+}
 
 template <typename acc_t>
 __device__ __forceinline__ acc_t warp_sum(acc_t x) {
@@ -128,7 +139,7 @@ __device__ void write_row_weights(const GmmArgs<scalar_t, acc_t>& a, GmmOutputs<
 template <typename scalar_t, typename acc_t>
 __global__ void gmm_forward_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<scalar_t, acc_t> o) {
   const int lane = threadIdx.x % kWarp;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int64_t row = warp_index();
   if (row >= a.batch * a.heads * a.query_len) return;
   const int64_t bh = row / a.query_len, n_keys = keys_of(a, row), Dv = a.value_dim;
   const scalar_t* keys = a.k + bh * a.key_len * a.head_dim;

@@ -1,98 +1,21 @@
-// CUDA implementation of mma_nmt::multihop_gate and its backward. Deliberately simple: one thread per (sentence,
-// position) walks the H heads with the arithmetic of multihop/head_gate.h, accumulating in float (double for double).
-// float32, float16 and bfloat16 inputs.
-#include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
+// CUDA implementation of mma_nmt::multihop_gate and its backward: argument checks and the device guard, then the
+// kernels of head_gate_kernels.cuh on the current stream.
+#include "multihop/cuda/head_gate_kernels.cuh"  // first: it includes common/cuda_compat.h
+
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include <tuple>
-
-#include "multihop/head_gate.h"
-#include "multihop/multihop_params.h"
-
 namespace mma_nmt::multihop::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-
-template <typename scalar_t, typename acc_t>
-__global__ void head_gate_forward_kernel(HeadGateParams p, const scalar_t* __restrict__ wq,
-                                         const scalar_t* __restrict__ ua, const scalar_t* __restrict__ uc,
-                                         const scalar_t* __restrict__ v_b, scalar_t* __restrict__ out,
-                                         scalar_t* __restrict__ gate) {
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n >= p.batch * p.query_len) return;
-  acc_t beta[kMaxHeads];
-  for (int64_t h = 0; h < p.heads; ++h) {
-    const int64_t row = head_row(n, h, p.heads, p.query_len);
-    beta[h] = head_score<scalar_t, acc_t>(wq + row * p.hop_dim, ua + row * p.hop_dim, v_b, p.hop_dim);
-  }
-  softmax_over_heads(beta, p.heads);
-  for (int64_t h = 0; h < p.heads; ++h) {
-    const int64_t row = head_row(n, h, p.heads, p.query_len);
-    gate[row] = static_cast<scalar_t>(beta[h]);
-    for (int64_t c = 0; c < p.value_dim; ++c) {
-      out[row * p.value_dim + c] = static_cast<scalar_t>(beta[h] * static_cast<acc_t>(uc[row * p.value_dim + c]));
-    }
-  }
-}
-
-template <typename scalar_t, typename acc_t>
-__global__ void head_gate_backward_kernel(HeadGateParams p, const scalar_t* __restrict__ dout,
-                                          const scalar_t* __restrict__ dgate, const scalar_t* __restrict__ wq,
-                                          const scalar_t* __restrict__ ua, const scalar_t* __restrict__ uc,
-                                          const scalar_t* __restrict__ v_b, const scalar_t* __restrict__ gate,
-                                          scalar_t* __restrict__ dpre, scalar_t* __restrict__ duc,
-                                          acc_t* __restrict__ dv_b) {
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n >= p.batch * p.query_len) return;
-  acc_t beta[kMaxHeads], de[kMaxHeads];
-  for (int64_t h = 0; h < p.heads; ++h) {
-    const int64_t row = head_row(n, h, p.heads, p.query_len);
-    beta[h] = static_cast<acc_t>(gate[row]);
-    acc_t g = dgate != nullptr ? static_cast<acc_t>(dgate[row]) : acc_t(0);
-    for (int64_t c = 0; c < p.value_dim; ++c) {
-      const acc_t d = static_cast<acc_t>(dout[row * p.value_dim + c]);
-      g += d * static_cast<acc_t>(uc[row * p.value_dim + c]);
-      duc[row * p.value_dim + c] = static_cast<scalar_t>(beta[h] * d);
-    }
-    de[h] = g;
-  }
-  softmax_over_heads_backward(beta, de, p.heads);
-  for (int64_t h = 0; h < p.heads; ++h) {
-    const int64_t row = head_row(n, h, p.heads, p.query_len);
-    for (int64_t d = 0; d < p.hop_dim; ++d) {
-      const int64_t i = row * p.hop_dim + d;
-      const acc_t u = tanh_of(static_cast<acc_t>(wq[i]) + static_cast<acc_t>(ua[i]));
-      dpre[row * p.hop_dim + d] = static_cast<scalar_t>(de[h] * static_cast<acc_t>(v_b[d]) * (acc_t(1) - u * u));
-      atomicAdd(dv_b + d, de[h] * u);
-    }
-  }
-}
-
-int blocks_for(int64_t positions) { return static_cast<int>((positions + kThreads - 1) / kThreads); }
+gpu::Launch current_launch() { return gpu::Launch{at::cuda::getCurrentCUDAStream()}; }
 
 std::tuple<at::Tensor, at::Tensor> multihop_gate_cuda(const at::Tensor& query_proj, const at::Tensor& head_proj,
                                                       const at::Tensor& value_proj, const at::Tensor& v_b) {
   const HeadGateParams p = check_head_gate_args("mma_nmt.multihop_gate", query_proj, head_proj, value_proj, v_b);
   const c10::cuda::CUDAGuard guard(query_proj.device());
-  const at::Tensor wq = query_proj.contiguous(), ua = head_proj.contiguous(), uc = value_proj.contiguous();
-  const at::Tensor vb = v_b.contiguous();
-  at::Tensor out = at::empty({p.batch, p.heads, p.query_len, p.value_dim}, query_proj.options());
-  at::Tensor gate = at::empty({p.batch, p.heads, p.query_len}, query_proj.options());
-  if (p.positions() == 0) return {out, gate};
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, wq.scalar_type(), "mma_nmt::multihop_gate cuda", [&] {
-    using acc_t = at::opmath_type<scalar_t>;
-    head_gate_forward_kernel<scalar_t, acc_t><<<blocks_for(p.positions()), kThreads, 0, stream>>>(
-        p, wq.data_ptr<scalar_t>(), ua.data_ptr<scalar_t>(), uc.data_ptr<scalar_t>(), vb.data_ptr<scalar_t>(),
-        out.data_ptr<scalar_t>(), gate.data_ptr<scalar_t>());
-  });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return {out, gate};
+  return run_head_gate_forward(p, query_proj, head_proj, value_proj, v_b, current_launch());
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_gate_backward_cuda(
@@ -102,24 +25,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_gate_backward_cuda(
   const HeadGateParams p = check_head_gate_args(op, query_proj, head_proj, value_proj, v_b);
   check_head_gate_backward_extras(op, p, query_proj, grad_out, grad_gate, gate);
   const c10::cuda::CUDAGuard guard(query_proj.device());
-  const at::Tensor dout = grad_out.contiguous(), wq = query_proj.contiguous(), ua = head_proj.contiguous();
-  const at::Tensor uc = value_proj.contiguous(), vb = v_b.contiguous(), beta = gate.contiguous();
-  const at::Tensor dgate = grad_gate.has_value() ? grad_gate->contiguous() : at::Tensor();
-  at::Tensor dpre = at::empty_like(wq), duc = at::empty_like(uc);
-  at::Tensor dv_b = at::zeros({p.hop_dim}, vb.options().dtype(at::toOpMathType(vb.scalar_type())));
-  if (p.positions() > 0) {
-    const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, wq.scalar_type(), "mma_nmt::multihop_gate_backward cuda",
-                                    [&] {
-      using acc_t = at::opmath_type<scalar_t>;
-      head_gate_backward_kernel<scalar_t, acc_t><<<blocks_for(p.positions()), kThreads, 0, stream>>>(
-          p, dout.data_ptr<scalar_t>(), dgate.defined() ? dgate.data_ptr<scalar_t>() : nullptr,
-          wq.data_ptr<scalar_t>(), ua.data_ptr<scalar_t>(), uc.data_ptr<scalar_t>(), vb.data_ptr<scalar_t>(),
-          beta.data_ptr<scalar_t>(), dpre.data_ptr<scalar_t>(), duc.data_ptr<scalar_t>(), dv_b.data_ptr<acc_t>());
-    });
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-  return {dpre, duc, dv_b.to(vb.scalar_type())};
+  return run_head_gate_backward(p, grad_out, grad_gate, query_proj, head_proj, value_proj, v_b, gate,
+                                current_launch());
 }
 
 }  // namespace

@@ -1,0 +1,88 @@
+"""CUDA section "training": one training step (forward, label-smoothed loss, backward, Adam) of a whole Transformer with
+MMA encoder self-attention (GLFB heads), fused operators against the same model built from ``nn.MultiheadAttention``
+(``implementation="torch"``), on one fixed batch of random sentences, in float32 and under autocast to float16 and
+bfloat16."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from benchmarks.profiles import TIMING
+from benchmarks.report import Section, Table
+from benchmarks.section_end_to_end import config_for_vocab
+from benchmarks.timing import time_interleaved
+from mma_nmt.data.batch import Batch, pad_sequences
+from mma_nmt.models import build_model
+from mma_nmt.training.loss import label_smoothed_cross_entropy
+
+VOCAB, PAD, BOS, EOS = 8000, 0, 1, 2
+PRECISIONS = {"float32": None, "autocast float16": torch.float16, "autocast bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    models: tuple  # (preset, sentences per batch, sentence length)
+    turns: int
+
+
+SIZES = {"full": Sizes((("transformer_tiny", 128, 32), ("transformer_iwslt_small", 64, 64),
+                        ("transformer_iwslt_small", 32, 256)), turns=7),
+         "quick": Sizes((("transformer_iwslt_small", 64, 64),), turns=3),
+         "tiny": Sizes((("transformer_tiny", 2, 8),), turns=1)}
+
+
+def random_batch(sentences: int, length: int, *, seed: int = 0, device: str = "cuda") -> Batch:
+    """Sentences of random tokens, lengths drawn in [length/2, length], on ``device``."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(max(1, length // 2), length + 1, (2, sentences), generator=gen)
+    src = [torch.randint(3, VOCAB, (int(n),), generator=gen) for n in lengths[0]]
+    tgt = [torch.randint(3, VOCAB, (int(n),), generator=gen) for n in lengths[1]]
+    src_ids, src_lengths = pad_sequences(src, pad_id=PAD)
+    tgt_in, tgt_lengths = pad_sequences(tgt, prefix=BOS, pad_id=PAD)
+    tgt_out, _ = pad_sequences(tgt, suffix=EOS, pad_id=PAD)
+    return Batch(src_ids, src_lengths, tgt_in, tgt_out, tgt_lengths, torch.arange(sentences)).to(device)
+
+
+def train_step_fn(config, batch: Batch, precision: torch.dtype | None):
+    """One step of a fresh model on ``batch``'s device (as ``section_end_to_end.train_step_fn``)."""
+    torch.manual_seed(0)
+    model = build_model(config).to(batch.src.device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+    real = batch.tgt_out != PAD  # (B, T)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        autocast = (torch.autocast(batch.src.device.type, precision) if precision is not None
+                    else contextlib.nullcontext())
+        with autocast:
+            logits = model(batch.src, batch.src_lengths, batch.tgt_in, output_mask=real)  # (N, V)
+            loss, _ = label_smoothed_cross_entropy(logits.float(), batch.tgt_out[real], epsilon=0.1, ignore_index=PAD)
+        (loss / batch.num_tokens).backward()
+        optimizer.step()
+
+    return step
+
+
+def run(profile: str) -> Section:
+    sizes = SIZES[profile]
+    timing = {**TIMING[profile].kwargs(), "min_seconds": 0.0, "warmup": 1, "repeat": sizes.turns}
+    section = Section("training", "c. Training step: fused vs the nn.MultiheadAttention model", __doc__)
+    rows = []
+    for name, sentences, length in sizes.models:
+        batch = random_batch(sentences, length)
+        configs = [config_for_vocab(name, "MMA", impl, src_vocab=VOCAB, tgt_vocab=VOCAB, pad_id=PAD)
+                   for impl in ("fused", "torch")]
+        for label, precision in PRECISIONS.items():
+            fused, torch_model = time_interleaved([train_step_fn(c, batch, precision) for c in configs],
+                                                  synchronize=torch.cuda.synchronize, **timing)
+            where = f"{name} {sentences}x{length} {label}"
+            rows.append([name, f"{sentences} x {length}", label, batch.num_tokens / fused,
+                         batch.num_tokens / torch_model, torch_model / fused])
+            section.figure("cuda_train_vs_torch", torch_model / fused, where)
+    section.tables.append(Table("Training tokens/s", ["model", "batch (sentences x max len)", "precision",
+                                                      "fused tok/s", "nn.MultiheadAttention tok/s",
+                                                      "fused / nn.MultiheadAttention"], rows))
+    return section

@@ -1,0 +1,116 @@
+// Output allocation and kernel launches of the CUDA GMM cross-attention for checked arguments (gmm_cuda.cu checks
+// them): device-agnostic host code, run by the CUDA operator on the current stream and by tests/cpp/emulated on CPU
+// tensors under the HIP CPU emulator.
+#pragma once
+
+#include "gmm/cuda/gmm_kernels.cuh"  // first: it includes common/cuda_compat.h
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+
+#include <optional>
+
+#include "gmm/gmm_outputs.h"
+
+namespace mma_nmt::gmm::cuda {
+
+// Data of an optional tensor, or null when it is absent (undefined or the (0,) placeholder).
+template <typename T>
+T* ptr_or_null(const at::Tensor& t) {
+  return t.defined() && t.numel() > 0 ? t.data_ptr<T>() : nullptr;
+}
+
+// Contiguous inputs of one call; optional ones are undefined when absent, dout only in backward.
+struct Inputs {
+  at::Tensor q, k, v, lengths, omega, mu, sigma, gate, center, width, dout;
+};
+
+inline Inputs contiguous_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const std::optional<at::Tensor>& lengths, const at::Tensor& omega,
+                                const at::Tensor& mu, const at::Tensor& sigma, const at::Tensor& gate,
+                                const LocalBias& local) {
+  auto opt = [](const std::optional<at::Tensor>& t) { return t.has_value() ? t->contiguous() : at::Tensor(); };
+  return {q.contiguous(),     k.contiguous(),  v.contiguous(),     opt(lengths),
+          omega.contiguous(), mu.contiguous(), sigma.contiguous(), gate.contiguous(),
+          opt(local.center),  opt(local.width), at::Tensor()};
+}
+
+template <typename scalar_t, typename acc_t>
+GmmArgs<scalar_t, acc_t> make_args(const GmmParams& p, const Inputs& in) {
+  return {in.q.data_ptr<scalar_t>(), in.k.data_ptr<scalar_t>(), in.v.data_ptr<scalar_t>(),
+          in.omega.data_ptr<scalar_t>(), in.mu.data_ptr<scalar_t>(), in.sigma.data_ptr<scalar_t>(),
+          in.gate.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(in.center), ptr_or_null<scalar_t>(in.width),
+          ptr_or_null<scalar_t>(in.dout), in.lengths.defined() ? in.lengths.data_ptr<int64_t>() : nullptr,
+          p.batch, p.heads, p.query_len, p.key_len, p.head_dim, p.value_dim, p.components, p.normalization,
+          static_cast<acc_t>(p.scale), static_cast<acc_t>(p.sigma_floor)};
+}
+
+// One warp per row (or key): `warps` of them in blocks of launch.warps_per_block.
+struct WarpGrid {
+  dim3 grid, block;
+};
+
+inline WarpGrid warp_grid(int64_t warps, const gpu::Launch& launch) {
+  TORCH_CHECK(launch.warps_per_block >= 1 && launch.warps_per_block <= kMaxWarpsPerBlock,
+              "mma_nmt GMM kernels: warps_per_block must be in [1, ", kMaxWarpsPerBlock, "], got ",
+              launch.warps_per_block);
+  const int64_t per_block = launch.warps_per_block;
+  return {dim3(static_cast<unsigned>((warps + per_block - 1) / per_block)),
+          dim3(static_cast<unsigned>(per_block * kWarp))};
+}
+
+// The outputs of mma_nmt::gmm_attention (GmmForwardResult order).
+inline GmmForwardResult run_gmm_forward(const GmmParams& p, const Inputs& in, bool return_weights,
+                                        const gpu::Launch& launch) {
+  ForwardOutputs o = allocate_forward_outputs(p, in.q, return_weights);
+  // As on the CPU: only no query row or no key means nothing to compute (a zero head or value dim still has weights).
+  if (p.batch * p.heads * p.query_len == 0 || p.key_len == 0) return empty_forward(o);
+  const WarpGrid shape = warp_grid(p.batch * p.heads * p.query_len, launch);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.q.scalar_type(), "mma_nmt::gmm_attention cuda", [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const GmmOutputs<scalar_t, acc_t> out{
+        o.out.data_ptr<scalar_t>(),           return_weights ? o.alpha.data_ptr<scalar_t>() : nullptr,
+        return_weights ? o.beta.data_ptr<scalar_t>() : nullptr, o.lse.data_ptr<acc_t>(),
+        o.log_mass.data_ptr<acc_t>(),         o.alpha_context.data_ptr<acc_t>(),
+        o.beta_context.data_ptr<acc_t>()};
+    gpu::launch_kernel(&gmm_forward_kernel<scalar_t, acc_t>, shape.grid, shape.block, 0, launch,
+                       make_args<scalar_t, acc_t>(p, in), out);
+  });
+  return o.as_tuple();
+}
+
+// The forward's saved statistics a backward receives.
+struct SavedStatistics {
+  at::Tensor lse, log_mass, alpha_context, beta_context;
+};
+
+// The gradients of mma_nmt::gmm_attention_backward (GmmBackwardResult order); `in.dout` holds grad_out.
+inline GmmBackwardResult run_gmm_backward(const GmmParams& p, const Inputs& in, const SavedStatistics& saved,
+                                          const gpu::Launch& launch) {
+  const bool run = p.batch * p.heads * p.query_len > 0 && p.key_len > 0;  // as on the CPU
+  BackwardGrads g = allocate_backward_grads(p, in.q, run);
+  if (!run) return g.as_tuple();
+  const at::Tensor lse = saved.lse.contiguous(), log_mass = saved.log_mass.contiguous();
+  const at::Tensor ctx_a = saved.alpha_context.contiguous(), ctx_b = saved.beta_context.contiguous();
+  const at::Tensor row_stats = at::empty({p.batch, p.heads, p.query_len, kRowStats}, lse.options());
+  const WarpGrid rows = warp_grid(p.batch * p.heads * p.query_len, launch);
+  const WarpGrid keys = warp_grid(p.batch * p.heads * p.key_len, launch);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.q.scalar_type(), "mma_nmt::gmm_attention_backward cuda",
+                                  [&] {
+    using acc_t = at::opmath_type<scalar_t>;
+    const GmmGrads<scalar_t, acc_t> grads{
+        lse.data_ptr<acc_t>(),          log_mass.data_ptr<acc_t>(),        ctx_a.data_ptr<acc_t>(),
+        ctx_b.data_ptr<acc_t>(),        row_stats.data_ptr<acc_t>(),       g.q.data_ptr<scalar_t>(),
+        g.k.data_ptr<scalar_t>(),       g.v.data_ptr<scalar_t>(),          g.omega.data_ptr<scalar_t>(),
+        g.mu.data_ptr<scalar_t>(),      g.sigma.data_ptr<scalar_t>(),      g.gate.data_ptr<scalar_t>(),
+        ptr_or_null<scalar_t>(g.local_center), ptr_or_null<scalar_t>(g.local_width)};
+    const GmmArgs<scalar_t, acc_t> args = make_args<scalar_t, acc_t>(p, in);
+    // The key kernel reads the row statistics the row kernel leaves: launched in this order on one stream.
+    gpu::launch_kernel(&gmm_backward_rows_kernel<scalar_t, acc_t>, rows.grid, rows.block, 0, launch, args, grads);
+    gpu::launch_kernel(&gmm_backward_keys_kernel<scalar_t, acc_t>, keys.grid, keys.block, 0, launch, args, grads);
+  });
+  return g.as_tuple();
+}
+
+}  // namespace mma_nmt::gmm::cuda

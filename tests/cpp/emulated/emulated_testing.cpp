@@ -1,0 +1,61 @@
+#include "emulated_testing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <mutex>
+
+namespace mma_nmt::emulated {
+namespace {
+
+// Largest error seen per "<kernel> <dtype> <output>", printed when the test program ends.
+class ErrorSummary : public ::testing::Environment {
+ public:
+  void record(const std::string& key, double error) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    double& worst = worst_[key];
+    worst = std::max(worst, error);
+  }
+  void TearDown() override {
+    if (worst_.empty()) return;
+    std::printf("[emulated] largest |emulated CUDA kernel - CPU operator| / (1 + |CPU|) per kernel, dtype, output:\n");
+    for (const auto& [key, error] : worst_) std::printf("[emulated]   %-52s %.3g\n", key.c_str(), error);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, double> worst_;
+};
+
+// Registered before main() runs the tests; gtest owns it.
+ErrorSummary* const summary_environment =
+    static_cast<ErrorSummary*>(::testing::AddGlobalTestEnvironment(new ErrorSummary));
+
+}  // namespace
+
+double scaled_max_error(const at::Tensor& got, const at::Tensor& want) {
+  if (got.numel() == 0) return 0.0;
+  const at::Tensor a = got.to(at::kDouble), b = want.to(at::kDouble);
+  const at::Tensor equal = a == b;  // also equal infinities
+  at::Tensor error = ((a - b).abs() / (b.abs() + 1.0)).masked_fill(equal, 0.0);
+  const double inf = std::numeric_limits<double>::infinity();
+  error = at::nan_to_num(error, inf, inf, inf);  // a NaN, or an infinity on one side only
+  return error.max().item<double>();
+}
+
+void expect_close(const at::Tensor& got, const at::Tensor& want, const DtypeCase& dtype, const std::string& kernel,
+                  const std::string& output) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << kernel << " " << output;
+  const double error = scaled_max_error(got, want);
+  summary_environment->record(kernel + " " + dtype_name(dtype.dtype) + " " + output, error);
+  EXPECT_LE(error, dtype.tolerance) << kernel << " " << dtype_name(dtype.dtype) << " " << output
+                                    << ": the emulated CUDA kernel differs from the CPU operator";
+}
+
+at::Tensor random_input(at::IntArrayRef shape, const DtypeCase& dtype) {
+  return at::randn(shape, at::TensorOptions().dtype(at::kDouble)).to(dtype.dtype);
+}
+
+}  // namespace mma_nmt::emulated

@@ -1,0 +1,144 @@
+// The CUDA kernels of mma_nmt::gmm_attention (gmm_kernels.cuh, gmm_backward_kernels.cuh, launched by gmm_launch.cuh)
+// under the HIP CPU emulator against the CPU operator: every normalisation, with and without the localness bias,
+// padding with a length-1 and an empty sentence (fully masked rows), T = 1 and T != S, odd head sizes, all dtypes.
+#include "emulated_testing.h"  // first: torch's headers before HIP's
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gmm/cuda/gmm_launch.cuh"
+#include "gmm/gmm_math.h"
+
+namespace mma_nmt::emulated {
+namespace {
+
+using gmm::GmmBackwardResult;
+using gmm::GmmForwardResult;
+
+struct GmmCase {
+  std::string name;
+  int64_t batch, heads, query_len, key_len, head_dim, value_dim, components;
+  int64_t normalization;
+  bool local_bias;
+  std::vector<int64_t> key_lengths;  // empty: no padding
+};
+
+// gtest prints a failing case by its name.
+void PrintTo(const GmmCase& c, std::ostream* os) { *os << c.name; }
+
+const GmmCase kCases[] = {
+    {"ApproximateLengthOneAndEmptySentence", 3, 2, 4, 6, 5, 3, 2, gmm::kApproximate, false, {6, 1, 0}},
+    {"StrictWithLocalBiasTNotS", 2, 2, 5, 9, 33, 7, 3, gmm::kStrict, true, {9, 4}},
+    {"UnnormalisedSingleQueryStep", 2, 3, 1, 7, 8, 9, 1, gmm::kUnnormalised, false, {7, 3}},
+    {"StrictLocalBiasWideHeads", 1, 1, 3, 4, 130, 40, 2, gmm::kStrict, true, {}},
+};
+
+using ForwardFn = GmmForwardResult(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                   const std::optional<at::Tensor>&, const at::Tensor&, const at::Tensor&,
+                                   const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                   const std::optional<at::Tensor>&, double, int64_t, double, bool);
+using BackwardFn = GmmBackwardResult(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                     const std::optional<at::Tensor>&, const at::Tensor&, const at::Tensor&,
+                                     const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                     const std::optional<at::Tensor>&, const at::Tensor&, const at::Tensor&,
+                                     const at::Tensor&, const at::Tensor&, double, int64_t, double);
+
+constexpr double kScale = 0.3;
+constexpr double kSigmaFloor = 0.5;
+
+// The mixture and gate inputs, in the dtype under test: positive weights, means over the sentence, sigmas on both
+// sides of the floor, gates in (0, 1).
+struct MixtureInputs {
+  at::Tensor omega, mu, sigma, gate;
+  std::optional<at::Tensor> center, width;
+};
+
+MixtureInputs random_mixture(const GmmCase& c, const DtypeCase& dtype) {
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  const std::vector<int64_t> rows{c.batch, c.heads, c.query_len};
+  const std::vector<int64_t> components{c.batch, c.heads, c.query_len, c.components};
+  MixtureInputs m;
+  m.omega = at::rand(components, opts).add(0.1).to(dtype.dtype);
+  m.mu = (at::rand(components, opts) * c.key_len).to(dtype.dtype);
+  m.sigma = (at::rand(components, opts) * 3.0 + 0.2).to(dtype.dtype);
+  m.gate = at::rand(rows, opts).to(dtype.dtype);
+  if (c.local_bias) {
+    m.center = (at::rand(rows, opts) * c.key_len).to(dtype.dtype);
+    m.width = (at::rand(rows, opts) * 2.0 + 0.3).to(dtype.dtype);
+  }
+  return m;
+}
+
+std::optional<at::Tensor> optional_to(const std::optional<at::Tensor>& t, at::ScalarType dtype) {
+  return t.has_value() ? std::optional<at::Tensor>(t->to(dtype)) : std::nullopt;
+}
+
+const char* const kForwardOutputs[] = {"out", "lse", "log_mass", "alpha_context", "beta_context", "alpha", "beta"};
+const char* const kBackwardOutputs[] = {"grad_q",     "grad_k",    "grad_v",          "grad_omega",     "grad_mu",
+                                        "grad_sigma", "grad_gate", "grad_local_center", "grad_local_width"};
+
+template <typename Tuple, size_t... I>
+std::vector<at::Tensor> as_vector(const Tuple& tuple, std::index_sequence<I...>) {
+  return {std::get<I>(tuple)...};
+}
+
+class EmulatedGmm : public ::testing::TestWithParam<std::tuple<GmmCase, DtypeCase>> {};
+
+TEST_P(EmulatedGmm, ForwardAndBackwardMatchCpuOperator) {
+  const auto& [c, dtype] = GetParam();
+  at::manual_seed(11);
+  const at::Tensor q = random_input({c.batch, c.heads, c.query_len, c.head_dim}, dtype);
+  const at::Tensor k = random_input({c.batch, c.heads, c.key_len, c.head_dim}, dtype);
+  const at::Tensor v = random_input({c.batch, c.heads, c.key_len, c.value_dim}, dtype);
+  const at::Tensor grad_out = random_input({c.batch, c.heads, c.query_len, c.value_dim}, dtype);
+  const MixtureInputs m = random_mixture(c, dtype);
+  const std::optional<at::Tensor> lengths =
+      c.key_lengths.empty() ? std::nullopt : std::optional<at::Tensor>(at::tensor(c.key_lengths));
+  const at::ScalarType rt = dtype.reference_dtype;
+
+  const auto forward = c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::gmm_attention", "").typed<ForwardFn>();
+  const GmmForwardResult cpu =
+      forward.call(q.to(rt), k.to(rt), v.to(rt), lengths, m.omega.to(rt), m.mu.to(rt), m.sigma.to(rt), m.gate.to(rt),
+                   optional_to(m.center, rt), optional_to(m.width, rt), kScale, c.normalization, kSigmaFloor, true);
+  const gmm::LocalBias local{m.center, m.width};
+  const gmm::GmmParams p = gmm::check_gmm_args("emulated gmm", q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate,
+                                               local, kScale, c.normalization, kSigmaFloor);
+  gmm::cuda::Inputs in = gmm::cuda::contiguous_inputs(q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, local);
+  const GmmForwardResult emu = gmm::cuda::run_gmm_forward(p, in, true, emulated_launch());
+  const auto cpu_outputs = as_vector(cpu, std::make_index_sequence<7>());
+  const auto emu_outputs = as_vector(emu, std::make_index_sequence<7>());
+  for (size_t i = 0; i < cpu_outputs.size(); ++i) {
+    expect_close(emu_outputs[i], cpu_outputs[i], dtype, "gmm_forward", kForwardOutputs[i]);
+  }
+
+  const auto& [out, lse, log_mass, ctx_a, ctx_b, alpha, beta] = cpu;
+  const auto backward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::gmm_attention_backward", "").typed<BackwardFn>();
+  const GmmBackwardResult cpu_grads =
+      backward.call(grad_out.to(rt), q.to(rt), k.to(rt), v.to(rt), lengths, m.omega.to(rt), m.mu.to(rt),
+                    m.sigma.to(rt), m.gate.to(rt), optional_to(m.center, rt), optional_to(m.width, rt), lse, log_mass,
+                    ctx_a, ctx_b, kScale, c.normalization, kSigmaFloor);
+  in.dout = grad_out.contiguous();
+  const GmmBackwardResult emu_grads =
+      gmm::cuda::run_gmm_backward(p, in, {lse, log_mass, ctx_a, ctx_b}, emulated_launch());
+  const auto cpu_grad_list = as_vector(cpu_grads, std::make_index_sequence<9>());
+  const auto emu_grad_list = as_vector(emu_grads, std::make_index_sequence<9>());
+  for (size_t i = 0; i < cpu_grad_list.size(); ++i) {
+    expect_close(emu_grad_list[i], cpu_grad_list[i], dtype, "gmm_backward", kBackwardOutputs[i]);
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<std::tuple<GmmCase, DtypeCase>>& info) {
+  return std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param).dtype);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EmulatedGmm,
+                         ::testing::Combine(::testing::ValuesIn(kCases), ::testing::ValuesIn(kAllDtypes)), case_name);
+
+}  // namespace
+}  // namespace mma_nmt::emulated

@@ -1,0 +1,158 @@
+// The CUDA kernels of mma_nmt::multihop_gate (head_gate_kernels.cuh) and mma_nmt::shared_value_attention
+// (shared_value_kernels.cuh), forward and backward, under the HIP CPU emulator against the CPU operators, in every
+// dtype. Shared-value cases: padding with a length-1 and an empty sentence (fully masked rows), T = 1 and T != S, odd
+// head sizes. Head-gate cases: one head, several, positions not a multiple of the block, with and without grad_gate.
+#include "emulated_testing.h"  // first: torch's headers before HIP's
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "luong/cuda/shared_value_kernels.cuh"
+#include "multihop/cuda/head_gate_kernels.cuh"
+
+namespace mma_nmt::emulated {
+namespace {
+
+using Pair = std::tuple<at::Tensor, at::Tensor>;
+using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+std::optional<at::Tensor> lengths_of(const std::vector<int64_t>& lengths) {
+  return lengths.empty() ? std::nullopt : std::optional<at::Tensor>(at::tensor(lengths));
+}
+
+// ---- multi-hop head gate ----
+
+struct HeadGateCase {
+  std::string name;
+  int64_t batch, heads, query_len, hop_dim, value_dim;
+};
+
+// 3 x 50 = 150 positions: the second block of 128 threads is part-full.
+void PrintTo(const HeadGateCase& c, std::ostream* os) { *os << c.name; }
+
+const HeadGateCase kHeadGateCases[] = {
+    {"OneHead", 2, 1, 3, 5, 4},
+    {"EightHeadsTwoBlocks", 3, 8, 50, 7, 3},
+    {"SingleStep", 4, 3, 1, 9, 6},
+};
+
+using GateFn = Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&);
+using GateBackwardFn = Triple(const at::Tensor&, const std::optional<at::Tensor>&, const at::Tensor&,
+                              const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&);
+
+class EmulatedHeadGate : public ::testing::TestWithParam<std::tuple<HeadGateCase, DtypeCase>> {};
+
+TEST_P(EmulatedHeadGate, ForwardAndBackwardMatchCpuOperator) {
+  const auto& [c, dtype] = GetParam();
+  at::manual_seed(17);
+  const at::Tensor query_proj = random_input({c.batch, c.heads, c.query_len, c.hop_dim}, dtype);
+  const at::Tensor head_proj = random_input({c.batch, c.heads, c.query_len, c.hop_dim}, dtype);
+  const at::Tensor value_proj = random_input({c.batch, c.heads, c.query_len, c.value_dim}, dtype);
+  const at::Tensor v_b = random_input({c.hop_dim}, dtype);
+  const at::Tensor grad_out = random_input({c.batch, c.heads, c.query_len, c.value_dim}, dtype);
+  const at::Tensor grad_gate = random_input({c.batch, c.heads, c.query_len}, dtype);
+  const at::ScalarType rt = dtype.reference_dtype;
+  const char* op = "emulated multihop_gate";
+
+  const auto forward = c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::multihop_gate", "").typed<GateFn>();
+  const auto [out, gate] = forward.call(query_proj.to(rt), head_proj.to(rt), value_proj.to(rt), v_b.to(rt));
+  const multihop::HeadGateParams p = multihop::check_head_gate_args(op, query_proj, head_proj, value_proj, v_b);
+  const auto [emu_out, emu_gate] =
+      multihop::cuda::run_head_gate_forward(p, query_proj, head_proj, value_proj, v_b, emulated_launch());
+  expect_close(emu_out, out, dtype, "multihop_gate_forward", "out");
+  expect_close(emu_gate, gate, dtype, "multihop_gate_forward", "gate");
+
+  const auto backward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::multihop_gate_backward", "").typed<GateBackwardFn>();
+  for (const bool with_grad_gate : {true, false}) {
+    const std::string when = with_grad_gate ? " (with grad_gate)" : " (without grad_gate)";
+    const std::optional<at::Tensor> dgate = with_grad_gate ? std::optional<at::Tensor>(grad_gate) : std::nullopt;
+    const std::optional<at::Tensor> dgate_ref = with_grad_gate ? std::optional<at::Tensor>(grad_gate.to(rt))
+                                                               : std::nullopt;
+    const auto [grad_pre, grad_value, grad_v_b] = backward.call(grad_out.to(rt), dgate_ref, query_proj.to(rt),
+                                                                head_proj.to(rt), value_proj.to(rt), v_b.to(rt), gate);
+    const auto [emu_pre, emu_value, emu_v_b] = multihop::cuda::run_head_gate_backward(
+        p, grad_out, dgate, query_proj, head_proj, value_proj, v_b, gate.to(dtype.dtype), emulated_launch());
+    expect_close(emu_pre, grad_pre, dtype, "multihop_gate_backward", "grad_pre" + when);
+    expect_close(emu_value, grad_value, dtype, "multihop_gate_backward", "grad_value_proj" + when);
+    expect_close(emu_v_b, grad_v_b, dtype, "multihop_gate_backward", "grad_v_b" + when);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EmulatedHeadGate,
+                         ::testing::Combine(::testing::ValuesIn(kHeadGateCases), ::testing::ValuesIn(kAllDtypes)),
+                         [](const ::testing::TestParamInfo<std::tuple<HeadGateCase, DtypeCase>>& info) {
+                           return std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param).dtype);
+                         });
+
+// ---- shared-value (multi-head Luong) attention ----
+
+struct SharedValueCase {
+  std::string name;
+  int64_t batch, heads, query_len, key_len, head_dim, value_dim;
+  std::vector<int64_t> key_lengths;  // empty: no padding
+};
+
+void PrintTo(const SharedValueCase& c, std::ostream* os) { *os << c.name; }
+
+const SharedValueCase kSharedValueCases[] = {
+    {"LengthOneAndEmptySentence", 3, 2, 4, 6, 5, 3, {6, 1, 0}},
+    {"TNotSMoreKeysThanThreads", 2, 3, 3, 150, 9, 7, {150, 77}},
+    {"SingleQueryStep", 2, 4, 1, 7, 8, 131, {}},
+};
+
+using SharedValueFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                             double, bool);
+using SharedValueBackwardFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                     const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, double);
+
+constexpr double kScale = 0.35;
+
+class EmulatedSharedValue : public ::testing::TestWithParam<std::tuple<SharedValueCase, DtypeCase>> {};
+
+TEST_P(EmulatedSharedValue, ForwardAndBackwardMatchCpuOperator) {
+  const auto& [c, dtype] = GetParam();
+  at::manual_seed(23);
+  const at::Tensor q = random_input({c.batch, c.heads, c.query_len, c.head_dim}, dtype);
+  const at::Tensor k = random_input({c.batch, c.heads, c.key_len, c.head_dim}, dtype);
+  const at::Tensor v = random_input({c.batch, c.key_len, c.value_dim}, dtype);
+  const at::Tensor grad_out = random_input({c.batch, c.heads, c.query_len, c.value_dim}, dtype);
+  const std::optional<at::Tensor> lengths = lengths_of(c.key_lengths);
+  const at::ScalarType rt = dtype.reference_dtype;
+
+  const auto forward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::shared_value_attention", "").typed<SharedValueFn>();
+  const auto [out, lse, probs] = forward.call(q.to(rt), k.to(rt), v.to(rt), lengths, kScale, true);
+  const luong::SharedValueParams p =
+      luong::check_shared_value_args("emulated shared_value_attention", q, k, v, lengths, kScale);
+  const auto [emu_out, emu_lse, emu_probs] =
+      luong::cuda::run_shared_value_forward(p, q, k, v, lengths, true, emulated_launch());
+  expect_close(emu_out, out, dtype, "shared_value_forward", "out");
+  expect_close(emu_lse, lse, dtype, "shared_value_forward", "lse");
+  expect_close(emu_probs, probs, dtype, "shared_value_forward", "probs");
+
+  const auto backward = c10::Dispatcher::singleton()
+                            .findSchemaOrThrow("mma_nmt::shared_value_attention_backward", "")
+                            .typed<SharedValueBackwardFn>();
+  const auto [grad_q, grad_k, grad_v] =
+      backward.call(grad_out.to(rt), q.to(rt), k.to(rt), v.to(rt), out, lse, lengths, kScale);
+  const auto [emu_grad_q, emu_grad_k, emu_grad_v] = luong::cuda::run_shared_value_backward(
+      p, grad_out, q, k, v, out.to(dtype.dtype), lse, lengths, emulated_launch());
+  expect_close(emu_grad_q, grad_q, dtype, "shared_value_backward", "grad_q");
+  expect_close(emu_grad_k, grad_k, dtype, "shared_value_backward", "grad_k");
+  expect_close(emu_grad_v, grad_v, dtype, "shared_value_backward", "grad_v");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, EmulatedSharedValue,
+                         ::testing::Combine(::testing::ValuesIn(kSharedValueCases), ::testing::ValuesIn(kAllDtypes)),
+                         [](const ::testing::TestParamInfo<std::tuple<SharedValueCase, DtypeCase>>& info) {
+                           return std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param).dtype);
+                         });
+
+}  // namespace
+}  // namespace mma_nmt::emulated

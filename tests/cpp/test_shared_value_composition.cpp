@@ -1,0 +1,94 @@
+// mma_nmt::shared_value_attention by composition (shared_value_composition.h), the CUDA backend's path, run on CPU
+// tensors against the CPU kernel through the dispatcher: padding with length-1 and empty sentences (rows without
+// keys), one decoder step and whole target sequences, weights returned or not, forward and backward.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "luong/shared_value_composition.h"
+
+namespace {
+
+using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using ForwardFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                         double, bool);
+using BackwardFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                          const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, double);
+
+struct Case {
+  std::string name;
+  int64_t batch, heads, query_len, key_len, head_dim, value_dim;
+  std::vector<int64_t> key_lengths;  // empty: no padding
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+const Case kCases[] = {
+    {"StepWithLengthOneAndEmptySentence", 3, 4, 1, 6, 8, 5, {6, 1, 0}},
+    {"AllStepsTNotS", 2, 2, 5, 9, 7, 3, {9, 4}},
+    {"NoPadding", 2, 3, 4, 4, 16, 16, {}},
+};
+
+class SharedValueCompositionMatchesCpuKernel : public ::testing::TestWithParam<std::tuple<Case, at::ScalarType>> {};
+
+TEST_P(SharedValueCompositionMatchesCpuKernel, ForwardAndBackward) {
+  const auto& [c, dtype] = GetParam();
+  at::manual_seed(29);
+  const auto options = at::TensorOptions().dtype(dtype);
+  const at::Tensor q = at::randn({c.batch, c.heads, c.query_len, c.head_dim}, options);
+  const at::Tensor k = at::randn({c.batch, c.heads, c.key_len, c.head_dim}, options);
+  const at::Tensor v = at::randn({c.batch, c.key_len, c.value_dim}, options);
+  const at::Tensor grad_out = at::randn({c.batch, c.heads, c.query_len, c.value_dim}, options);
+  const std::optional<at::Tensor> lengths =
+      c.key_lengths.empty() ? std::nullopt : std::optional<at::Tensor>(at::tensor(c.key_lengths));
+  const double scale = 0.3, tolerance = dtype == at::kDouble ? 1e-10 : 2e-5;
+  const auto p = mma_nmt::luong::check_shared_value_args("test", q, k, v, lengths, scale);
+  const auto close = [&](const at::Tensor& got, const at::Tensor& want, const char* what) {
+    ASSERT_EQ(got.sizes(), want.sizes()) << what;
+    ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
+    // -inf (lse of rows without keys) must match exactly; a NaN anywhere fails allclose.
+    EXPECT_TRUE(at::equal(at::isneginf(got), at::isneginf(want))) << what << ": rows without keys";
+    const at::Tensor infinite = at::isinf(want);
+    const at::Tensor a = got.masked_fill(infinite, 0), b = want.masked_fill(infinite, 0);
+    EXPECT_TRUE(at::allclose(a, b, tolerance, tolerance)) << what << ": max difference "
+                                                          << (a - b).abs().max().item<double>();
+  };
+
+  const auto forward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::shared_value_attention", "").typed<ForwardFn>();
+  for (const bool return_probs : {true, false}) {
+    const auto [out, lse, probs] = forward.call(q, k, v, lengths, scale, return_probs);
+    const auto [c_out, c_lse, c_probs] =
+        mma_nmt::luong::shared_value_forward_by_composition(p, q, k, v, lengths, return_probs);
+    close(c_out, out, "out");
+    close(c_lse, lse, "lse");
+    close(c_probs, probs, "probs");
+  }
+
+  const auto [out, lse, probs] = forward.call(q, k, v, lengths, scale, false);
+  const auto backward = c10::Dispatcher::singleton()
+                            .findSchemaOrThrow("mma_nmt::shared_value_attention_backward", "")
+                            .typed<BackwardFn>();
+  const auto [grad_q, grad_k, grad_v] = backward.call(grad_out, q, k, v, out, lse, lengths, scale);
+  const auto [c_grad_q, c_grad_k, c_grad_v] =
+      mma_nmt::luong::shared_value_backward_by_composition(p, grad_out, q, k, v, out, lse, lengths);
+  close(c_grad_q, grad_q, "grad_q");
+  close(c_grad_k, grad_k, "grad_k");
+  close(c_grad_v, grad_v, "grad_v");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, SharedValueCompositionMatchesCpuKernel,
+    ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(at::kDouble, at::kFloat)),
+    [](const ::testing::TestParamInfo<std::tuple<Case, at::ScalarType>>& info) {
+      return std::get<0>(info.param).name + "_" + c10::toString(std::get<1>(info.param));
+    });
+
+}  // namespace

@@ -1,0 +1,69 @@
+"""What of ``python -m benchmarks --device cuda`` can be checked without a GPU: the command line, the clear failure
+without a GPU, and that every case the GPU suite times is built and computes the right thing (run here on the CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks import cuda_attention, cuda_operators, cuda_training
+from benchmarks.__main__ import main, parse_args, report_name
+from benchmarks.cuda_suite import CUDA_SECTIONS, cuda_unavailable_reason
+
+FORWARD_OPS = {"attention", "gmm_attention", "multihop_gate", "multihop_second_hop", "multilayer_attention",
+               "shared_value_attention"}
+
+
+def test_device_flag_selects_the_cuda_suite_and_its_sections():
+    args = parse_args(["--device", "cuda", "--only", "training", "--quick"])
+    assert args.device == "cuda" and args.only == ["training"]
+    assert report_name(args, "quick").split(".")[1:] == ["cuda", "quick", "training"]
+    assert parse_args([]).device == "cpu"
+
+
+def test_cuda_suite_rejects_a_cpu_only_section():
+    with pytest.raises(SystemExit):
+        parse_args(["--device", "cuda", "--only", "roofline"])
+
+
+@pytest.mark.skipif(cuda_unavailable_reason() is None, reason="a GPU is here: the suite would run")
+def test_cuda_suite_without_a_gpu_fails_saying_why(tmp_path):
+    with pytest.raises(SystemExit, match="GPU|CUDA kernels"):
+        main(["--device", "cuda", "--tiny", "--out", str(tmp_path)])
+    assert not list(tmp_path.iterdir())  # no report written
+
+
+def test_every_operator_is_benchmarked_in_every_profile():
+    registered = {name.split("::")[1] for name in torch._C._dispatch_get_all_op_names()
+                  if name.startswith("mma_nmt::") and not name.endswith("_backward")}
+    assert registered == FORWARD_OPS  # a new operator must be added to the GPU suite (and here)
+    for profile, cases in cuda_operators.CASES.items():
+        assert {c.operator for c in cases} == FORWARD_OPS, profile
+    assert set(CUDA_SECTIONS) == {"operators", "attention", "training"}
+
+
+@pytest.mark.parametrize("case", cuda_operators.CASES["tiny"], ids=lambda c: c.operator)
+def test_operator_case_times_the_fused_operator_against_its_reference(case):
+    fused, reference, leaves = case.make("cpu", torch.float64)
+    torch.testing.assert_close(fused(), reference(), rtol=1e-9, atol=1e-9)
+    assert all(leaf.requires_grad for leaf in leaves)
+
+
+@pytest.mark.parametrize("spec", ["G", "GLFB"])
+def test_attention_contenders_compute_the_same_attention(spec):
+    q, k, v = (torch.randn(2, 4, 16, 8, dtype=torch.float64) for _ in range(3))
+    calls = cuda_attention.contenders(spec, q, k, v, torch.tensor([16, 9]), torch.float64)
+    assert set(calls) == {"fused", "SDPA+mask", "Flex"}  # flash only for float16/bfloat16 global heads, unpadded
+    torch.testing.assert_close(calls["fused"](), calls["SDPA+mask"](), rtol=1e-9, atol=1e-9)
+    layer, leaves = cuda_attention.layer_contenders(spec, 2, 4, 16, 8, torch.float64, device="cpu")
+    assert layer["fused"]().shape == layer["nn.MultiheadAttention"]().shape == (2, 16, 32)
+
+
+def test_training_step_runs_both_models_on_a_random_batch():
+    batch = cuda_training.random_batch(3, 8, device="cpu")
+    assert batch.src.shape[0] == 3 and batch.num_tokens == int((batch.tgt_out != cuda_training.PAD).sum())
+    for implementation in ("fused", "torch"):
+        config = cuda_training.config_for_vocab("transformer_tiny", "MMA", implementation,
+                                                src_vocab=cuda_training.VOCAB, tgt_vocab=cuda_training.VOCAB,
+                                                pad_id=cuda_training.PAD)
+        cuda_training.train_step_fn(config, batch, None)()

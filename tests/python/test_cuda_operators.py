@@ -1,0 +1,72 @@
+"""Every operator on CUDA against the same operator on the CPU (whose kernels the rest of the suite verifies against the
+SPEC references to 1e-14), forward and backward, in float64, float32, float16 and bfloat16. Part of the CUDA suite:
+
+    MMA_NMT_REQUIRE_CUDA=1 python -m pytest -m cuda      # on a machine with a GPU (or: make test-cuda)
+
+Without a GPU these tests skip (and with MMA_NMT_REQUIRE_CUDA=1 they fail instead, see conftest.py). The CUDA kernels
+themselves also run without a GPU, under the HIP CPU emulator, in the ctest suite (tests/cpp/emulated)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cuda_cases import CASES, inputs_on, output_and_grads
+
+# Low-precision rule (flash-attention's): the CUDA operator's error against the float64 CPU operator is at most twice
+# that of the plain-PyTorch reference run on the GPU at the same precision, plus a floor for errors tiny on both sides.
+FLOORS = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+
+
+def _cpu_float64(case, inputs, grad_out):
+    return output_and_grads(case.fused, inputs_on(inputs, case.differentiable, "cpu", torch.float64),
+                            case.differentiable, grad_out)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_case_fused_and_reference_agree_on_cpu(case):
+    """Not a CUDA test: the cases themselves (inputs, calls, gradients) are right, so a GPU failure is the kernel's."""
+    gen = torch.Generator().manual_seed(2)
+    inputs = case.make_inputs(gen)
+    probe = case.fused(**inputs_on(inputs, (), "cpu", torch.float64))
+    grad_out = torch.randn(probe.shape, generator=gen, dtype=torch.float64)
+    fused = _cpu_float64(case, inputs, grad_out)
+    reference = output_and_grads(case.reference, inputs_on(inputs, case.differentiable, "cpu", torch.float64),
+                                 case.differentiable, grad_out)
+    assert len(fused) == len(reference) > 1
+    for index, (f, r) in enumerate(zip(fused, reference)):
+        torch.testing.assert_close(f, r, rtol=1e-9, atol=1e-9, msg=lambda m: f"{case.name} #{index}: {m}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_cuda_operator_matches_cpu_operator_in_float64(case):
+    gen = torch.Generator().manual_seed(0)
+    inputs = case.make_inputs(gen)
+    probe = case.fused(**inputs_on(inputs, (), "cpu", torch.float64))
+    grad_out = torch.randn(probe.shape, generator=gen, dtype=torch.float64)
+    expected = _cpu_float64(case, inputs, grad_out)
+    got = output_and_grads(case.fused, inputs_on(inputs, case.differentiable, "cuda", torch.float64),
+                           case.differentiable, grad_out)
+    for index, (g, e) in enumerate(zip(got, expected)):
+        torch.testing.assert_close(g.cpu(), e, rtol=1e-10, atol=1e-10, msg=lambda m: f"{case.name} #{index}: {m}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_cuda_operator_low_precision_error_within_twice_plain_pytorch(case, dtype):
+    gen = torch.Generator().manual_seed(1)
+    inputs = case.make_inputs(gen)
+    probe = case.fused(**inputs_on(inputs, (), "cpu", torch.float64))
+    grad_out = torch.randn(probe.shape, generator=gen, dtype=torch.float64)
+    exact = _cpu_float64(case, inputs, grad_out)
+    on_gpu = inputs_on(inputs, case.differentiable, "cuda", dtype)
+    kernel = output_and_grads(case.fused, on_gpu, case.differentiable, grad_out)
+    plain = output_and_grads(case.reference, inputs_on(inputs, case.differentiable, "cuda", dtype),
+                             case.differentiable, grad_out)
+    for index, (k, p, e) in enumerate(zip(kernel, plain, exact)):
+        kernel_error = (k.double().cpu() - e).abs().max().item()
+        torch_error = (p.double().cpu() - e).abs().max().item()
+        assert kernel_error <= 2 * torch_error + FLOORS[dtype], (
+            f"{case.name} {dtype} #{index}: kernel error {kernel_error:.3g} vs plain PyTorch {torch_error:.3g}")
