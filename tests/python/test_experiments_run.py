@@ -90,7 +90,7 @@ def test_interrupted_run_resumes_from_its_last_checkpoint(toy, workdir):
 def test_a_failing_run_loses_nothing_else(toy, workdir):
     text = (toy / "experiment.toml").read_text()
     broken = text.replace('[systems.mma]', '[systems.broken]\nlabel = "Broken"\n'
-                          'set = { "model.encoder.attention" = "mma", "model.encoder.head_spec" = "GXFB" }\n[systems.mma]')
+                          'set = { "model.encoder.attention" = "unknown" }\n[systems.mma]')  # fails building the model
     broken = broken.replace('rows = ["baseline", "mma"]', 'rows = ["baseline", "mma", "broken"]')
     (toy / "experiment.toml").write_text(broken)
     with pytest.raises(RuntimeError, match="broken on de_en"):
