@@ -25,11 +25,23 @@ def _add_config(parser: argparse.ArgumentParser, default=None) -> None:
                         help="override a config value by dotted key, e.g. model.encoder.attention=mma (repeatable)")
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mma-nmt", description=__doc__.split("\n")[0])
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, show the full Python traceback (anywhere on the command line)")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_config(sub.add_parser("prepare", help="prepare a corpus (SentencePiece + binarised splits)"))
-    _add_config(sub.add_parser("train", help="train a model (torchrun for several processes)"))
+    p = sub.add_parser("train", help="train a model (torchrun for several processes)")
+    _add_config(p)
+    p.add_argument("--overwrite", action="store_true",
+                   help="start over in train.save_dir, deleting its checkpoints (train.resume=false, overwrite=true)")
     p = sub.add_parser("translate", help="translate a prepared split with greedy/beam search")
     _add_config(p)
     p.add_argument("--checkpoint", help="default: <train.save_dir>/best.pt, else last.pt")
@@ -42,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ref", help="default: the prepared split's target text")
     p.add_argument("--baseline", help="baseline system output for paired bootstrap resampling")
     p.add_argument("--split")
-    p.add_argument("--bootstrap-samples", type=int, default=1000)
+    p.add_argument("--bootstrap-samples", type=_positive_int, default=1000)
     p = sub.add_parser("average", help="average the weights of several checkpoints")
     p.add_argument("inputs", nargs="+")
     p.add_argument("--output", required=True)
@@ -53,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, help="runs trained side by side (each in its own process)")
     p.add_argument("--runs-dir", default="runs/experiments", help="where runs live (shared by all papers)")
     p.add_argument("--results-dir", help="default: experiments/<paper>/results/<scale>")
-    p.add_argument("--bootstrap-samples", type=int, default=1000)
+    p.add_argument("--bootstrap-samples", type=_positive_int, default=1000)
     p = sub.add_parser("demo", help="prepare Multi30k De-En, train the tiny MMA Transformer, translate, score")
     _add_config(p, default=str(DEMO_CONFIG))
     p.add_argument("--minutes", type=float, default=3.0, help="training time budget")
@@ -80,12 +92,33 @@ def demo(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Runs one command. A failure prints ``mma-nmt: error: <message>`` and returns 2 (argparse's status for a bad
+    command line); ``--debug`` raises it instead, with its traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    args = build_parser().parse_args([arg for arg in argv if arg != "--debug"])
+    try:
+        return _run(args)
+    except Exception as error:
+        if debug:
+            raise
+        print(f"mma-nmt: error: {_message(error)}", file=sys.stderr)
+        return 2
+
+
+def _message(error: Exception) -> str:
+    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)  # KeyError quotes it
+    return text or type(error).__name__
+
+
+def _run(args) -> int:
     from mma_nmt.cli import commands
 
     if args.command == "prepare":
         print(commands.prepare_data(_run_config(args)))
     elif args.command == "train":
+        if args.overwrite:
+            args.set = args.set + ["train.resume=false", "train.overwrite=true"]
         commands.print_json(commands.train(_run_config(args)))
     elif args.command == "translate":
         print(commands.translate(_run_config(args), checkpoint=args.checkpoint, output=args.output,

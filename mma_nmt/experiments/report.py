@@ -8,6 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from mma_nmt.data.fileio import read_text_lines
 from mma_nmt.experiments.spec import Experiment, Table, resolved_run_config
 
 SIGNIFICANT = 0.05
@@ -19,10 +20,6 @@ def _git_commit(where: Path) -> str:
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-
-
-def _read_lines(path: str) -> list[str]:
-    return Path(path).read_text(encoding="utf-8").split("\n")[:-1]
 
 
 def _references(experiment: Experiment, system: str, role: str, scale: str) -> list[str]:
@@ -64,7 +61,7 @@ def build_table(experiment: Experiment, table: Table, scale: str, results: dict[
                 entry["delta"] = ours[table.metric] - base[table.metric]
                 if column not in references:
                     references[column] = _references(experiment, row, column, scale)
-                test = paired_bootstrap(_read_lines(base["hypotheses"]), _read_lines(ours["hypotheses"]),
+                test = paired_bootstrap(read_text_lines(base["hypotheses"]), read_text_lines(ours["hypotheses"]),
                                         references[column], samples=bootstrap_samples)
                 entry.update(p_value=test["p_value"], bleu_ci95=test["system_ci"],
                              significant=test["p_value"] < SIGNIFICANT)
