@@ -41,7 +41,7 @@ class TrainConfig:
     progress: bool = True  # tqdm progress bar
     resume: bool = True  # continue from save_dir/last.pt when it exists; false refuses a save_dir holding checkpoints
     overwrite: bool = False  # with resume = false: delete the checkpoints of save_dir and start over (--overwrite)
-    compile: bool = False  # torch.compile the model for training (forward, loss and backward)
+    compile: bool = False  # train through torch.compile(model): compiled forward and backward
 
     def __post_init__(self):
         if not (self.loss_spike_factor == 0 or self.loss_spike_factor > 1):  # NaN fails too

@@ -24,9 +24,9 @@ from mma_nmt.training import distributed as dist
 from mma_nmt.training.checkpoint import CheckpointManager, load_checkpoint, tokenizer_fingerprints
 from mma_nmt.training.config import RunConfig
 from mma_nmt.training.logging import JsonLinesLogger
-from mma_nmt.training.run_lock import RunDirectoryLock, claim_for_fresh_start
 from mma_nmt.training.loss import label_smoothed_cross_entropy
 from mma_nmt.training.optim import LRSchedule, build_optimizer
+from mma_nmt.training.run_lock import RunDirectoryLock, claim_for_fresh_start
 
 
 def check_usable_pairs(sampler: TokenBatchSampler, valid_data: ParallelDataset, max_len: int, prepared: Path) -> None:
@@ -136,7 +136,7 @@ class Trainer:
         random.seed(cfg.seed)  # Python's RNG is checkpointed too: seeded, two runs of one config match in full
         self.model = build_model(self.model_config).to(self.device)
         self.ddp = DistributedDataParallel(self.model) if self.info.enabled else self.model
-        self.train_model = torch.compile(self.ddp) if cfg.compile else self.ddp  # forward and backward of training
+        self.train_model = torch.compile(self.ddp) if cfg.compile else self.ddp  # its forward and backward train
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
         self.schedule = LRSchedule(self.optimizer, cfg.optim, total_steps=cfg.max_steps)
         self.sampler = TokenBatchSampler(self.train_data.src_lengths, self.train_data.tgt_lengths,
