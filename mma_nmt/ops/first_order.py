@@ -28,7 +28,7 @@ class HigherOrderGradientError(RuntimeError):
 
 
 def first_order_only(op: str) -> Callable:
-    """Decorator for the autograd backward ``backward(ctx, *grads)`` of operator ``op`` (e.g. ``"mma_nmt.attention"``)."""
+    """Decorator for the autograd backward ``backward(ctx, *grads)`` of operator ``op`` (``"mma_nmt.attention"``)."""
 
     def decorate(backward: Callable) -> Callable:
         @functools.wraps(backward)
