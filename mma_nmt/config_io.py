@@ -111,3 +111,12 @@ def deep_merge(base: dict, update: dict) -> dict:
         else:
             merged[key] = value
     return merged
+
+
+def require_at_least(section: str, config, **minimums) -> None:
+    """Raises ``ValueError`` naming ``section.key`` for the first of ``config``'s fields below its minimum (a NaN
+    fails too): every numeric setting is checked where its config is built, before any work starts."""
+    for key, minimum in minimums.items():
+        value = getattr(config, key)
+        if not value >= minimum:
+            raise ValueError(f"{section}.{key} must be at least {minimum}, got {value!r}")

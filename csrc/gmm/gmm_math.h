@@ -21,10 +21,11 @@ enum Normalization : int64_t {
 };
 constexpr int64_t kNumNormalizations = 3;
 
-// sigma floored at `floor`; the gradient reaches sigma only where sigma >= floor (torch.clamp_min's convention).
+// sigma floored at `floor`; the gradient reaches sigma only where sigma >= floor (torch.clamp_min's convention). A NaN
+// stays NaN, as in torch.clamp_min: NaN in must give NaN out, not a finite output that hides divergence.
 template <typename acc_t>
 MMA_HOST_DEVICE acc_t floored(acc_t sigma, acc_t floor) {
-  return sigma >= floor ? sigma : floor;
+  return sigma < floor ? floor : sigma;
 }
 
 // Per-component constants of one row, computed once and reused for every key.

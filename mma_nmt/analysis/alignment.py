@@ -20,12 +20,13 @@ are dropped; rows are not renormalised, which does not change the arg-max.
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
+
+from mma_nmt.data.fileio import read_text_lines
 
 Link = tuple[int, int]
 AttentionFn = Callable[[list[str], list[str]], Mapping[str, torch.Tensor]]
@@ -59,16 +60,10 @@ def parse_talp_line(line: str) -> tuple[set[Link], set[Link]]:
     return sure, possible
 
 
-def _read_lines(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
-
-
 def read_gold_alignments(directory: str | Path) -> list[GoldAlignment]:
     """Reads ``test.de.gz``, ``test.en.gz`` and ``test.talp.gz`` from ``directory``; checks every link is in range."""
     directory = Path(directory)
-    german, english, talp = (_read_lines(directory / name) for name in ("test.de.gz", "test.en.gz", "test.talp.gz"))
+    german, english, talp = (read_text_lines(directory / name) for name in ("test.de.gz", "test.en.gz", "test.talp.gz"))
     if not len(german) == len(english) == len(talp):
         raise ValueError(f"{directory}: {len(german)} German, {len(english)} English, {len(talp)} alignment lines")
     pairs = []

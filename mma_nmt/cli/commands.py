@@ -38,6 +38,7 @@ def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | No
     per sentence, and attention maps of the first ``eval.attention_maps`` sentences of a split. ``progress``: a
     progress bar over the sentences (on a terminal)."""
     from mma_nmt.data import ParallelDataset, Tokenizer
+    from mma_nmt.data.fileio import read_text_lines
     from mma_nmt.decoding.translate import special_ids, translate_ids, translate_texts
     from mma_nmt.evaluation.attention_maps import write_attention_maps
     from mma_nmt.evaluation.scoring import moses_detokenize
@@ -47,11 +48,11 @@ def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | No
     if run.train.threads:
         torch.set_num_threads(run.train.threads)
     device = torch.device("cuda" if torch.cuda.is_available() and run.train.device != "cpu" else "cpu")
-    model, _ = load_model(checkpoint or default_checkpoint(run), device=device)
     data, prepared = None, run.prepared_dir()
+    src_tok, tgt_tok = Tokenizer.load(prepared / "spm_src.model"), Tokenizer.load(prepared / "spm_tgt.model")
+    model, _ = load_model(checkpoint or default_checkpoint(run), device=device, tokenizers=(src_tok, tgt_tok))
     if input_file:
-        src_tok, tgt_tok = Tokenizer.load(prepared / "spm_src.model"), Tokenizer.load(prepared / "spm_tgt.model")
-        lines = translate_texts(model, _read_lines(input_file), run.decode, src_tokenizer=src_tok,
+        lines = translate_texts(model, read_text_lines(input_file), run.decode, src_tokenizer=src_tok,
                                 tgt_tokenizer=tgt_tok, device=device, progress=progress)
     else:
         data = ParallelDataset.load(prepared, split)
@@ -71,8 +72,11 @@ def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | No
     return out
 
 
-def _read_lines(path: str | Path) -> list[str]:
-    return Path(path).read_text(encoding="utf-8").split("\n")[:-1]
+def _same_count(lines: list[str], path, references: list[str], where) -> None:
+    """Refuses to score ``lines`` against references of another length: pairs would shift or go missing."""
+    if len(lines) != len(references):
+        raise ValueError(f"{path} has {len(lines)} lines but the references ({where}) have {len(references)}: "
+                         f"they must be one sentence per line, line for line")
 
 
 def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str | None = None,
@@ -80,15 +84,21 @@ def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str |
     """Scores a hypothesis file against references (default: the prepared split's target text): sacreBLEU BLEU with
     signature, tokenised BLEU, chrF, TER, BLEU by source-length bucket, and paired bootstrap against ``baseline``."""
     from mma_nmt.data import ParallelDataset
+    from mma_nmt.data.fileio import read_text_lines
     from mma_nmt.evaluation.bootstrap import paired_bootstrap
     from mma_nmt.analysis.buckets import bleu_by_source_length
     from mma_nmt.evaluation.scoring import score_corpus
 
     split = split or run.eval.split
     hyp_path = hypotheses or Path(run.train.save_dir) / "translations" / f"{split}.hyp.txt"
-    hyps = _read_lines(hyp_path)
+    hyps = read_text_lines(hyp_path)
     data = ParallelDataset.load(run.prepared_dir(), split) if references is None or run.eval.buckets else None
-    refs = _read_lines(references) if references else data.tgt_text
+    refs = read_text_lines(references) if references else data.tgt_text
+    ref_source = references or f"split {split} of {run.prepared_dir()}"
+    _same_count(hyps, hyp_path, refs, ref_source)
+    base = read_text_lines(baseline) if baseline else None
+    if base is not None:
+        _same_count(base, baseline, refs, ref_source)
     lang = data.meta.get("corpus", {}).get("tgt_lang", "en") if data is not None else "en"
     tokenize = run.eval.bleu_tokenize
     result = score_corpus(hyps, refs, lang=lang, with_tokenized=run.eval.tokenized_bleu, tokenize=tokenize).as_dict()
@@ -97,8 +107,7 @@ def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str |
         rows = bleu_by_source_length(data.src_text, hyps, refs, edges=run.eval.buckets, tokenize=tokenize)
         result["bleu_by_source_length"] = [vars(row) for row in rows]
     if baseline:
-        result["bootstrap"] = paired_bootstrap(_read_lines(baseline), hyps, refs, samples=bootstrap_samples,
-                                               tokenize=tokenize)
+        result["bootstrap"] = paired_bootstrap(base, hyps, refs, samples=bootstrap_samples, tokenize=tokenize)
     return result
 
 

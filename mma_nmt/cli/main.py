@@ -71,14 +71,25 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mma-nmt", description=DESCRIPTION,
                                      epilog="mma-nmt COMMAND --help shows a command's options and an example.")
     parser.add_argument("--version", action=_VersionAction, help="print the version and how the extension was built")
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, show the full Python traceback (anywhere on the command line)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_config(_command(sub, "prepare", "prepare a corpus (SentencePiece + binarised splits)"))
     p = _command(sub, "train", "train a model (torchrun for several processes)")
     _add_config(p)
+    p.add_argument("--overwrite", action="store_true",
+                   help="start over in train.save_dir, deleting its checkpoints (train.resume=false, overwrite=true)")
     _add_json(p, "<train.save_dir>/log.jsonl")
     p = _command(sub, "translate", "translate a prepared split (and score it) or a file of sentences")
     _add_config(p)
@@ -93,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ref", help="default: the prepared split's target text")
     p.add_argument("--baseline", help="baseline system output for paired bootstrap resampling")
     p.add_argument("--split")
-    p.add_argument("--bootstrap-samples", type=int, default=1000)
+    p.add_argument("--bootstrap-samples", type=_positive_int, default=1000)
     p.add_argument("--scores", help="where the JSON goes; default: <hyp without .txt/.hyp.txt>.scores.json")
     _add_json(p, "--scores")
     p = _command(sub, "average", "average the weights of several checkpoints")
@@ -106,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, help="runs trained side by side (each in its own process)")
     p.add_argument("--runs-dir", default="runs/experiments", help="where runs live (shared by all papers)")
     p.add_argument("--results-dir", help="default: experiments/<paper>/results/<scale>")
-    p.add_argument("--bootstrap-samples", type=int, default=1000)
+    p.add_argument("--bootstrap-samples", type=_positive_int, default=1000)
     p.add_argument("--dataset", action="append", help="train only this column (repeatable); default: every column")
     p.add_argument("--from-records", action="store_true",
                    help="train nothing: rebuild the tables from the committed run records")
@@ -216,17 +227,38 @@ def demo(args) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Runs one command. A failure prints ``mma-nmt: error: <message>`` and returns 2 (argparse's status for a bad
+    command line); ``--debug`` raises it instead, with its traceback."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [arg for arg in argv if arg != "--debug"]
     parser = build_parser()
     if not argv:
         print(commands_overview(parser))
         return 0
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except Exception as error:
+        if debug:
+            raise
+        print(f"mma-nmt: error: {_message(error)}", file=sys.stderr)
+        return 2
+
+
+def _message(error: Exception) -> str:
+    text = str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)  # KeyError quotes it
+    return text or type(error).__name__
+
+
+def _run(args) -> int:
     from mma_nmt.cli import commands
 
     if args.command == "prepare":
         print(commands.prepare_data(_run_config(args)))
     elif args.command == "train":
+        if args.overwrite:
+            args.set = args.set + ["train.resume=false", "train.overwrite=true"]
         _train(args)
     elif args.command == "translate":
         _translate(args)

@@ -1,4 +1,4 @@
-"""Small file helpers shared by the data pipeline: atomic writes and reading plain or gzip text as byte lines."""
+"""Small file helpers shared by the data pipeline: atomic writes and reading plain or gzip text as (byte) lines."""
 
 from __future__ import annotations
 
@@ -103,6 +103,23 @@ def iter_byte_lines(path: str | os.PathLike) -> Iterator[bytes]:
                 yield raw[:-1] if raw.endswith(b"\n") else raw
     except (EOFError, gzip.BadGzipFile, OSError) as error:
         raise OSError(f"{path}: cannot read compressed/plain text: {error}") from error
+
+
+def read_text_lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a plain or gzip UTF-8 text file (one sentence per line), without their ``\\n``.
+
+    The one reader of the command line's text files (sources to translate, hypotheses, references) and of the analysis
+    data: only ``\\n`` ends a line, a Windows ``\\r`` before it is dropped, and a last line without a final newline is
+    kept (``"a\\nb"`` is two lines, as is ``"a\\nb\\n"``). Invalid UTF-8 raises ``ValueError`` naming the file and line.
+    """
+    lines = []
+    for number, raw in enumerate(iter_byte_lines(path), start=1):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{path}:{number}: invalid UTF-8 at byte {error.start}") from error
+        lines.append(line[:-1] if line.endswith("\r") else line)
+    return lines
 
 
 def sha256_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:

@@ -282,6 +282,11 @@ def _binarise(prep: _Preparer, split: str, files: tuple[Path, Path], tokenizers:
     if split == "train":
         keep = [i for i in keep if len(ids["src"][i]) <= prep.config.max_len and len(ids["tgt"][i]) <= prep.config.max_len]
     filtered = len(text) - len(keep)
+    if not keep:  # a training run on it would find no batch; an evaluation, nothing to score
+        raise ValueError(f"split {split!r} of {prep.out} would be empty: {text.report.pairs_read} pairs read, "
+                         f"{text.report.pairs_skipped} malformed, {filtered} longer than data.max_len="
+                         f"{prep.config.max_len} subword tokens; nothing written (raise data.max_len or check the "
+                         f"corpus)")
     for side in ("src", "tgt"):
         kept_ids = [ids[side][i] for i in keep]
         save_ids(prep.out / f"{split}.{side}.pt", kept_ids)

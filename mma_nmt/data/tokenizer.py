@@ -5,6 +5,7 @@ Every model trained here has ``pad=0, bos=1, eos=2, unk=3`` on both sides, so ba
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 from collections.abc import Iterable, Sequence
@@ -135,6 +136,11 @@ class Tokenizer:
     def serialized(self) -> bytes:
         """The model file's bytes."""
         return self._proto
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the model's bytes: checkpoints record it, so a model is never run with another vocabulary."""
+        return hashlib.sha256(self._proto).hexdigest()
 
     def __getstate__(self) -> dict:
         return {"proto": self._proto, "path": self.path}

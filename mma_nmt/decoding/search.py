@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from mma_nmt.decoding.penalties import length_penalty, max_lengths
+from mma_nmt.config_io import require_at_least
+from mma_nmt.decoding.penalties import LENGTH_PENALTIES, length_penalty, max_lengths
 from mma_nmt.models.incremental import reorder_incremental_state
 
 
@@ -20,6 +21,15 @@ class SearchConfig:
     max_len_b: int = 10
     min_len: int = 1  # EOS is forbidden before this many tokens
     batch_size: int = 64  # sentences per batch when translating a corpus
+    too_long: str = "fail"  # a source longer than the model's max_positions: "fail" (naming it) | "truncate" (warning)
+
+    def __post_init__(self):
+        require_at_least("decode", self, beam_size=1, batch_size=1, alpha=0.0, max_len_a=0.0, max_len_b=0, min_len=0)
+        if self.length_penalty not in LENGTH_PENALTIES:
+            raise ValueError(f"decode.length_penalty must be one of {sorted(LENGTH_PENALTIES)}, "
+                             f"got {self.length_penalty!r}")
+        if self.too_long not in ("fail", "truncate"):
+            raise ValueError(f"decode.too_long must be 'fail' or 'truncate', got {self.too_long!r}")
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from mma_nmt.data.batch import pad_sequences
@@ -16,10 +18,12 @@ def special_ids(tokenizer) -> SpecialIds:
 def translate_ids(model, sources: list[torch.Tensor], config: SearchConfig, ids: SpecialIds, *,
                   device: torch.device | str = "cpu", progress: bool = False) -> list[Hypothesis]:
     """Best hypothesis per source (1-d id tensors without specials), in input order; batches of similar length.
-    ``progress``: a tqdm bar counting sentences (on a terminal only)."""
+    A source longer than the model's ``max_positions`` fails naming it (``config.too_long = "fail"``) or is cut to
+    that length with a warning (``"truncate"``). ``progress``: a tqdm bar counting sentences (on a terminal only)."""
     from tqdm import tqdm
 
     model.eval()
+    sources = fit_sources(sources, _source_limit(model), config.too_long)
     order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[Hypothesis | None] = [None] * len(sources)
     bar = tqdm(total=len(sources), desc="translating", unit=" sent", leave=False, disable=None if progress else True)
@@ -34,6 +38,31 @@ def translate_ids(model, sources: list[torch.Tensor], config: SearchConfig, ids:
         bar.update(len(chunk))
     bar.close()
     return results
+
+
+def _source_limit(model) -> int | None:
+    """The longest source the model's encoder has positions for (None: no limit)."""
+    config = getattr(model, "config", None)
+    if not getattr(getattr(config, "encoder", None), "positional_embedding", True):
+        return None
+    return getattr(config, "max_positions", None)
+
+
+def fit_sources(sources: list[torch.Tensor], max_positions: int | None, policy: str) -> list[torch.Tensor]:
+    """``sources`` with those longer than ``max_positions`` tokens refused (ValueError naming the 1-based line) or,
+    with ``policy="truncate"``, cut to ``max_positions`` tokens with one warning naming them."""
+    if max_positions is None:
+        return sources
+    long = [i for i, source in enumerate(sources) if len(source) > max_positions]
+    if not long:
+        return sources
+    lines = ", ".join(f"{i + 1} ({len(sources[i])} tokens)" for i in long[:10]) + (" ..." if len(long) > 10 else "")
+    if policy != "truncate":
+        raise ValueError(f"{len(long)} source line(s) longer than the model's max_positions={max_positions} subword "
+                         f"tokens: line {lines}; shorten them, or set decode.too_long=truncate to cut them")
+    warnings.warn(f"{len(long)} source line(s) cut to the model's max_positions={max_positions} subword tokens: "
+                  f"line {lines}", stacklevel=3)
+    return [source[:max_positions] for source in sources]
 
 
 def translate_dataset(model, dataset, config: SearchConfig, *, device="cpu", limit: int | None = None) -> list[str]:

@@ -102,7 +102,8 @@ def run_cell(run_dir: str | Path, *, progress: bool = True) -> dict:
               "decode_sentences_per_s": scores["sentences"] / max(decode_seconds, 1e-9),
               "checkpoint": checkpoint.name, "hypotheses": str(hypotheses), "seed": run.train.seed,
               "wall_minutes_this_run": round((time.monotonic() - started) / 60.0, 2),
-              "hardware": hardware(str(trainer.device), run.train.threads), "software": software(Path(__file__).resolve().parent),
+              "hardware": hardware(str(trainer.device), run.train.threads),
+              "software": software(Path(__file__).resolve().parent),
               "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
     atomic_write_json(run_dir / RESULT_FILE, result)
     return result

@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from mma_nmt.data.fileio import read_text_lines
 from mma_nmt.experiments.spec import Experiment, Table, resolved_run_config
 
 SIGNIFICANT = 0.05
@@ -23,10 +24,6 @@ def _git_commit(where: Path) -> str:
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-
-
-def _read_lines(path: str) -> list[str]:
-    return Path(path).read_text(encoding="utf-8").split("\n")[:-1]
 
 
 def _references(experiment: Experiment, system: str, role: str, scale: str) -> list[str]:
@@ -64,7 +61,7 @@ def _compare(ours: dict, base: dict, references: list[str], metric: str, samples
 
     delta = score(ours, metric) - score(base, metric)
     tokenize = ours.get("config", {}).get("eval", {}).get("bleu_tokenize", "13a")  # ja-mecab for Japanese
-    test = paired_bootstrap(_read_lines(base["hypotheses"]), _read_lines(ours["hypotheses"]), references,
+    test = paired_bootstrap(read_text_lines(base["hypotheses"]), read_text_lines(ours["hypotheses"]), references,
                             samples=samples, tokenize=tokenize)
     return {"seed": ours["seed"], "delta": delta, "p_value": test["p_value"], "bleu_ci95": test["system_ci"],
             "significant": bool(test["p_value"] < SIGNIFICANT and delta != 0.0)}
@@ -167,7 +164,8 @@ def _run_line(run: dict, columns: dict) -> str:
 
 def to_markdown(data: dict, *, command: str = "") -> str:
     columns, paper_columns = data["columns"], data["paper_columns"]
-    metric = "sacreBLEU (detokenised)" if data["metric"] == "bleu" else "tokenised BLEU (Moses-tokenised, multi-bleu style)"
+    metric = ("sacreBLEU (detokenised)" if data["metric"] == "bleu"
+              else "tokenised BLEU (Moses-tokenised, multi-bleu style)")
     seeds = f"Seeds: {', '.join(map(str, data['seeds']))}." if data.get("seeds") else "One seed per system."
     lines = [f"## {data['title']}", "",
              f"Paper: {data['paper']}. Scale: **{data['scale']}**. Metric: {metric}. {seeds} Date {data['date']}, "
@@ -196,7 +194,7 @@ def to_markdown(data: dict, *, command: str = "") -> str:
     if any(run.get("metrics", {}).get("multi_reference") for run in data["runs"]):
         on += (" (where a column has several references per test set, BLEU is the mean over its test sets of "
                "multi-reference BLEU, as the paper; the bootstrap then runs on the first reference)")
-    lines += ["", f"ours: mean ± standard deviation over seeds (number of seeds) when there are several. Δ: difference "
+    lines += ["", "ours: mean ± standard deviation over seeds (number of seeds) when there are several. Δ: difference "
                   f"to the row's baseline trained with the same seed. Paired bootstrap resampling (sacreBLEU, "
                   f"{data['bootstrap_samples']} samples) of each seed against that baseline{on}: † p < 0.05, "
                   f"†† p < 0.01; (n.s.) = no significant difference. {CLAIM_RULE}"]

@@ -81,7 +81,7 @@ class Table:
     note: str = ""
     scales: tuple[str, ...] = SCALES  # e.g. ("full",) for a table of big models that only makes sense at full scale
     seeds: dict[str, list[int]] = field(default_factory=dict)  # scale -> training seeds of the seeded rows
-    seed_rows: list[str] = field(default_factory=list)  # rows trained with every seed (default: all); others use the first
+    seed_rows: list[str] = field(default_factory=list)  # rows trained with every seed (default all); others: the first
 
     def seeds_at(self, scale: str, row: str | None = None) -> list[int | None]:
         """The seeds ``row`` is trained with at ``scale`` (None: the recipe's own seed, one run)."""

@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
+from mma_nmt.config_io import require_at_least
+from mma_nmt.ops.head_spec import parse_head_spec
+
 Implementation = Literal["fused", "reference"]
 TransformerImplementation = Literal["fused", "reference", "torch"]
 
@@ -30,6 +33,13 @@ class EncoderConfig:
     # What the decoder's cross-attention reads instead of the top layer (MLMHA paper baselines, SPEC section 3):
     # "none" | "linear" | "iterative" (one joint representation of all layers) | "transparent" (one per decoder layer)
     layer_aggregation: str = "none"
+
+    def __post_init__(self):
+        try:  # the letters, also where the attention is not "mma": a typo must not pass unnoticed
+            parse_head_spec(self.head_spec, len(self.head_spec))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"model.encoder.{error}") from None
+        require_at_least("model.encoder", self, window=0)
 
 
 @dataclass
@@ -69,6 +79,11 @@ class TransformerConfig:
     # (standard and MMA attention only; its own parameter layout), the baseline of the benchmarks
     implementation: TransformerImplementation = "fused"
 
+    def __post_init__(self):
+        require_at_least("model", self, heads=1, d_model=1, ffn_dim=1, max_positions=1)
+        if self.d_model % self.heads:
+            raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})")
+
 
 @dataclass
 class LSTMConfig:
@@ -94,6 +109,9 @@ class LSTMConfig:
     def __post_init__(self):
         if not self.param_init >= 0:
             raise ValueError(f"model.param_init must be 0 (PyTorch's initialisation) or positive, got {self.param_init}")
+
+    def __post_init__(self):
+        require_at_least("model", self, heads=1, embed_dim=1, hidden_size=1, layers=1)
 
 
 ModelConfig = TransformerConfig | LSTMConfig

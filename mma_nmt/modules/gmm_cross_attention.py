@@ -140,7 +140,8 @@ class GmmCrossAttention(nn.Module):
         else:
             k = self.split_heads(self.k_proj(key))  # (B, H, S, D)
             v = self.split_heads(self.v_proj(value))  # (B, H, S, D)
-        lengths = resolve_key_lengths(key_lengths, key_padding_mask, device)
+        lengths = resolve_key_lengths(key_lengths, key_padding_mask, device, keys=(k.shape[0], k.shape[2]),
+                                      op=type(self).__name__)
         if lengths is None:  # the mixture needs J; without padding it is S
             lengths = torch.full((key.shape[0],), key.shape[1], dtype=torch.int64, device=device)
         if state is not None:

@@ -84,7 +84,8 @@ class LuongMultiheadAttention(nn.Module):
         # (B, S, dh) @ (dh, h*dh) -> (B, S, h, dh) -> (B, h, S, dh)
         keys = torch.matmul(encoder_states, self.w_sc.reshape(heads * dh, dh).t())
         keys = keys.view(batch, src_len, heads, dh).transpose(1, 2).contiguous()
-        lengths = resolve_key_lengths(key_lengths, key_padding_mask, encoder_states.device)
+        lengths = resolve_key_lengths(key_lengths, key_padding_mask, encoder_states.device, keys=(batch, src_len),
+                                      op=f"{type(self).__name__}.precompute")
         return LuongMemory(keys, encoder_states, lengths)
 
     @staticmethod

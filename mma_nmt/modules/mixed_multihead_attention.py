@@ -100,7 +100,8 @@ class MixedMultiheadAttention(nn.Module):
             q = self.split_heads(self.q_proj(query))  # (B, H, T, D)
             k = self.split_heads(self.k_proj(key))  # (B, H, S, D)
             v = self.split_heads(self.v_proj(value))  # (B, H, S, D)
-        lengths = resolve_key_lengths(key_lengths, key_padding_mask, query.device)
+        lengths = resolve_key_lengths(key_lengths, key_padding_mask, query.device, keys=(k.shape[0], k.shape[2]),
+                                      op=type(self).__name__)
         out, weights = self.attend(q, k, v, lengths, need_weights=need_weights, query_offset=query_offset)
         return self.out_proj(merge_heads(out)), weights  # (B, H, T, D) -> (B, T, E)
 

@@ -116,7 +116,8 @@ class MultiHopSelfAttention(nn.Module):
         q = split_heads(self.q_proj(query), heads)  # (B, H, T, D)
         k = split_heads(self.k_proj(key), heads)  # (B, H, S, D)
         v = split_heads(self.v_proj(value), heads)  # (B, H, S, D)
-        lengths = resolve_key_lengths(key_lengths, key_padding_mask, query.device)
+        lengths = resolve_key_lengths(key_lengths, key_padding_mask, query.device, keys=(k.shape[0], k.shape[2]),
+                                      op=type(self).__name__)
         a, probs = self.first_hop(q, k, v, lengths, need_weights)
         out, gate = self.second_hop_output(q, a)  # (B, T, E), (B, H, T)
         weights = None

@@ -137,7 +137,9 @@ class MultiLayerMultiheadAttention(nn.Module):
         c = self.config
         cached = incremental_state is not None and self._cache_key in incremental_state
         self._check_inputs(query, None if cached else features)
-        lengths = resolve_key_lengths(key_lengths, key_padding_mask, query.device)
+        key_len = (incremental_state[self._cache_key][0][0] if cached else features[0]).shape[1]
+        lengths = resolve_key_lengths(key_lengths, key_padding_mask, query.device, keys=(query.shape[0], key_len),
+                                      op=type(self).__name__)
         if c.implementation == "reference":
             q = [self._heads(p(query)) for p in self.q_projs]
             k = [self._heads(p(f)) for p, f in zip(self.k_projs, features)]

@@ -12,8 +12,11 @@ from typing import NamedTuple, Sequence
 import torch
 
 from mma_nmt._extension import require_device_support
+from mma_nmt.ops.argument_checks import check_int64
+from mma_nmt.ops.fake_layout import contiguous_like
+from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
 from mma_nmt.ops.head_spec import parse_head_spec
-from mma_nmt.ops.padding import resolve_key_lengths
+from mma_nmt.ops.padding import check_padding_mask_shape, resolve_key_lengths
 
 _OP = torch.ops.mma_nmt.attention
 _BACKWARD_OP = torch.ops.mma_nmt.attention_backward
@@ -53,13 +56,13 @@ def fused_attention(
         return_probs: also return the (B, H, T, S) weights (for analysis; not differentiable).
     """
     require_device_support(q, "mma_nmt.attention")
+    refuse_forward_ad("mma_nmt.attention", (q, k, v))
     # With q of the wrong rank the operator itself raises the error that names q; give it placeholders until then.
     kinds = parse_head_spec(head_kinds, q.shape[1]) if q.dim() == 4 else []
-    if key_padding_mask is not None and q.dim() == 4 and k.dim() == 4:
-        if tuple(key_padding_mask.shape) != (q.shape[0], k.shape[2]):
-            raise ValueError(f"mma_nmt.attention: key_padding_mask must have shape (batch, key_len) = "
-                             f"{(q.shape[0], k.shape[2])}, got {tuple(key_padding_mask.shape)}")
-    lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device)
+    check_int64("mma_nmt.attention", window=window, query_offset=query_offset, seed=seed)
+    if q.dim() == 4 and k.dim() == 4:  # otherwise the operator names q or k
+        check_padding_mask_shape("mma_nmt.attention", key_padding_mask, q.shape[0], k.shape[2])
+    lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device, op="mma_nmt.attention")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.dim() > 0 and q.shape[-1] > 0 else 1.0
     if seed is None:
@@ -120,7 +123,7 @@ def _attention_backward_fake(grad_out, q, k, v, out, lse, key_lengths, head_kind
     out_shape = lambda q, k, v: (q.shape[0], q.shape[1], q.shape[2], v.shape[3])  # noqa: E731
     _check_fake_layout("mma_nmt.attention_backward", q, k, v, key_lengths, head_kinds, grad_out=(grad_out, out_shape),
                        out=(out, out_shape), lse=(lse, lambda q, k, v: tuple(q.shape[:3])))
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return contiguous_like(q), contiguous_like(k), contiguous_like(v)
 
 
 def _setup_context(ctx, inputs, output):
@@ -131,6 +134,7 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse, probs)
 
 
+@first_order_only("mma_nmt.attention")
 def _backward(ctx, grad_out, _grad_lse, _grad_probs):
     q, k, v, out, lse, key_lengths = ctx.saved_tensors
     grad_q, grad_k, grad_v = _BACKWARD_OP(grad_out.contiguous(), q, k, v, out, lse, key_lengths, *ctx.options)

@@ -30,6 +30,8 @@ import torch
 
 from mma_nmt._extension import require_device_support
 from mma_nmt.ops.device_checks import check_same_device
+from mma_nmt.ops.fake_layout import contiguous_like
+from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
 from mma_nmt.ops.padding import check_padding_mask_shape, resolve_key_lengths
 
 _OP = torch.ops.mma_nmt.gmm_attention
@@ -89,11 +91,12 @@ def gmm_attention(
         return_weights: also return the (B, H, T, S) weights alpha, beta and gamma (analysis only; not differentiable).
     """
     require_device_support(q, "mma_nmt.gmm_attention")
+    refuse_forward_ad("mma_nmt.gmm_attention", (q, k, v, omega, mu, sigma, gate, local_center, local_width))
     _check_same_device(q, k=k, v=v, omega=omega, mu=mu, sigma=sigma, gate=gate, local_center=local_center,
                        local_width=local_width)
     if q.dim() == 4 and k.dim() == 4:  # otherwise the operator names q or k
         check_padding_mask_shape("mma_nmt.gmm_attention", key_padding_mask, q.shape[0], k.shape[2])
-    lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device)
+    lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device, op="mma_nmt.gmm_attention")
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1]) if q.dim() == 4 and q.shape[-1] > 0 else 1.0
     out, lse, log_mass, _, _, alpha, beta = _call_op(
@@ -152,9 +155,8 @@ def _gmm_attention_backward_fake(grad_out, q, k, v, key_lengths, omega, mu, sigm
                       omega=omega, mu=mu, sigma=sigma, gate=gate, local_center=local_center, local_width=local_width,
                       lse=lse, log_mass=log_mass, alpha_context=alpha_context, beta_context=beta_context)
     local_shape = gate.shape if local_center is not None else (0,)
-    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(omega),
-            torch.empty_like(mu), torch.empty_like(sigma), torch.empty_like(gate), gate.new_empty(local_shape),
-            gate.new_empty(local_shape))
+    return (contiguous_like(q), contiguous_like(k), contiguous_like(v), contiguous_like(omega), contiguous_like(mu),
+            contiguous_like(sigma), contiguous_like(gate), gate.new_empty(local_shape), gate.new_empty(local_shape))
 
 
 def _setup_context(ctx, inputs, output):
@@ -167,6 +169,7 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse, log_mass, alpha_context, beta_context, alpha, beta)
 
 
+@first_order_only("mma_nmt.gmm_attention")
 def _backward(ctx, grad_out, *_unused_grads):
     saved = ctx.saved_tensors
     grads = _BACKWARD_OP(grad_out.contiguous(), *saved, *ctx.options)

@@ -25,6 +25,9 @@ def parse_head_spec(spec: str | Sequence[int], num_heads: int) -> list[int]:
     ``spec`` is a string of the letters G, L, F, B, C or a sequence of kind values. A string shorter than ``num_heads``
     that divides it is stretched the paper's way, each letter repeated: ``"GLFB"`` with 8 heads is ``"GGLLFFBB"``.
     """
+    if not isinstance(spec, (str, Sequence)):
+        raise TypeError(f"head_kinds must be a string of the letters G, L, F, B, C or a sequence of HeadKind values, "
+                        f"got {spec!r}")
     if isinstance(spec, str):
         unknown = sorted({c for c in spec.upper() if c not in _LETTERS})
         if not spec or unknown:

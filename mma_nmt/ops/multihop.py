@@ -21,6 +21,8 @@ import torch
 
 from mma_nmt._extension import require_device_support
 from mma_nmt.ops.device_checks import check_same_device
+from mma_nmt.ops.fake_layout import contiguous_like, position_major, projection_gradient_like
+from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
 
 _OP = torch.ops.mma_nmt.multihop_gate
 _BACKWARD_OP = torch.ops.mma_nmt.multihop_gate_backward
@@ -45,6 +47,7 @@ def multihop_gate(query_proj: torch.Tensor, head_proj: torch.Tensor, value_proj:
     must be contiguous), so slices and transposed views of larger projections are not copied.
     """
     require_device_support(query_proj, "mma_nmt.multihop_gate")
+    refuse_forward_ad("mma_nmt.multihop_gate", (query_proj, head_proj, value_proj, v_b))
     out, gate = _OP(query_proj, head_proj, value_proj, v_b)
     return HeadGateResult(out, gate)
 
@@ -56,33 +59,15 @@ def _multihop_gate_fake(query_proj, head_proj, value_proj, v_b):
     torch._check(query_proj.dim() == 4 and value_proj.dim() == 4,
                  lambda: "query_proj and value_proj must be (batch, heads, query_len, dim)")
     batch, heads, query_len, _ = query_proj.shape
-    out = result_like(query_proj, value_proj.shape[3])
+    out = position_major(query_proj, value_proj.shape[3])
     return out, query_proj.new_empty((batch, heads, query_len))
-
-
-def result_like(query_proj: torch.Tensor, dim: int) -> torch.Tensor:
-    """A (B, H, T, dim) result laid out as the kernels of ``query_proj``'s device store it (CPU: (B, T, H, dim)).
-    Shared with the fake kernels of ``mma_nmt::multihop_second_hop`` (ops/second_hop.py)."""
-    batch, heads, query_len, _ = query_proj.shape
-    if query_proj.device.type == "cpu":
-        return query_proj.new_empty((batch, query_len, heads, dim)).transpose(1, 2)
-    return query_proj.new_empty((batch, heads, query_len, dim))
-
-
-def gradient_like(projection: torch.Tensor) -> torch.Tensor:
-    """A projection's (B, H, T, dim) gradient laid out as the kernels store it (CPU: like the projection, see
-    ``gradient_like`` in csrc/multihop/cpu/multihop_cpu.cpp)."""
-    if projection.device.type != "cpu":
-        return result_like(projection, projection.shape[3])
-    grad = torch.empty_like(projection)
-    return grad if grad.stride(3) == 1 or grad.shape[3] <= 1 else result_like(projection, projection.shape[3])
 
 
 @torch.library.register_fake("mma_nmt::multihop_gate_backward")
 def _multihop_gate_backward_fake(grad_out, grad_gate, query_proj, head_proj, value_proj, v_b, gate):
     check_same_device("mma_nmt.multihop_gate_backward", "query_proj", query_proj, grad_out=grad_out,
                       grad_gate=grad_gate, head_proj=head_proj, value_proj=value_proj, v_b=v_b, gate=gate)
-    return gradient_like(query_proj), gradient_like(value_proj), torch.empty_like(v_b)
+    return projection_gradient_like(query_proj), projection_gradient_like(value_proj), contiguous_like(v_b)
 
 
 def _setup_context(ctx, inputs, output):
@@ -91,6 +76,7 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(query_proj, head_proj, value_proj, v_b, gate)
 
 
+@first_order_only("mma_nmt.multihop_gate")
 def _backward(ctx, grad_out, grad_gate):
     query_proj, head_proj, value_proj, v_b, gate = ctx.saved_tensors
     if grad_out is None:

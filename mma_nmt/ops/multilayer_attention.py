@@ -15,7 +15,10 @@ from typing import NamedTuple, Sequence
 import torch
 
 from mma_nmt._extension import require_device_support
+from mma_nmt.ops.argument_checks import check_optional_tensor
 from mma_nmt.ops.device_checks import check_same_device
+from mma_nmt.ops.fake_layout import contiguous_like
+from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
 
 _OP = torch.ops.mma_nmt.multilayer_attention
 _BACKWARD_OP = torch.ops.mma_nmt.multilayer_attention_backward
@@ -51,6 +54,10 @@ def multilayer_attention(q: Sequence[torch.Tensor], k: Sequence[torch.Tensor], v
     ``lse``/``probs`` have num_heads heads (joint) or n * num_heads (layer i's head h at ``i * num_heads + h``).
     """
     q, k, v = list(q), list(k), list(v)
+    if not q:  # the dispatcher needs a tensor to pick a device ("There were no tensor arguments to this function")
+        raise ValueError("mma_nmt.multilayer_attention: q must hold one tensor per encoder layer, got none")
+    check_optional_tensor("mma_nmt.multilayer_attention", "key_lengths", key_lengths, "a (batch,) int64 tensor")
+    refuse_forward_ad("mma_nmt.multilayer_attention", (*q, *k, *v))
     if q:
         require_device_support(q[0], "mma_nmt.multilayer_attention")
     if scale is None:
@@ -125,7 +132,7 @@ def _multilayer_backward_fake(grad_out, q, k, v, out, lse, probs, key_lengths, n
         check_same_device(op, "q[0]", q[0], **{name: t})
         torch._check_value(tuple(t.shape) == shape, lambda: f"{op}: {name} must have shape {list(shape)}, "
                                                             f"got {list(t.shape)}")
-    return [torch.empty_like(x) for x in q], [torch.empty_like(x) for x in k], [torch.empty_like(x) for x in v]
+    return [contiguous_like(x) for x in q], [contiguous_like(x) for x in k], [contiguous_like(x) for x in v]
 
 
 def _setup_context(ctx, inputs, output):
@@ -138,6 +145,7 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse, probs)
 
 
+@first_order_only("mma_nmt.multilayer_attention")
 def _backward(ctx, grad_out, _grad_lse, _grad_probs):
     n_q, n_k = ctx.counts
     *projections, out, lse, probs, key_lengths = ctx.saved_tensors

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from mma_nmt.ops.argument_checks import check_optional_tensor
+
 
 def lengths_from_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     """Converts a ``(batch, key_len)`` boolean mask (True = padding) into int64 lengths.
@@ -25,15 +27,26 @@ def lengths_from_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
 def check_padding_mask_shape(op: str, key_padding_mask: torch.Tensor | None, batch: int, key_len: int) -> None:
     """A mask of another shape than (batch, key_len) would give lengths that fit the keys by chance, or that the
     operator then reports as ``key_lengths``: name the mask instead."""
+    check_optional_tensor(op, "key_padding_mask", key_padding_mask, "a (batch, key_len) bool tensor")
     if key_padding_mask is not None and tuple(key_padding_mask.shape) != (batch, key_len):
         raise ValueError(f"{op}: key_padding_mask must have shape (batch, key_len) = {(batch, key_len)}, "
                          f"got {tuple(key_padding_mask.shape)}")
 
 
 def resolve_key_lengths(
-    key_lengths: torch.Tensor | None, key_padding_mask: torch.Tensor | None, device: torch.device
+    key_lengths: torch.Tensor | None, key_padding_mask: torch.Tensor | None, device: torch.device, *,
+    keys: tuple[int, int] | None = None, op: str = "",
 ) -> torch.Tensor | None:
-    """One int64 length tensor on ``device`` from whichever form of padding was given (or None for no padding)."""
+    """One int64 length tensor on ``device`` from whichever form of padding was given (or None for no padding).
+
+    ``keys`` = (batch, key_len) of the keys the padding belongs to: a mask of another shape raises ``ValueError``
+    naming ``op`` and ``key_padding_mask`` (the modules pass it; a mask narrower than the keys would otherwise read as
+    lengths that leave the last keys out or count them as padding)."""
+    where = op or "key padding"
+    check_optional_tensor(where, "key_lengths", key_lengths, "a (batch,) int64 tensor")
+    check_optional_tensor(where, "key_padding_mask", key_padding_mask, "a (batch, key_len) bool tensor")
+    if keys is not None:
+        check_padding_mask_shape(op, key_padding_mask, *keys)
     if key_lengths is not None and key_padding_mask is not None:
         raise ValueError("give key padding either as key_lengths or as key_padding_mask, not both")
     for name, tensor in (("key_lengths", key_lengths), ("key_padding_mask", key_padding_mask)):

@@ -22,7 +22,8 @@ import torch
 
 from mma_nmt._extension import require_device_support
 from mma_nmt.ops.device_checks import check_same_device
-from mma_nmt.ops.multihop import gradient_like, result_like
+from mma_nmt.ops.fake_layout import contiguous_like, position_major, projection_gradient_like
+from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
 
 _OP = torch.ops.mma_nmt.multihop_second_hop
 _BACKWARD_OP = torch.ops.mma_nmt.multihop_second_hop_backward
@@ -46,6 +47,7 @@ def multihop_second_hop(q: torch.Tensor, a: torch.Tensor, w_b: torch.Tensor, u_b
     ``q`` and ``a`` are read through their strides (only the last dimension must be contiguous on the CPU).
     """
     require_device_support(q, "mma_nmt.multihop_second_hop")
+    refuse_forward_ad("mma_nmt.multihop_second_hop", (q, a, w_b, u_b, u_c, v_b))
     out, gate, _ = _OP(q, a, w_b, u_b, u_c, v_b)
     return SecondHopResult(out, gate)
 
@@ -56,17 +58,16 @@ def _second_hop_fake(q, a, w_b, u_b, u_c, v_b):
     torch._check(q.dim() == 4 and w_b.dim() == 2, lambda: "q must be (batch, heads, query_len, head_dim), w_b 2-d")
     batch, heads, query_len, head_dim = q.shape
     value_dim = head_dim if u_c is None else u_c.shape[1]
-    return (result_like(q, value_dim), q.new_empty((batch, heads, query_len)), result_like(q, w_b.shape[0]))
+    return (position_major(q, value_dim), q.new_empty((batch, heads, query_len)), position_major(q, w_b.shape[0]))
 
 
 @torch.library.register_fake("mma_nmt::multihop_second_hop_backward")
 def _second_hop_backward_fake(grad_out, grad_gate, q, a, w_b, u_b, u_c, v_b, gate, hidden):
     check_same_device("mma_nmt.multihop_second_hop_backward", "q", q, grad_out=grad_out, grad_gate=grad_gate, a=a,
                       w_b=w_b, u_b=u_b, u_c=u_c, v_b=v_b, gate=gate, hidden=hidden)
-    grad_u_c = q.new_empty((0,)) if u_c is None else torch.empty_like(u_c, memory_format=torch.contiguous_format)
-    return (gradient_like(q), gradient_like(a), torch.empty_like(w_b, memory_format=torch.contiguous_format),
-            torch.empty_like(u_b, memory_format=torch.contiguous_format), grad_u_c,
-            torch.empty_like(v_b, memory_format=torch.contiguous_format))
+    grad_u_c = q.new_empty((0,)) if u_c is None else contiguous_like(u_c)
+    return (projection_gradient_like(q), projection_gradient_like(a), contiguous_like(w_b), contiguous_like(u_b),
+            grad_u_c, contiguous_like(v_b))
 
 
 def _setup_context(ctx, inputs, output):
@@ -77,6 +78,7 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, a, w_b, u_b, u_c, v_b, gate, hidden)
 
 
+@first_order_only("mma_nmt.multihop_second_hop")
 def _backward(ctx, grad_out, grad_gate, _grad_hidden):
     q, a, w_b, u_b, u_c, v_b, gate, hidden = ctx.saved_tensors
     if grad_out is None:

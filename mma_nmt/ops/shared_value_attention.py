@@ -12,6 +12,8 @@ import torch
 
 from mma_nmt._extension import require_device_support
 from mma_nmt.ops.device_checks import check_same_device
+from mma_nmt.ops.fake_layout import contiguous_like
+from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
 from mma_nmt.ops.padding import check_padding_mask_shape, resolve_key_lengths
 
 _OP = torch.ops.mma_nmt.shared_value_attention
@@ -45,9 +47,10 @@ def shared_value_attention(
         return_probs: also return the (B, H, T, S) weights.
     """
     require_device_support(q, "mma_nmt.shared_value_attention")
+    refuse_forward_ad("mma_nmt.shared_value_attention", (q, k, v))
     if q.dim() == 4 and k.dim() == 4:  # otherwise the operator names q or k
         check_padding_mask_shape("mma_nmt.shared_value_attention", key_padding_mask, q.shape[0], k.shape[2])
-    lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device)
+    lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device, op="mma_nmt.shared_value_attention")
     out, lse, probs = _OP(q, k, v, lengths, float(scale), return_probs)
     return SharedValueResult(out, lse, probs if return_probs else None)
 
@@ -69,7 +72,7 @@ def _shared_value_fake(q, k, v, key_lengths, scale, return_probs=False):
 def _shared_value_backward_fake(grad_out, q, k, v, out, lse, key_lengths, scale):
     check_same_device("mma_nmt.shared_value_attention_backward", "q", q, grad_out=grad_out, k=k, v=v, out=out, lse=lse,
                       key_lengths=key_lengths)
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return contiguous_like(q), contiguous_like(k), contiguous_like(v)
 
 
 def _setup_context(ctx, inputs, output):
@@ -80,6 +83,7 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse, probs)
 
 
+@first_order_only("mma_nmt.shared_value_attention")
 def _backward(ctx, grad_out, _grad_lse, _grad_probs):
     q, k, v, out, lse, key_lengths = ctx.saved_tensors
     grad_q, grad_k, grad_v = _BACKWARD_OP(grad_out.contiguous(), q, k, v, out, lse, key_lengths, ctx.scale)

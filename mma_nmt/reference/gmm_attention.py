@@ -49,7 +49,7 @@ def mixture_weights(omega, mu, sigma, real, *, normalization: str = "approximate
     # Strict: beta / sum_j beta does not change when every term is divided by the row's largest, so do that first; the
     # ratio is then right even where every term underflows (a narrow component between two keys), as SPEC's formula is.
     weight = omega.unsqueeze(-2) / z  # (B, H, T, 1, K)
-    positive = weight > 0
+    positive = (weight > 0) | weight.isnan()  # a NaN weight (omega or sigma) must make the row NaN, not vanish
     log_terms = torch.log(torch.where(positive, weight, torch.ones_like(weight))) + exponent
     log_terms = log_terms.masked_fill(~(positive & real.unsqueeze(-1)), float("-inf"))  # (B, H, T, S, K)
     largest = log_terms.detach().amax(dim=(-2, -1), keepdim=True)

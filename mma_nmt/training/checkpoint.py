@@ -39,7 +39,8 @@ def load_checkpoint(path: str | Path, *, model_config: dict | None = None, map_l
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # zip, pickle and unpickler errors all mean the same thing here
-        raise CheckpointError(f"checkpoint {path} is corrupt or truncated and cannot be read ({error})") from error
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated and cannot be read "
+                              f"({_load_failure(error)})") from error
     if not isinstance(payload, dict) or "format_version" not in payload:
         raise CheckpointError(f"{path} is not an mma_nmt checkpoint (no format_version)")
     if payload["format_version"] != FORMAT_VERSION:
@@ -48,6 +49,15 @@ def load_checkpoint(path: str | Path, *, model_config: dict | None = None, map_l
     if model_config is not None:
         check_same_model(payload.get("model_config"), model_config, path)
     return payload
+
+
+def _load_failure(error: Exception) -> str:
+    """What went wrong, without torch's advice to retry with ``weights_only=False``: that runs arbitrary code from the
+    file, and a file that is no checkpoint of ours does not deserve it."""
+    text = str(error)
+    if "WeightsUnpickler error:" in text:
+        text = "unpickling failed: " + text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation")[0]
+    return f"{type(error).__name__}: {' '.join(text.split())[:200]}"
 
 
 def _differences(saved, wanted, prefix: str = "") -> list[str]:
@@ -117,16 +127,42 @@ def average_checkpoints(paths: list[str | Path]) -> dict:
                 total[key] += value.double()
     averaged = {k: (v / len(paths)).to(first["model"][k].dtype) if v.is_floating_point() else v
                 for k, v in total.items()}
-    keep = {k: first[k] for k in ("model_config", "step") if k in first}
+    keep = {k: first[k] for k in ("model_config", "step", "tokenizers") if k in first}
     return {**keep, "model": averaged, "averaged_from": [str(p) for p in paths]}
 
 
-def load_model(path: str | Path, device="cpu"):
-    """``(model in eval mode, model config)`` rebuilt from a checkpoint's config and weights."""
+def tokenizer_fingerprints(src_tokenizer, tgt_tokenizer) -> dict:
+    """What a checkpoint records of the subword models it was trained with."""
+    return {"src": src_tokenizer.fingerprint, "tgt": tgt_tokenizer.fingerprint}
+
+
+def check_tokenizers(payload: dict, path, src_tokenizer, tgt_tokenizer) -> None:
+    """Refuses (:class:`CheckpointError`) to run a checkpoint with tokenizers it was not trained with: another
+    vocabulary size gives garbage or an ``IndexError``, another model of the same size garbage. Checkpoints from before
+    the fingerprints were recorded are checked on the vocabulary sizes only."""
+    config = payload.get("model_config", {})
+    for side, tokenizer in (("src", src_tokenizer), ("tgt", tgt_tokenizer)):
+        size = config.get(f"{side}_vocab_size")
+        if size != tokenizer.vocab_size:
+            raise CheckpointError(f"checkpoint {path} was trained with a {side} vocabulary of {size} pieces, but the "
+                                  f"tokenizer {tokenizer.path or ''} has {tokenizer.vocab_size}: use the prepared data "
+                                  f"(data.out_dir) the model was trained on")
+        saved = payload.get("tokenizers", {}).get(side)
+        if saved is not None and saved != tokenizer.fingerprint:
+            raise CheckpointError(f"checkpoint {path} was trained with another {side} SentencePiece model than "
+                                  f"{tokenizer.path or 'the one given'} (same size, other pieces): use the prepared "
+                                  f"data (data.out_dir) the model was trained on")
+
+
+def load_model(path: str | Path, device="cpu", *, tokenizers: tuple | None = None):
+    """``(model in eval mode, model config)`` rebuilt from a checkpoint's config and weights; with ``tokenizers``
+    (source, target) first checks that the checkpoint was trained with them (:func:`check_tokenizers`)."""
     from mma_nmt.models import build_model
     from mma_nmt.training.config import model_config_from_dict
 
     payload = load_checkpoint(path, map_location=device)
+    if tokenizers is not None:
+        check_tokenizers(payload, path, *tokenizers)
     config = model_config_from_dict({"preset": "", **payload["model_config"]})
     model = build_model(config).to(device)
     model.load_state_dict(payload["model"])

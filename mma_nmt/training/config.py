@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mma_nmt.config_io import apply_overrides, deep_merge, from_dict, load_file, to_dict
+from mma_nmt.config_io import apply_overrides, deep_merge, from_dict, load_file, require_at_least, to_dict
 from mma_nmt.decoding.search import SearchConfig
 from mma_nmt.models.config import MODEL_CONFIGS, ModelConfig
 from mma_nmt.models.presets import preset
@@ -44,11 +44,18 @@ class TrainConfig:
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     threads: int = 0  # torch threads on CPU; 0 = torch's default
     progress: bool = True  # tqdm progress bar
-    resume: bool = True  # continue from save_dir/last.pt when it exists
+    resume: bool = True  # continue from save_dir/last.pt when it exists; false refuses a save_dir holding checkpoints
+    overwrite: bool = False  # with resume = false: delete the checkpoints of save_dir and start over (--overwrite)
+    compile: bool = False  # train through torch.compile(model): compiled forward and backward
 
     def __post_init__(self):
         if not (self.loss_spike_factor == 0 or self.loss_spike_factor > 1):  # NaN fails too
             raise ValueError(f"train.loss_spike_factor must be 0 (off) or above 1, got {self.loss_spike_factor}")
+        require_at_least("train", self, loss_spike_window=1, max_steps=0, max_epochs=0, max_minutes=0.0, max_tokens=1,
+                         max_len=1, log_every=1, save_every=0, keep_periodic=0, validate_every=0, bleu_sentences=0,
+                         max_bad_steps=0, threads=0)
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
         if self.update_freq < 1:
             raise ValueError(f"train.update_freq must be at least 1, got {self.update_freq}")
         if self.loss_normalization not in ("tokens", "sentences"):
@@ -63,8 +70,6 @@ class TrainConfig:
             raise ValueError(f"train.best_metric must be one of {BEST_METRICS}, got {self.best_metric!r}")
         if self.best_metric == "bleu" and self.bleu_sentences <= 0:
             raise ValueError("train.best_metric='bleu' needs train.bleu_sentences > 0 (validation BLEU)")
-        if self.loss_spike_window < 1:
-            raise ValueError(f"train.loss_spike_window must be at least 1, got {self.loss_spike_window}")
 
 
 @dataclass

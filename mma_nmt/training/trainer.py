@@ -21,12 +21,24 @@ from mma_nmt.decoding.translate import translate_dataset
 from mma_nmt.evaluation.scoring import corpus_bleu
 from mma_nmt.models import build_model
 from mma_nmt.training import distributed as dist
-from mma_nmt.training.checkpoint import CheckpointManager, load_checkpoint
+from mma_nmt.training.checkpoint import CheckpointManager, load_checkpoint, tokenizer_fingerprints
 from mma_nmt.training.early_stopping import EarlyStopping
 from mma_nmt.training.config import RunConfig
 from mma_nmt.training.logging import JsonLinesLogger
 from mma_nmt.training.loss import label_smoothed_cross_entropy
 from mma_nmt.training.optim import LRSchedule, build_optimizer
+from mma_nmt.training.run_lock import RunDirectoryLock, claim_for_fresh_start
+
+
+def check_usable_pairs(sampler: TokenBatchSampler, valid_data: ParallelDataset, max_len: int, prepared: Path) -> None:
+    """Refuses (ValueError, with the counts) training data without a pair to train on, or validation data without a
+    pair to validate on: the loop would validate and save for ever without taking a step."""
+    kept = sampler.num_examples - sampler.num_filtered
+    if kept == 0:
+        raise ValueError(f"the train split of {prepared} has no usable pair: {sampler.num_examples} pairs, "
+                         f"{sampler.num_filtered} of them longer than train.max_len={max_len} subword tokens")
+    if len(valid_data) == 0:
+        raise ValueError(f"the valid split of {prepared} has no pair to validate on")
 
 
 NORMALIZATIONS = ("tokens", "sentences")
@@ -144,11 +156,13 @@ class Trainer:
         random.seed(cfg.seed)  # Python's RNG is checkpointed too: seeded, two runs of one config match in full
         self.model = build_model(self.model_config).to(self.device)
         self.ddp = DistributedDataParallel(self.model) if self.info.enabled else self.model
+        self.train_model = torch.compile(self.ddp) if cfg.compile else self.ddp  # its forward and backward train
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
         self.schedule = LRSchedule(self.optimizer, cfg.optim, total_steps=cfg.max_steps)
         self.sampler = TokenBatchSampler(self.train_data.src_lengths, self.train_data.tgt_lengths,
                                          max_tokens=cfg.max_tokens, seed=cfg.seed, max_len=cfg.max_len,
                                          num_replicas=self.info.world_size, rank=self.info.rank)
+        check_usable_pairs(self.sampler, self.valid_data, cfg.max_len, run.prepared_dir())
         use_amp = cfg.amp and self.device.type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda") if use_amp else None
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.float16)) if use_amp else contextlib.nullcontext
@@ -160,7 +174,8 @@ class Trainer:
         self.save_dir = Path(cfg.save_dir)
         self.checkpoints = CheckpointManager(self.save_dir, keep_periodic=cfg.keep_periodic)
         self.logger = JsonLinesLogger(self.save_dir / "log.jsonl", enabled=self.info.is_main)
-        if cfg.resume and (self.save_dir / "last.pt").is_file():
+        self.resumed = cfg.resume and (self.save_dir / "last.pt").is_file()
+        if self.resumed:
             self.load(self.save_dir / "last.pt")
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
@@ -170,8 +185,8 @@ class Trainer:
                 "sampler": self.sampler.state_dict(), "rng": dist.all_gather_objects(capture_rng(), self.info),
                 "scaler": self.scaler.state_dict() if self.scaler else {}, "step": self.step,
                 "bad_steps": self.bad_steps, **self.early_stopping.state_dict(),
-                "recent_losses": list(self.recent_losses),
-                "train_config": to_dict(self.run.train)}
+                "recent_losses": list(self.recent_losses), "train_config": to_dict(self.run.train),
+                "tokenizers": tokenizer_fingerprints(self.train_data.src_tokenizer, self.train_data.tgt_tokenizer)}
 
     def save(self, *, is_best: bool = False) -> None:
         """Writes the checkpoints of this step; refuses (TrainingDiverged) when a weight is NaN or inf, so that no
@@ -209,7 +224,7 @@ class Trainer:
         tokens) sums, or None for a skipped bad step."""
         self.ddp.train()
         batches = [b.to(self.device) for b in (batches if isinstance(batches, (list, tuple)) else [batches])]
-        totals = forward_backward(self.ddp, batches, epsilon=self.run.train.label_smoothing, pad_id=self.pad_id,
+        totals = forward_backward(self.train_model, batches, epsilon=self.run.train.label_smoothing, pad_id=self.pad_id,
                                   info=self.info, autocast=self.autocast(), scaler=self.scaler,
                                   normalization=self.run.train.loss_normalization)
         if totals is None:
@@ -337,7 +352,17 @@ class Trainer:
             hook(self)
 
     def train(self) -> dict:
-        """Trains until max_steps / max_epochs / max_minutes; returns the last validation result."""
+        """Trains until max_steps / max_epochs / max_minutes; returns the last validation result. Holds the run
+        directory's lock meanwhile (``RunDirectoryBusy`` when another run holds it); a run that does not resume
+        refuses a directory with checkpoints unless ``train.overwrite``."""
+        with RunDirectoryLock(self.save_dir) if self.info.is_main else contextlib.nullcontext():
+            if self.info.is_main and not self.resumed:
+                for path in claim_for_fresh_start(self.save_dir, overwrite=self.run.train.overwrite):
+                    self.logger.log("overwrite", path=str(path))
+            dist.barrier(self.info)
+            return self._train()
+
+    def _train(self) -> dict:
         from tqdm import tqdm
 
         cfg = self.run.train

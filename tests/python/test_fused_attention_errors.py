@@ -139,7 +139,8 @@ def test_unknown_head_kind_value_is_named():
 
 def test_seed_outside_int64_is_named():
     q, k, v = make_qkv(1, 1, 3, 3, 4, requires_grad=False)
-    with pytest.raises(RuntimeError, match=r"argument 'seed'"):
+    with pytest.raises(ValueError, match=r"^mma_nmt.attention: seed must be a 64-bit integer in \[-2\*\*63, "
+                                         r"2\*\*63 - 1\], got 18446744073709551616$"):
         fused_attention(q, k, v, dropout_p=0.1, seed=2**64)
 
 

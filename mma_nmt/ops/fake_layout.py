@@ -1,0 +1,43 @@
+"""The memory layout of the operators' results, as the fake (meta) kernels must report it.
+
+``torch.compile`` plans a graph from the fake kernels alone: AOTAutograd and inductor take the strides of every fake
+result as the real kernel's and assert them at run time. A fake kernel that keeps an input's strides where the real one
+returns a contiguous tensor (``torch.empty_like`` of a transposed head view) compiles, then fails, or worse feeds the
+next kernel a wrong layout. Every fake kernel therefore builds its results with the helpers below, each the Python twin
+of the allocation its C++ kernel makes:
+
+- :func:`contiguous_like`: ``at::empty_like(x, at::MemoryFormat::Contiguous)`` (or ``at::zeros(x.sizes(), ...)``), the
+  gradients of attention, GMM, shared-value and multi-layer attention (CPU and CUDA) and the weight gradients of the
+  multi-hop operators;
+- :func:`position_major` and :func:`projection_gradient_like`: the multi-hop operators' results and their projections'
+  gradients (``position_major`` and ``gradient_like`` in csrc/multihop/cpu/multihop_cpu.cpp; contiguous on CUDA).
+
+Forward results made with ``new_empty(shape)`` are contiguous, as the kernels' ``at::empty(shape)``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def contiguous_like(x: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor of ``x``'s shape, dtype and device, whatever ``x``'s strides."""
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+def position_major(like: torch.Tensor, dim: int) -> torch.Tensor:
+    """A (B, H, T, dim) result laid out as the multi-hop kernels of ``like``'s device store it (``like`` is
+    (B, H, T, ·)): (B, T, H, dim) in memory on the CPU, contiguous elsewhere."""
+    batch, heads, query_len, _ = like.shape
+    if like.device.type == "cpu":
+        return like.new_empty((batch, query_len, heads, dim)).transpose(1, 2)
+    return like.new_empty((batch, heads, query_len, dim))
+
+
+def projection_gradient_like(projection: torch.Tensor) -> torch.Tensor:
+    """A multi-hop (B, H, T, dim) projection's gradient as the kernels store it: on the CPU laid out like the projection
+    when that keeps the last dimension contiguous, else position-major; contiguous elsewhere."""
+    if projection.device.type != "cpu":
+        return position_major(projection, projection.shape[3])
+    grad = torch.empty_like(projection)
+    return grad if grad.stride(3) == 1 or grad.shape[3] <= 1 else position_major(projection, projection.shape[3])

@@ -1,0 +1,58 @@
+"""The fused operators are differentiable once: their backward operators have no derivative of their own, and no
+forward-mode (JVP) formula exists. Without a guard PyTorch answers such requests silently wrong: a double backward
+through a backward operator gives exactly zero (with only a one-time warning), ``torch.func.jvp`` a zero tangent. These
+two guards, used by every operator, turn both into an error that names the operator.
+
+- :func:`first_order_only` decorates an operator's autograd backward: run with ``create_graph=True`` (grad mode is on
+  inside the backward and something it reads requires grad), it raises instead of returning gradients whose own
+  gradient would be zero. ``torch.autograd.gradgradcheck``, ``torch.autograd.functional.hessian`` and gradient
+  penalties all ask for that graph first.
+- :func:`refuse_forward_ad` is called by every operator's Python function on its tensor arguments: a tangent attached
+  to any of them (``torch.autograd.forward_ad`` or ``torch.func.jvp``) raises.
+
+Training, ``torch.compile`` (whose traced backward runs without grad mode), ``gradcheck`` and ``opcheck`` are
+unaffected.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Iterable
+
+import torch
+import torch.autograd.forward_ad as forward_ad
+
+
+class HigherOrderGradientError(RuntimeError):
+    """A second-order or forward-mode derivative of a fused operator was asked for; only first order exists."""
+
+
+def first_order_only(op: str) -> Callable:
+    """Decorator for the autograd backward ``backward(ctx, *grads)`` of operator ``op`` (``"mma_nmt.attention"``)."""
+
+    def decorate(backward: Callable) -> Callable:
+        @functools.wraps(backward)
+        def guarded(ctx, *grads):
+            if torch.is_grad_enabled() and _any_requires_grad((*ctx.saved_tensors, *grads)):
+                raise HigherOrderGradientError(
+                    f"{op}: second-order gradients (a backward with create_graph=True, gradgradcheck, hessian, a "
+                    f"gradient penalty) are not implemented; its backward is differentiable only to first order. "
+                    f"Use the plain-PyTorch reference (mma_nmt.reference) where higher derivatives are needed")
+            return backward(ctx, *grads)
+
+        return guarded
+
+    return decorate
+
+
+def refuse_forward_ad(op: str, tensors: Iterable[torch.Tensor | None]) -> None:
+    """Raises :class:`HigherOrderGradientError` when any of ``tensors`` carries a forward-mode tangent."""
+    if any(isinstance(t, torch.Tensor) and forward_ad.unpack_dual(t).tangent is not None for t in tensors):
+        raise HigherOrderGradientError(
+            f"{op}: forward-mode derivatives (torch.func.jvp, torch.autograd.forward_ad) are not implemented, only "
+            f"reverse mode (backward, torch.autograd.grad). Use the plain-PyTorch reference (mma_nmt.reference) "
+            f"for forward mode")
+
+
+def _any_requires_grad(tensors) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)

@@ -1,0 +1,79 @@
+"""One training run per run directory: an exclusive lock on ``save_dir/.lock``, and no silent restart over old results.
+
+Two runs writing one directory corrupt each other (one run's cleanup of stale temporary files removes the other's file
+mid-save; the checkpoints end up from two seeds), and a run started afresh (``train.resume = false``) over a directory
+with checkpoints would replace a trained ``best.pt`` by an untrained one. The lock is an ``fcntl.flock`` on an open
+file: the operating system drops it when the holder exits, however it exits (SIGKILL included), so no stale lock ever
+needs removing by hand; the holder's PID is written in the file for the error message.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+LOCK_NAME = ".lock"
+CHECKPOINT_PATTERNS = ("last.pt", "best.pt", "step_*.pt")  # see CheckpointManager
+
+
+class RunDirectoryBusy(RuntimeError):
+    """Another process holds the run directory's lock."""
+
+
+class RunDirectoryLock:
+    """``with RunDirectoryLock(save_dir): ...`` holds ``save_dir/.lock`` exclusively, or raises
+    :class:`RunDirectoryBusy` at once (no waiting) naming the directory and the holder's PID."""
+
+    def __init__(self, directory: str | Path):
+        self.path = Path(directory) / LOCK_NAME
+        self._handle = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise RunDirectoryBusy(f"{self.path.parent} is in use by another training run (PID {holder}); wait for "
+                                   f"it to finish or choose another train.save_dir") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._handle = handle
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()  # closing the file drops the lock; the file stays (removing it would race)
+            self._handle = None
+
+    def __enter__(self) -> "RunDirectoryLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()
+
+
+def existing_checkpoints(directory: str | Path) -> list[Path]:
+    """The checkpoint files of a run directory (``last.pt``, ``best.pt``, ``step_<n>.pt``), sorted."""
+    directory = Path(directory)
+    return sorted(p for pattern in CHECKPOINT_PATTERNS for p in directory.glob(pattern))
+
+
+def claim_for_fresh_start(directory: str | Path, *, overwrite: bool) -> list[Path]:
+    """For a run that does not resume: refuses a directory that holds checkpoints (``ValueError`` naming it and the
+    ways out), or with ``overwrite`` deletes them and returns what was deleted. Call it while holding the lock."""
+    found = existing_checkpoints(directory)
+    if found and not overwrite:
+        names = ", ".join(p.name for p in found[:5])
+        raise ValueError(f"{directory} already holds checkpoints ({names}) and this run starts afresh (train.resume is "
+                         f"false, or there is no last.pt to resume from): it would overwrite them. Choose a new "
+                         f"train.save_dir, or delete them with --overwrite (train.overwrite=true)")
+    for path in found:
+        path.unlink()
+    return found

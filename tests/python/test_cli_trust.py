@@ -1,0 +1,159 @@
+"""The command line loses no line and runs no model with the wrong tokenizer (issue 19, items 4, 5 and 10, and the
+"Messages" section): one line reader for every text file, a count check between hypotheses and references, the
+tokenizer check of a checkpoint, a policy for over-long input lines, numeric config values checked where they are
+read, and ``mma-nmt: error: <message>`` with exit status 2 instead of a traceback."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+import torch
+
+from mma_nmt.cli.main import main
+from mma_nmt.evaluation.bootstrap import paired_bootstrap
+from mma_nmt.training.config import load_run_config
+from mma_nmt.training.trainer import Trainer
+from nmt_fixtures import prepare_tiny, tiny_overrides
+
+SENTENCES = "Ein Hund läuft.\nZwei Männer spielen Fußball.\nEine Frau liest"  # no newline after the last line
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A 2-step tiny Transformer on the tiny data: (command-line --set arguments, checkpoint)."""
+    data = prepare_tiny(tmp_path_factory.getbasetemp() / "tiny_multi30k_50")
+    save_dir = tmp_path_factory.mktemp("cli_trust_run")
+    overrides = tiny_overrides(data, save_dir, "train.max_steps=2", "decode.beam_size=2", "decode.max_len_b=3",
+                               "decode.max_len_a=0.2", "eval.attention_maps=0")
+    Trainer(load_run_config(None, overrides)).train()
+    return [item for o in overrides for item in ("--set", o)], save_dir / "last.pt"
+
+
+def _cli(capsys, *args) -> tuple[int, str, str]:
+    status = main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+@pytest.mark.parametrize("text, lines", [("a\nb", ["a", "b"]), ("a\nb\n", ["a", "b"]), ("", []), ("\n", [""]),
+                                         ("a\r\nb\r\n", ["a", "b"]), ("a\rb\n", ["a\rb"]), ("\n\nc", ["", "", "c"])])
+def test_read_text_lines_keeps_every_line(tmp_path, text, lines):
+    from mma_nmt.data.fileio import read_text_lines  # the one reader of the command line's text files
+
+    path = tmp_path / "text.txt"
+    path.write_bytes(text.encode("utf-8"))
+    assert read_text_lines(path) == lines
+    path.write_bytes(gzip.compress(text.encode("utf-8")))
+    assert read_text_lines(path) == lines
+
+
+def test_a_last_line_without_newline_is_translated(trained, tmp_path, capsys):
+    sets, checkpoint = trained
+    source, out = tmp_path / "raw.de", tmp_path / "raw.hyp"
+    source.write_text(SENTENCES, encoding="utf-8")
+    status, _, err = _cli(capsys, "translate", *sets, "--checkpoint", str(checkpoint), "--input", str(source),
+                          "--output", str(out))
+    assert status == 0, err
+    assert len(out.read_text(encoding="utf-8").split("\n")[:-1]) == 3  # written with a final newline
+
+
+def test_evaluate_scores_every_line_and_refuses_a_count_mismatch(trained, tmp_path, capsys):
+    sets = [*trained[0], "--set", "eval.buckets=[]"]
+    hyp, ref, short = tmp_path / "hyp.txt", tmp_path / "ref.txt", tmp_path / "short.txt"
+    hyp.write_text("a dog runs\ntwo men play\na woman", encoding="utf-8")
+    ref.write_text("a dog runs .\ntwo men play football .\na woman reads", encoding="utf-8")
+    short.write_text("a dog runs\n", encoding="utf-8")
+    status, out, err = _cli(capsys, "evaluate", *sets, "--hyp", str(hyp), "--ref", str(ref))
+    assert status == 0, err
+    assert '"sentences": 3' in out
+    status, _, err = _cli(capsys, "evaluate", *sets, "--hyp", str(short), "--ref", str(ref))
+    assert status == 2 and err.startswith(f"mma-nmt: error: {short} has 1 lines but the references ({ref}) have 3")
+    status, _, err = _cli(capsys, "evaluate", *sets, "--hyp", str(hyp), "--ref", str(ref), "--baseline", str(short))
+    assert status == 2 and f"{short} has 1 lines but the references" in err
+
+
+def test_a_zero_difference_is_never_significant():
+    references = ["a cat sits on the mat today ."] * 30
+    baseline, system = ["x y"] * 30, ["z w"] * 30  # different outputs, both BLEU 0.0
+    result = paired_bootstrap(baseline, system, references, samples=200)
+    assert result["system_bleu"] == result["baseline_bleu"] == 0.0
+    assert result["p_value"] == 1.0
+    with pytest.raises(ValueError, match="bootstrap samples must be at least 1, got 0"):
+        paired_bootstrap(baseline, system, references, samples=0)
+
+
+def test_translate_refuses_a_checkpoint_of_another_vocabulary(trained, tmp_path, capsys):
+    sets, checkpoint = trained
+    other = prepare_tiny(tmp_path / "other_vocab", vocab_size=200)
+    source = tmp_path / "raw.de"
+    source.write_text(SENTENCES, encoding="utf-8")
+    status, _, err = _cli(capsys, "translate", *sets, "--set", f"data.out_dir={other}", "--checkpoint",
+                          str(checkpoint), "--input", str(source), "--output", str(tmp_path / "out"))
+    assert status == 2 and "was trained with a src vocabulary of" in err and "tokenizer" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_translate_refuses_another_tokenizer_of_the_same_size(trained, tmp_path, capsys):
+    sets, checkpoint = trained
+    payload = torch.load(checkpoint, weights_only=True)
+    payload["tokenizers"]["tgt"] = "0" * 64  # as if trained with another SentencePiece model of the same size
+    forged = tmp_path / "forged.pt"
+    torch.save(payload, forged)
+    source = tmp_path / "raw.de"
+    source.write_text(SENTENCES, encoding="utf-8")
+    status, _, err = _cli(capsys, "translate", *sets, "--checkpoint", str(forged), "--input", str(source),
+                          "--output", str(tmp_path / "out"))
+    assert status == 2 and f"checkpoint {forged} was trained with another tgt SentencePiece model" in err
+
+
+def test_an_over_long_line_is_named_or_truncated(trained, tmp_path, capsys):
+    sets, checkpoint = trained
+    source, out = tmp_path / "raw.de", tmp_path / "raw.hyp"
+    source.write_text("Ein Hund läuft.\n" + "Hund " * 400 + "\nEine Frau liest.\n", encoding="utf-8")
+    args = ("translate", *sets, "--checkpoint", str(checkpoint), "--input", str(source), "--output", str(out))
+    status, _, err = _cli(capsys, *args)
+    assert status == 2 and "longer than the model's max_positions=256 subword tokens: line 2 (" in err
+    assert "decode.too_long=truncate" in err and not out.exists()
+    with pytest.warns(UserWarning, match=r"1 source line\(s\) cut to the model's max_positions=256 .* line 2 \("):
+        status, _, err = _cli(capsys, *args, "--set", "decode.too_long=truncate")
+    assert status == 0, err
+    assert len(out.read_text(encoding="utf-8").split("\n")[:-1]) == 3  # written with a final newline
+
+
+def test_errors_are_one_line_with_status_2_and_a_traceback_with_debug(trained, tmp_path, capsys):
+    sets, _ = trained
+    garbage = tmp_path / "random.pt"
+    garbage.write_bytes(b"\x80\x04" + bytes(range(256)) * 4)
+    args = ("translate", *sets, "--checkpoint", str(garbage), "--input", str(garbage))
+    status, out, err = _cli(capsys, *args)
+    assert status == 2 and out == ""
+    assert err.startswith(f"mma-nmt: error: checkpoint {garbage} is corrupt or truncated") and err.count("\n") == 1
+    assert "Traceback" not in err and "weights_only" not in err
+    with pytest.raises(RuntimeError, match="corrupt or truncated"):
+        main([*args, "--debug"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.max_steps=-5", "train.max_steps must be at least 0, got -5"),
+    ("train.label_smoothing=2", r"train.label_smoothing must be in \[0, 1\), got 2.0"),
+    ("train.save_every=-1", "train.save_every must be at least 0, got -1"),
+    ("train.keep_periodic=-1", "train.keep_periodic must be at least 0, got -1"),
+    ("train.max_len=0", "train.max_len must be at least 1, got 0"),
+    ("model.heads=0", "model.heads must be at least 1, got 0"),
+    ("model.d_model=30", r"model.d_model \(30\) must be divisible by model.heads \(4\)"),
+    ("decode.beam_size=0", "decode.beam_size must be at least 1, got 0"),
+    ("decode.batch_size=0", "decode.batch_size must be at least 1, got 0"),
+    ("decode.too_long=skip", "decode.too_long must be 'fail' or 'truncate', got 'skip'"),
+    ("model.encoder.head_spec=GXQ", "model.encoder.head_spec must be a non-empty string of the letters G, L, F, B, C; "
+                                    "got 'GXQ'"),
+])
+def test_numeric_and_spec_config_values_are_checked_where_read(override, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        load_run_config(None, [override])
+
+
+def test_bootstrap_samples_below_one_are_refused(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--bootstrap-samples", "0"])
+    assert stop.value.code == 2 and "--bootstrap-samples: must be at least 1, got 0" in capsys.readouterr().err

@@ -1,0 +1,87 @@
+"""``torch.compile`` of a whole training step (forward, loss, backward) of models on every fused operator, compared
+with eager: the fake kernels must report the strides the real kernels return, or inductor's stride assertions (and
+the views AOTAutograd plans from them) fail in the backward (issue 19, item 0).
+
+Three tiny models cover the operators that models use (attention, multi-hop second hop, GMM, multi-layer, shared
+value; the head-gate operator, used by no model, has its transposed and sliced cases in
+``test_fake_kernels_match_real_layouts.py``). Each is compiled with ``aot_eager`` (Dynamo and AOTAutograd plan the
+forward and backward graphs from the fake kernels, the ops then run eagerly: about 9 s of CPU per model), and the one
+with the most operators also with ``inductor``, the backend users train with, which asserts every planned stride but
+compiles about 45 C++ kernels (about 75 s of CPU on the project machine under load). Inductor's cache is a fresh folder
+for this module, so that a graph compiled by an earlier run (with other fake kernels) cannot stand in for this one,
+while the three models share the kernels they have in common.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mma_nmt.models import build_model, preset
+from mma_nmt.training.loss import label_smoothed_cross_entropy
+from nmt_fixtures import random_batch, tiny_transformer
+
+
+def _mma_multihop_gmm():
+    """Encoder layer 0 standard (fused ``mma_nmt::attention``), layer 1 multi-hop (attention +
+    ``multihop_second_hop``); one decoder layer: causal self-attention (``attention``) and GMM cross-attention
+    (``gmm_attention``)."""
+    config = tiny_transformer(d_model=16, ffn_dim=32)
+    config.encoder.attention = "multihop"
+    config.encoder.multihop_layers = [1]
+    config.decoder.layers = 1
+    config.decoder.cross_attention = "gmm"
+    return config
+
+
+def _mlmha():
+    """Encoder MMA (mixed G/L/F/B heads, ``mma_nmt::attention``), decoder cross-attention MLMHA
+    (``multilayer_attention``, joint weights over the top 2 layers)."""
+    config = tiny_transformer(d_model=16, ffn_dim=32)
+    config.encoder.attention = "mma"
+    config.decoder.cross_attention = "mlmha"
+    config.decoder.mlmha_n = 2
+    config.decoder.mlmha_variant = "M-10"
+    return config
+
+
+def _lstm_luong():
+    return preset("lstm_tiny", src_vocab_size=37, tgt_vocab_size=41, dropout=0.0, heads=2, embed_dim=16,
+                  hidden_size=16, softmax_dim=16, feed_dim=8, implementation="fused")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_inductor_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("inductor_cache")))
+        yield
+
+
+MODELS = {"mma+multihop+gmm": _mma_multihop_gmm, "mma+mlmha": _mlmha, "lstm+luong": _lstm_luong}
+
+
+def _loss(model, src, lengths, prev, tgt):
+    loss, _ = label_smoothed_cross_entropy(model(src, lengths, prev), tgt, epsilon=0.1, ignore_index=0)
+    return loss
+
+
+def _step(step, model, batch):
+    model.zero_grad(set_to_none=True)
+    loss = step(model, *batch)
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("name, backend", [(name, "aot_eager") for name in MODELS] + [("mma+multihop+gmm", "inductor")])
+def test_compiled_training_step_matches_eager(name, backend):
+    torch.manual_seed(0)
+    model = build_model(MODELS[name]()).train()  # dropout 0: train mode runs the training code paths, deterministically
+    batch = random_batch(batch=3, src_len=7, tgt_len=6, seed=1)
+    eager_loss, eager_grads = _step(_loss, model, batch)
+    torch._dynamo.reset()
+    compiled_loss, compiled_grads = _step(torch.compile(_loss, backend=backend, dynamic=False), model, batch)
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-6)
+    assert compiled_grads.keys() == eager_grads.keys() and len(eager_grads) > 10
+    for key, grad in eager_grads.items():
+        torch.testing.assert_close(compiled_grads[key], grad, rtol=1e-4, atol=1e-6,
+                                   msg=lambda message, key=key: f"{key}: {message}")
