@@ -2,7 +2,8 @@
 tables (skipping runs that have a record, resuming interrupted ones), writes a record per finished run, and writes
 each table as Markdown, JSON and a learning-curve figure, built from the records alone.
 
-``--from-records`` rebuilds the tables from the committed records without training anything."""
+``--from-records`` rebuilds the tables from the records without training anything (it first records the runs that
+finished under the runs directory, e.g. while other runs of the table still train)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,20 @@ def find_experiment(name: str) -> Path:
         return candidate
     known = sorted(p.parent.name for p in EXPERIMENTS_DIR.glob("*/experiment.toml"))
     raise ExperimentError(f"no experiment {name!r}; known: {', '.join(known) or 'none'} (or give a path)")
+
+
+def collect_records(cells: list, runs_dir: Path, records_root: Path) -> dict[str, dict]:
+    """Writes the record of every cell whose run finished under ``runs_dir`` but has no record yet (so finished runs
+    are kept while others still train, or after a table run was interrupted); returns all records by identity."""
+    from mma_nmt.experiments.cell import RESULT_FILE, is_finished, read_json
+    from mma_nmt.experiments.runner import run_dir_for
+
+    records = load_records(records_root)
+    for cell in {cell.identity: cell for cell in cells}.values():
+        run_dir = run_dir_for(cell, runs_dir)
+        if cell.identity not in records and is_finished(run_dir):
+            write_record(cell, run_dir, read_json(run_dir / RESULT_FILE), records_root)
+    return load_records(records_root)
 
 
 def _lost_cells(path: Path, data: dict) -> list[str]:
@@ -76,7 +91,7 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
     cells = [cell for table in chosen for cell in experiment.cells(table, scale)]
     out_dir = Path(results_dir) if results_dir else experiment.path.parent / "results" / scale
     records_root = out_dir / "runs"
-    records = load_records(records_root)
+    records = collect_records(cells, Path(runs_dir), records_root)
     failures = []
     if not from_records:
         unknown = sorted(set(datasets or []) - set(experiment.datasets))
@@ -85,11 +100,11 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
         pending = [cell for cell in cells if cell.identity not in records
                    and (not datasets or cell.dataset.role in datasets)]
         pending.sort(key=lambda cell: cell.seed)  # seed by seed: each finished pair of runs is a comparison
-        results, failures = run_cells(experiment, pending, Path(runs_dir), jobs=jobs) if pending else ({}, [])
-        for cell in {cell.identity: cell for cell in pending}.values():
-            if cell.identity in results:
-                write_record(cell, Path(results[cell.identity]["run_dir"]), results[cell.identity], records_root)
-        records = load_records(records_root)
+        if pending:
+            _, failures = run_cells(experiment, pending, Path(runs_dir), jobs=jobs,
+                                    on_finished=lambda cell, run_dir, result: write_record(cell, run_dir, result,
+                                                                                           records_root))
+        records = collect_records(cells, Path(runs_dir), records_root)
     command = command or "mma-nmt experiment " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     written, refused = [], []
     for table in chosen:

@@ -112,7 +112,7 @@ def write_record(cell: Cell, run_dir: Path, result: dict, root: Path) -> Path:
     if (target / RECORD_FILE).is_file():
         return target
     target.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(result["hypotheses"], target / HYPOTHESES_FILE)
+    shutil.copyfile(Path(run_dir) / "translations" / Path(result["hypotheses"]).name, target / HYPOTHESES_FILE)
     config = cell.config
     train = config.get("train", {})
     record = {"experiment": result.get("experiment"), "system": cell.system.name,

@@ -194,10 +194,10 @@ def to_markdown(data: dict, *, command: str = "") -> str:
     if any(run.get("metrics", {}).get("multi_reference") for run in data["runs"]):
         on += (" (where a column has several references per test set, BLEU is the mean over its test sets of "
                "multi-reference BLEU, as the paper; the bootstrap then runs on the first reference)")
-    lines += ["", "ours: mean ± standard deviation over seeds (number of seeds) when there are several. Δ: difference "
-                  f"to the row's baseline trained with the same seed. Paired bootstrap resampling (sacreBLEU, "
-                  f"{data['bootstrap_samples']} samples) of each seed against that baseline{on}: † p < 0.05, "
-                  f"†† p < 0.01; (n.s.) = no significant difference. {CLAIM_RULE}"]
+    lines += ["", "ours: mean ± standard deviation over seeds (number of seeds) when there are several. Δ: "
+                  "difference to the row's baseline trained with the same seed. Paired bootstrap resampling "
+                  f"(sacreBLEU, {data['bootstrap_samples']} samples) of each seed against that baseline{on}: "
+                  f"† p < 0.05, †† p < 0.01; (n.s.) = no significant difference. {CLAIM_RULE}"]
     lines += ["", "Runs (stop: updates done, why training stopped, the update of the best validation loss):", "",
               "| System | Data | seed | #Params | stop | translated with | train min | valid nll | BLEU | tok. BLEU "
               "| chrF | TER | hardware | record |", "|" + "---|" * 14]

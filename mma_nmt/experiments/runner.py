@@ -74,11 +74,12 @@ def _run_in_subprocess(run_dir: Path) -> tuple[dict, float]:
     return read_json(run_dir / RESULT_FILE), started
 
 
-def run_cells(experiment: Experiment, cells: list[Cell], runs_dir: Path, *,
-              jobs: int = 1) -> tuple[dict[str, dict], list[str]]:
+def run_cells(experiment: Experiment, cells: list[Cell], runs_dir: Path, *, jobs: int = 1,
+              on_finished=None) -> tuple[dict[str, dict], list[str]]:
     """Runs every distinct cell; returns the results of the finished ones by identity and the failures (a failed run
     does not stop the others). ``jobs > 1`` runs cells in subprocesses (logs in ``<run_dir>/run.log``);
-    ``jobs == 1`` runs them here, with progress bars."""
+    ``jobs == 1`` runs them here, with progress bars. ``on_finished(cell, run_dir, result)`` is called as each run
+    finishes (the experiment command writes its record then)."""
     unique = list({cell.identity: cell for cell in cells}.values())
     check_prepared_dirs(unique)
     run_dirs = {cell.identity: run_dir_for(cell, runs_dir) for cell in unique}
@@ -98,6 +99,8 @@ def run_cells(experiment: Experiment, cells: list[Cell], runs_dir: Path, *,
         else:
             print(f"[experiment] done {what}: BLEU {result['bleu']:.2f} in {(time.monotonic() - started) / 60:.1f} "
                   f"min ({run_dirs[cell.identity]})", flush=True)
+            if on_finished is not None:
+                on_finished(cell, run_dirs[cell.identity], result)
 
     if jobs <= 1:
         for cell in pending:

@@ -64,7 +64,7 @@ def test_evaluate_scores_every_line_and_refuses_a_count_mismatch(trained, tmp_pa
     hyp.write_text("a dog runs\ntwo men play\na woman", encoding="utf-8")
     ref.write_text("a dog runs .\ntwo men play football .\na woman reads", encoding="utf-8")
     short.write_text("a dog runs\n", encoding="utf-8")
-    status, out, err = _cli(capsys, "evaluate", *sets, "--hyp", str(hyp), "--ref", str(ref))
+    status, out, err = _cli(capsys, "evaluate", *sets, "--hyp", str(hyp), "--ref", str(ref), "--json")
     assert status == 0, err
     assert '"sentences": 3' in out
     status, _, err = _cli(capsys, "evaluate", *sets, "--hyp", str(short), "--ref", str(ref))

@@ -109,6 +109,20 @@ def test_tables_rebuild_from_records_alone(toy, workdir, monkeypatch):
     assert [r["cells"] for r in after["rows"]] == [r["cells"] for r in before["rows"]]
 
 
+def test_finished_runs_are_recorded_without_training(toy, workdir, monkeypatch):
+    """Runs that finished while their table's command was interrupted (or still trains others) get their records from
+    ``--from-records``, which trains nothing."""
+    run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments")
+    shutil.rmtree(toy / "results")
+    import mma_nmt.experiments.command as command
+
+    monkeypatch.setattr(command, "run_cells", lambda *a, **k: pytest.fail("trained while collecting records"))
+    (md,) = run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments", from_records=True)
+    assert len(load_records(toy / "results" / "smoke" / "runs")) == 2
+    rows = json.loads(md.with_suffix(".json").read_text())["rows"]
+    assert all(row["cells"]["de_en"]["bleu"] is not None for row in rows)
+
+
 def test_seeds_give_mean_std_and_per_seed_significance(toy, workdir):
     text = (toy / "experiment.toml").read_text()
     (toy / "experiment.toml").write_text(text.replace('baseline = "baseline"\n', 'baseline = "baseline"\n'
