@@ -3,6 +3,7 @@ line per seed, a marker at the checkpoint each run was translated with."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 
@@ -38,8 +39,8 @@ def plot_learning_curves(data: dict, path: Path) -> Path | None:
         ax.set_ylabel("validation NLL per token")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    seeds = f" ({len(data['seeds'])} seeds each where seeded)" if data.get("seeds") else ""
-    figure.suptitle(f"{data['title']}: learning curves{seeds}; dots = checkpoint used", fontsize=9)
+    title = f"{data['title']}: learning curves (one line per run and seed; dots = the checkpoint translated)"
+    figure.suptitle(textwrap.fill(title, width=int(60 * len(columns))), fontsize=9)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=90)

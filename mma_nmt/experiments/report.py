@@ -78,6 +78,7 @@ def _cell(experiment, table, scale, row, column, records, references, samples) -
     ours, bases = runs_of(row), {record["seed"]: record for record in runs_of(base_row)}
     paper, paper_base = table.paper.get(row, {}).get(column), table.paper.get(base_row, {}).get(column)
     entry = {"baseline": base_row, "seeds": [r["seed"] for r in ours],
+             "planned_seeds": [s for s in table.seeds_at(scale, row) if s is not None],
              "bleus": [score(r, table.metric) for r in ours], "paper": paper,
              "paper_delta": None if row == base_row or paper is None or paper_base is None
              else round(paper - paper_base, 2)}
@@ -130,18 +131,24 @@ def _num(value, digits: int = 2, signed: bool = False) -> str:
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
 
 
-def _ours(cell: dict) -> str:
+def _of_seeds(done: int, planned: int) -> str:
+    """" (1 of 3 seeds)" while a seeded row is not complete, else ""."""
+    return f" ({done} of {planned} seeds)" if planned > 1 and done < planned else ""
+
+
+def _ours(cell: dict, planned: int) -> str:
     if cell["n"] <= 1:
-        return _num(cell["bleu"])
-    return f"{_num(cell['bleu'])} ± {_num(cell['bleu_std'])} ({cell['n']})"
+        return _num(cell["bleu"]) + (_of_seeds(cell["n"], planned) if cell["n"] else "")
+    return f"{_num(cell['bleu'])} ± {_num(cell['bleu_std'])}" + (_of_seeds(cell["n"], planned) or f" ({cell['n']})")
 
 
-def _delta(cell: dict) -> str:
+def _delta(cell: dict, planned: int) -> str:
     per_seed = cell.get("per_seed") or []
     if not per_seed:
         return "–"
     if len(per_seed) == 1:
-        return _num(per_seed[0]["delta"], signed=True) + significance_mark(per_seed[0]["p_value"])
+        return (_num(per_seed[0]["delta"], signed=True) + significance_mark(per_seed[0]["p_value"])
+                + _of_seeds(1, planned))
     seeds = ", ".join(_num(c["delta"], signed=True) + significance_mark(c["p_value"]) for c in per_seed)
     verdict = "holds" if cell["holds"] else "does not hold"
     return (f"{_num(cell['delta'], signed=True)} ± {_num(cell['delta_std'])} (seeds: {seeds}; {verdict} across "
@@ -188,7 +195,9 @@ def to_markdown(data: dict, *, command: str = "") -> str:
         out = [row["label"]]
         for column in columns:
             cell = row["cells"][column]
-            out += [_ours(cell), _delta(cell), _num(cell["paper"]), _num(cell["paper_delta"], signed=True)]
+            planned = len(cell.get("planned_seeds") or [None])
+            out += [_ours(cell, planned), _delta(cell, planned), _num(cell["paper"]),
+                    _num(cell["paper_delta"], signed=True)]
         lines.append("| " + " | ".join(out) + " |")
     on = "" if data["metric"] == "bleu" else " (the test runs on sacreBLEU, the Δ column on tokenised BLEU)"
     if any(run.get("metrics", {}).get("multi_reference") for run in data["runs"]):
