@@ -107,11 +107,9 @@ class LSTMConfig:
     param_init: float = 0.0  # > 0: every weight drawn from U(-param_init, param_init) (OpenNMT-py's -param_init)
 
     def __post_init__(self):
-        if not self.param_init >= 0:
-            raise ValueError(f"model.param_init must be 0 (PyTorch's initialisation) or positive, got {self.param_init}")
-
-    def __post_init__(self):
         require_at_least("model", self, heads=1, embed_dim=1, hidden_size=1, layers=1)
+        if not self.param_init >= 0:  # NaN fails too
+            raise ValueError(f"model.param_init must be 0 (PyTorch's initialisation) or positive, got {self.param_init}")
 
 
 ModelConfig = TransformerConfig | LSTMConfig
