@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+import mma_nmt
 from benchmarks import cuda_attention, cuda_operators, cuda_training
 from benchmarks.machine import load_average, machine_info
 from benchmarks.profiles import check_profile
@@ -37,19 +38,8 @@ CUDA_TARGETS = (
 )
 
 
-def cuda_unavailable_reason() -> str | None:
-    """Why the CUDA benchmarks cannot run here, or None."""
-    import mma_nmt
-
-    if not torch.cuda.is_available():
-        return "no GPU is visible to torch (torch.cuda.is_available() is False)"
-    if not mma_nmt.build_info()["cuda"]:
-        return "mma_nmt was built without its CUDA kernels; rebuild it against a CUDA build of torch with nvcc on PATH"
-    return None
-
-
 def require_cuda() -> None:
-    reason = cuda_unavailable_reason()
+    reason = mma_nmt.cuda_unavailable_reason()
     if reason is not None:
         raise SystemExit(f"python -m benchmarks --device cuda: {reason}. Run it on a machine with a GPU.")
 

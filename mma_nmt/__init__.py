@@ -3,8 +3,8 @@
 Importing the package loads the native extension, which registers the operators under ``torch.ops.mma_nmt``.
 """
 
-from mma_nmt._extension import build_info
+from mma_nmt._extension import build_info, cuda_unavailable_reason
 from mma_nmt import ops, reference, modules  # noqa: E402  (ops must load after the extension)
 
 __version__ = "0.1.0"
-__all__ = ["build_info", "ops", "reference", "modules", "__version__"]
+__all__ = ["build_info", "cuda_unavailable_reason", "ops", "reference", "modules", "__version__"]

@@ -22,6 +22,16 @@ def build_info() -> dict:
     return dict(_C.build_info())
 
 
+def cuda_unavailable_reason() -> str | None:
+    """Why the CUDA operators cannot run here (no GPU visible, or a build without CUDA kernels), or None when they can.
+    The CUDA test suite and the CUDA benchmarks both ask this."""
+    if not torch.cuda.is_available():
+        return "no GPU is visible to torch (torch.cuda.is_available() is False)"
+    if not build_info()["cuda"]:
+        return "mma_nmt was built without its CUDA kernels; rebuild it against a CUDA build of torch with nvcc on PATH"
+    return None
+
+
 def _check_torch_version() -> None:
     built = build_info()["torch_version"]
     running = torch.__version__.split("+")[0]

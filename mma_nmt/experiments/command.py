@@ -104,7 +104,7 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
             _, failures = run_cells(experiment, pending, Path(runs_dir), jobs=jobs,
                                     on_finished=lambda cell, run_dir, result: write_record(cell, run_dir, result,
                                                                                            records_root))
-        records = collect_records(cells, Path(runs_dir), records_root)
+        records = load_records(records_root)
     command = command or "mma-nmt experiment " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     written, refused = [], []
     for table in chosen:

@@ -78,22 +78,23 @@ def software(where: Path) -> dict:
     return {"torch": torch.__version__, "python": platform.python_version(), "git_commit": commit}
 
 
+def log_events(log_path: Path, kind: str) -> list[dict]:
+    """The events of one kind (``valid``, ``end``, ...) of a run's ``log.jsonl``, in order."""
+    events = (json.loads(line) for line in Path(log_path).read_text(encoding="utf-8").splitlines() if line.strip())
+    return [event for event in events if event.get("event") == kind]
+
+
 def learning_curve(log_path: Path) -> list[dict]:
     """The validations of a run (update, validation loss / NLL / BLEU), in order, from its ``log.jsonl``; a resumed run
     that validated one update twice keeps the later value."""
-    points: dict[int, dict] = {}
-    for line in Path(log_path).read_text(encoding="utf-8").splitlines():
-        event = json.loads(line) if line.strip() else {}
-        if event.get("event") == "valid":
-            points[event["step"]] = {key: event[key] for key in ("step", "valid_loss", "valid_nll", "valid_bleu")
-                                     if key in event}
+    points = {event["step"]: {key: event[key] for key in ("step", "valid_loss", "valid_nll", "valid_bleu")
+                              if key in event} for event in log_events(log_path, "valid")}
     return [points[step] for step in sorted(points)]
 
 
 def stopping_point(log_path: Path, checkpoint: str) -> dict:
     """Where and why training ended, from the last ``end`` event of the run's log."""
-    ends = [json.loads(line) for line in Path(log_path).read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line).get("event") == "end"]
+    ends = log_events(log_path, "end")
     end = ends[-1] if ends else {}
     return {"updates": end.get("step"), "epoch": end.get("epoch"), "reason": end.get("stopped", "max_steps"),
             "best_update": end.get("best_step"), "checkpoint": checkpoint}

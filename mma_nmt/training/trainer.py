@@ -384,7 +384,7 @@ class Trainer:
         else:
             result = self._validate_and_save()
         self.logger.log("end", step=self.step, minutes=(time.monotonic() - started) / 60.0,
-                        stopped=self.stop_reason(started) or "max_steps", best_step=self.early_stopping.best_step,
+                        stopped=self.stop_reason(started), best_step=self.early_stopping.best_step,
                         epoch=self.sampler.epoch, **result)
         return result
 

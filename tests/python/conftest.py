@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-import mma_nmt  # noqa: F401  (registers the operators)
+import mma_nmt  # registers the operators
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = Path(os.environ.get("MMA_NMT_DATA_DIR", REPO.parent / "shared" / "data"))
@@ -32,22 +32,13 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"property-based cases checked against the reference: {counts}")
 
 
-def cuda_unavailable_reason() -> str | None:
-    """Why the CUDA tests cannot run here, or None when they can."""
-    if not torch.cuda.is_available():
-        return "no GPU visible to torch (torch.cuda.is_available() is False)"
-    if not mma_nmt.build_info()["cuda"]:
-        return "mma_nmt was built without its CUDA kernels (rebuild against a CUDA torch with nvcc)"
-    return None
-
-
 def pytest_runtest_setup(item):
     """Tests marked ``cuda`` (the CUDA suite: ``python -m pytest -m cuda``) skip where they cannot run, saying why; with
     MMA_NMT_REQUIRE_CUDA=1 (on the GPU machine, ``make test-cuda``) they fail instead, so a broken setup is not
     mistaken for a pass."""
     if item.get_closest_marker("cuda") is None:
         return
-    reason = cuda_unavailable_reason()
+    reason = mma_nmt.cuda_unavailable_reason()
     if reason is None:
         return
     if os.environ.get("MMA_NMT_REQUIRE_CUDA") == "1":

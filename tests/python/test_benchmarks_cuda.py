@@ -8,7 +8,8 @@ import torch
 
 from benchmarks import cuda_attention, cuda_operators, cuda_training
 from benchmarks.__main__ import main, parse_args, report_name
-from benchmarks.cuda_suite import CUDA_SECTIONS, cuda_unavailable_reason
+from benchmarks.cuda_suite import CUDA_SECTIONS
+from mma_nmt import cuda_unavailable_reason
 
 FORWARD_OPS = {"attention", "gmm_attention", "multihop_gate", "multihop_second_hop", "multilayer_attention",
                "shared_value_attention"}
