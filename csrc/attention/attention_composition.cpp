@@ -155,7 +155,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> attention_forward_
   const auto result = fused_forward({q, k, v, visibility, p.scale});
   if (!result.has_value()) return std::nullopt;
   at::Tensor out = result->first.contiguous();                            // (B, H, T, Dv)
-  at::Tensor lse = result->second.to(lse_dtype(q.scalar_type())).contiguous();  // (B, H, T)
+  at::Tensor lse = result->second.to(stats_dtype(q.scalar_type())).contiguous();  // (B, H, T)
   if (visibility.empty_rows.defined()) {
     out.masked_fill_(visibility.empty_rows.unsqueeze(-1), 0.0);
     lse.masked_fill_(visibility.empty_rows, -std::numeric_limits<double>::infinity());

@@ -7,8 +7,8 @@
 #include <ATen/core/Tensor.h>
 
 #include "common/checks.h"
-
-#include "common/host_device.h"
+#include "common/tensors.h"
+#include "common/key_lengths.h"
 
 namespace mma_nmt::attention {
 
@@ -29,13 +29,5 @@ AttentionParams check_attention_args(const char* op_name, const at::Tensor& q, c
 
 using ::mma_nmt::check_key_lengths;
 using ::mma_nmt::check_same_layout;
-
-// Sentence b's number of real keys: key_lengths[b] clamped to [0, key_len], or key_len without padding. Shared with the
-// CUDA kernels, which read the lengths on the device and so cannot reject out-of-range values on the host.
-MMA_HOST_DEVICE int64_t keys_of_sentence(const int64_t* key_lengths, int64_t b, int64_t key_len) {
-  if (key_lengths == nullptr) return key_len;
-  const int64_t n = key_lengths[b];
-  return n < 0 ? 0 : (n > key_len ? key_len : n);
-}
 
 }  // namespace mma_nmt::attention

@@ -46,6 +46,26 @@ AttentionSizes check_query_key_value(const char* op, const at::Tensor& q, const 
   return s;
 }
 
+void check_lse(const char* op, const at::Tensor& lse, at::IntArrayRef expected, const char* layout,
+               at::ScalarType dtype, const at::Tensor& like, const char* like_name) {
+  TORCH_CHECK_VALUE(lse.sizes() == expected, op, ": lse must have shape ", layout, ", got ", lse.sizes());
+  TORCH_CHECK_TYPE(lse.scalar_type() == dtype, op, ": lse must have dtype ", dtype, ", got ", lse.scalar_type());
+  TORCH_CHECK_VALUE(lse.device() == like.device(), op, ": lse is on ", lse.device(), " but ", like_name, " is on ",
+                    like.device());
+}
+
+void check_backward_extras(const char* op, const AttentionSizes& p, const at::Tensor& q, const at::Tensor& grad_out,
+                           const at::Tensor& out, const at::Tensor& lse, at::ScalarType lse_type) {
+  check_same_layout(op, "grad_out", grad_out, {p.batch, p.heads, p.query_len, p.value_dim}, q);
+  check_same_layout(op, "out", out, {p.batch, p.heads, p.query_len, p.value_dim}, q);
+  check_lse(op, lse, {p.batch, p.heads, p.query_len}, "(batch, heads, query_len)", lse_type, q);
+}
+
+void check_cpu_floating(const char* op, const at::Tensor& t, const char* name) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, op, ": on the CPU ", name,
+                   " must be float32 or float64, got ", t.scalar_type());
+}
+
 void check_key_lengths(const char* op, const at::Tensor& lengths, const at::Tensor& q, int64_t key_len) {
   TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == q.size(0), op,
                     ": key_lengths must have shape (batch,) = (", q.size(0), ",), got ", lengths.sizes());

@@ -31,6 +31,20 @@ void check_rank(const char* op_name, const char* arg_name, const at::Tensor& t, 
 void check_same_layout(const char* op_name, const char* arg_name, const at::Tensor& t, at::IntArrayRef expected,
                        const at::Tensor& like, const char* like_name = "q");
 
+// The saved log-sum-exp a backward receives: `expected` sizes (described by `layout` in the message), dtype `dtype`
+// (stats_dtype of the inputs'), and the device of `like`.
+void check_lse(const char* op_name, const at::Tensor& lse, at::IntArrayRef expected, const char* layout,
+               at::ScalarType dtype, const at::Tensor& like, const char* like_name = "q");
+
+// Checks the tensors that backward receives beyond forward's inputs, on (B, H, L, ·) heads: grad_out and out
+// (batch, heads, query_len, value_dim) like q, lse (batch, heads, query_len) of dtype `lse_type`.
+void check_backward_extras(const char* op_name, const AttentionSizes& p, const at::Tensor& q,
+                           const at::Tensor& grad_out, const at::Tensor& out, const at::Tensor& lse,
+                           at::ScalarType lse_type);
+
+// The CPU kernels are built for float32 and float64: `t` (named `name`) must be one of them.
+void check_cpu_floating(const char* op_name, const at::Tensor& t, const char* name = "q");
+
 // key_lengths: shape (batch,) like q, int64, q's device, values in [0, key_len] (read only for CPU tensors).
 void check_key_lengths(const char* op_name, const at::Tensor& lengths, const at::Tensor& q, int64_t key_len);
 

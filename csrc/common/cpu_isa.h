@@ -18,3 +18,16 @@ const char* isa_name(Isa isa);
     case ::mma_nmt::cpu::Isa::kAvx2: isa_avx2::function(__VA_ARGS__); break;     \
     default: isa_default::function(__VA_ARGS__); break;                            \
   }
+
+// Declares the functions of one operator's kernel build in the namespace of every build (isa_default, isa_avx2,
+// isa_avx512: the namespaces MMA_NMT_CPU_DISPATCH calls into, the MMA_NMT_CPU_ISA of the generated kernel sources).
+#define MMA_NMT_DECLARE_FOR_EACH_ISA(...) \
+  namespace isa_default {                 \
+  __VA_ARGS__                             \
+  }                                       \
+  namespace isa_avx2 {                    \
+  __VA_ARGS__                             \
+  }                                       \
+  namespace isa_avx512 {                  \
+  __VA_ARGS__                             \
+  }

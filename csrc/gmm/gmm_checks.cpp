@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "attention/attention_params.h"
+#include "common/checks.h"
 #include "gmm/gmm_math.h"
 
 namespace mma_nmt::gmm {

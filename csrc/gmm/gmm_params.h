@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "common/checks.h"
+#include "common/tensors.h"
 
 namespace mma_nmt::gmm {
 
@@ -35,10 +36,5 @@ GmmParams check_gmm_args(const char* op, const at::Tensor& q, const at::Tensor& 
 void check_gmm_backward_extras(const char* op, const GmmParams& p, const at::Tensor& q, const at::Tensor& grad_out,
                                const at::Tensor& lse, const at::Tensor& log_mass, const at::Tensor& alpha_context,
                                const at::Tensor& beta_context);
-
-// Row statistics are kept in float32 for half-precision inputs, else in the input's dtype.
-inline at::ScalarType stats_dtype(at::ScalarType input) {
-  return (input == at::kHalf || input == at::kBFloat16) ? at::kFloat : input;
-}
 
 }  // namespace mma_nmt::gmm

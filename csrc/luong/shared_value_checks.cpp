@@ -1,7 +1,6 @@
 #include <ATen/ATen.h>
 
-#include "attention/attention_outputs.h"
-#include "attention/attention_params.h"
+#include "common/checks.h"
 #include "luong/shared_value_params.h"
 
 namespace mma_nmt::luong {
@@ -18,7 +17,7 @@ SharedValueParams check_shared_value_args(const char* op, const at::Tensor& q, c
 
 void check_shared_value_backward_extras(const char* op, const SharedValueParams& p, const at::Tensor& q,
                                         const at::Tensor& grad_out, const at::Tensor& out, const at::Tensor& lse) {
-  attention::check_backward_extras(op, p, q, grad_out, out, lse, shared_value_lse_dtype(q.scalar_type()));
+  check_backward_extras(op, p, q, grad_out, out, lse, stats_dtype(q.scalar_type()));
 }
 
 }  // namespace mma_nmt::luong

@@ -41,7 +41,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_forward_by_compositi
   const at::Tensor probs = weights_from_lse(logits, lse);
   // (B, H, T, S) @ (B, 1, S, Dv): the values are shared by the heads
   const at::Tensor out = at::matmul(probs, v.to(probs.scalar_type()).unsqueeze(1));
-  return {out.to(q.scalar_type()).contiguous(), lse.to(shared_value_lse_dtype(q.scalar_type())).contiguous(),
+  return {out.to(q.scalar_type()).contiguous(), lse.to(stats_dtype(q.scalar_type())).contiguous(),
           return_probs ? probs.to(q.scalar_type()).contiguous() : at::empty({0}, q.options())};
 }
 

@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "common/checks.h"
+#include "common/tensors.h"
 
 namespace mma_nmt::luong {
 
@@ -23,10 +24,5 @@ SharedValueParams check_shared_value_args(const char* op, const at::Tensor& q, c
 // Checks grad_out and out (B, H, T, Dv) and lse (B, H, T) of backward.
 void check_shared_value_backward_extras(const char* op, const SharedValueParams& p, const at::Tensor& q,
                                         const at::Tensor& grad_out, const at::Tensor& out, const at::Tensor& lse);
-
-// log-sum-exp is kept in float32 for half-precision inputs, else in the input's dtype.
-inline at::ScalarType shared_value_lse_dtype(at::ScalarType input) {
-  return (input == at::kHalf || input == at::kBFloat16) ? at::kFloat : input;
-}
 
 }  // namespace mma_nmt::luong

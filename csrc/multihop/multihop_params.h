@@ -6,6 +6,9 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "common/checks.h"
+#include "common/tensors.h"
+
 namespace mma_nmt::multihop {
 
 struct HeadGateParams {

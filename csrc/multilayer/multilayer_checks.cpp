@@ -81,8 +81,8 @@ void check_multilayer_backward_extras(const char* op, const MultilayerParams& p,
   const int64_t width = p.output_sets() * p.value_embed_dim();
   check_same_layout(op, "grad_out", grad_out, {p.batch, p.query_len, width}, q0, "q[0]");
   check_same_layout(op, "out", out, {p.batch, p.query_len, width}, q0, "q[0]");
-  attention::check_lse(op, lse, {p.batch, p.fused_heads(), p.query_len}, "(batch, fused heads, query_len)",
-                       attention::lse_dtype(q0.scalar_type()), q0, "q[0]");
+  check_lse(op, lse, {p.batch, p.fused_heads(), p.query_len}, "(batch, fused heads, query_len)",
+                       stats_dtype(q0.scalar_type()), q0, "q[0]");
   if (probs.has_value()) {
     check_same_layout(op, "probs", *probs, {p.batch, p.fused_heads(), p.query_len, p.key_len}, q0, "q[0]");
   }

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "attention/dropout_hash.h"
-#include "attention/online_softmax.h"
+#include "common/online_softmax.h"
 
 namespace mma_nmt::attention {
 namespace {

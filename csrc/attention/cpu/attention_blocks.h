@@ -18,7 +18,7 @@
 #include "attention/attention_params.h"
 #include "attention/dropout_hash.h"
 #include "attention/head_mask.h"
-#include "attention/online_softmax.h"
+#include "common/online_softmax.h"
 
 namespace mma_nmt::attention::cpu::MMA_NMT_CPU_ISA {
 namespace {

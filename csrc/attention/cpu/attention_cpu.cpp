@@ -12,9 +12,6 @@
 namespace mma_nmt::attention::cpu {
 namespace {
 
-at::Tensor contiguous_lengths(const std::optional<at::Tensor>& key_lengths) {
-  return key_lengths.has_value() ? key_lengths->contiguous() : at::Tensor();
-}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::Tensor& k,
                                                              const at::Tensor& v,
@@ -30,7 +27,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q
   // Nothing to compute without a query row (zero batch, heads or query_len). A zero head_dim or value_dim still leaves
   // weights, lse and (with head_dim 0, where every visible key scores 0) outputs to compute.
   if (o.lse.numel() == 0) return {o.out, o.lse, o.probs};
-  ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_lengths(key_lengths),
+  ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_or_undefined(key_lengths),
                    o.out, o.lse, return_probs ? o.probs : at::Tensor()};
   MMA_NMT_CPU_DISPATCH(attention_forward, p, t);
   return {o.out, o.lse, o.probs};
@@ -45,7 +42,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
       check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
   TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble, op,
                    ": on the CPU q must be float32 or float64, got ", q.scalar_type());
-  check_backward_extras(op, p, q, grad_out, out, lse, lse_dtype(q.scalar_type()));
+  check_backward_extras(op, p, q, grad_out, out, lse, stats_dtype(q.scalar_type()));
   // Without a query row or a key all gradients are zero. A zero head_dim still has grad_v (weights are uniform).
   const bool has_work = lse.numel() > 0 && p.key_len > 0;
   // The kernel writes every element of the three gradients (it zeroes grad_k and grad_v per head before accumulating).
@@ -53,7 +50,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
     return has_work ? at::empty_like(x, at::MemoryFormat::Contiguous) : at::zeros_like(x, at::MemoryFormat::Contiguous);
   };
   BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(),
-                    lse.contiguous(), contiguous_lengths(key_lengths),
+                    lse.contiguous(), contiguous_or_undefined(key_lengths),
                     gradient_like(q), gradient_like(k), gradient_like(v)};
   if (has_work) {
     MMA_NMT_CPU_DISPATCH(attention_backward, p, t);

@@ -5,7 +5,7 @@
 // Every logit is alpha * (a chain of fused multiply-adds over d = 0..D-1, in order), whatever the blocking, so forward
 // and backward recompute bit-identical logits and exp(logit - lse) is exactly 1 for a row with a single key.
 
-#include "attention/cpu/row_math.h"
+#include "common/cpu/row_math.h"
 
 // Register blocking of the products: rows of the output per block, and vectors per output row. With 32 vector
 // registers (AVX-512) a 4 x 4 block of accumulators leaves room for the operands; with 16 (AVX2) 4 x 2.

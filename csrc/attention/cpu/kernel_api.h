@@ -1,9 +1,10 @@
-// The CPU attention kernels are compiled once per instruction set (attention_kernel_<isa>.cpp); attention_cpu.cpp picks
-// the best one the running processor supports.
+// The CPU attention kernels are compiled once per instruction set (attention_kernel.h, one generated source per
+// build); attention_cpu.cpp picks the best one the running processor supports.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include "common/cpu_isa.h"
 #include "attention/attention_params.h"
 
 namespace mma_nmt::attention::cpu {
@@ -19,16 +20,8 @@ struct BackwardTensors {
   at::Tensor grad_q, grad_k, grad_v;  // written whole by the kernel (uninitialised when it runs)
 };
 
-#define MMA_NMT_DECLARE_CPU_ATTENTION(isa)                                     \
-  namespace isa {                                                              \
-  void attention_forward(const AttentionParams& p, ForwardTensors& t);        \
-  void attention_backward(const AttentionParams& p, BackwardTensors& t);      \
-  }
-
-MMA_NMT_DECLARE_CPU_ATTENTION(isa_default)
-MMA_NMT_DECLARE_CPU_ATTENTION(isa_avx2)
-MMA_NMT_DECLARE_CPU_ATTENTION(isa_avx512)
-
-#undef MMA_NMT_DECLARE_CPU_ATTENTION
+MMA_NMT_DECLARE_FOR_EACH_ISA(
+    void attention_forward(const AttentionParams& p, ForwardTensors& t);
+    void attention_backward(const AttentionParams& p, BackwardTensors& t);)
 
 }  // namespace mma_nmt::attention::cpu

@@ -17,7 +17,7 @@
 
 #include <tuple>
 
-#include "attention/online_softmax.h"
+#include "common/online_softmax.h"
 
 namespace mma_nmt::attention::cuda {
 
@@ -115,7 +115,7 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_attention_backward(
                           v.contiguous(),
                           out.contiguous(),
                           lse.contiguous(),
-                          contiguous_lengths(key_lengths),
+                          contiguous_or_undefined(key_lengths),
                           at::zeros_like(q, at::MemoryFormat::Contiguous),
                           at::zeros(k.sizes(), k.options().dtype(acc_type)),
                           at::zeros(v.sizes(), v.options().dtype(acc_type))};

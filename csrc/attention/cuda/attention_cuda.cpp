@@ -10,7 +10,7 @@
 #include <tuple>
 
 #include "attention/attention_composition.h"
-#include "attention/attention_outputs.h"  // check_backward_extras, lse_dtype
+#include "attention/attention_outputs.h"  // stats_dtype
 #include "attention/cuda/attention_cuda.h"
 #include "common/cuda_dispatch.h"
 
@@ -54,7 +54,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   const char* op = "mma_nmt.attention_backward";
   const AttentionParams p =
       check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
-  check_backward_extras(op, p, q, grad_out, out, lse, lse_dtype(q.scalar_type()));
+  check_backward_extras(op, p, q, grad_out, out, lse, stats_dtype(q.scalar_type()));
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
   // Either backend's lse serves either backward (attention_composition.h), so the choice is made again here.

@@ -32,11 +32,6 @@ constexpr int64_t kMaxHeadDim = 256;
 // Heads whose kinds travel inside the kernel parameters (no host-to-device copy, safe under CUDA graph capture).
 constexpr int64_t kMaxHeads = 1024;
 
-// The key lengths the kernels read, or an undefined tensor without padding.
-inline at::Tensor contiguous_lengths(const std::optional<at::Tensor>& key_lengths) {
-  return key_lengths.has_value() ? key_lengths->contiguous() : at::Tensor();
-}
-
 // (out, lse, probs) and (grad_q, grad_k, grad_v) of the operators, for checked arguments within the limits above.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_forward(const AttentionParams& p, const at::Tensor& q,
                                                                  const at::Tensor& k, const at::Tensor& v,

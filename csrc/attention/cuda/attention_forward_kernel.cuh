@@ -17,7 +17,7 @@
 #include <tuple>
 
 #include "attention/attention_outputs.h"
-#include "attention/online_softmax.h"
+#include "common/online_softmax.h"
 
 namespace mma_nmt::attention::cuda {
 
@@ -102,7 +102,7 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_attention_forward(
   ForwardOutputs o = allocate_forward_outputs(p, q, return_probs);
   // As on the CPU: nothing to compute without a query row; a zero head_dim or value_dim still has weights and lse.
   if (o.lse.numel() == 0) return {o.out, o.lse, o.probs};
-  const ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_lengths(key_lengths),
+  const ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_or_undefined(key_lengths),
                          o.out,          o.lse,          return_probs ? o.probs : at::Tensor()};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, q.scalar_type(), "mma_nmt::attention cuda forward", [&] {
     with_values_per_lane(p, [&](auto per_lane) { launch_forward<scalar_t, decltype(per_lane)::value>(p, t, launch); });

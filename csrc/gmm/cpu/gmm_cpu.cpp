@@ -14,15 +14,6 @@ namespace mma_nmt::gmm::cpu {
 namespace {
 
 
-at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& t) {
-  return t.has_value() ? t->contiguous() : at::Tensor();
-}
-
-void check_cpu_dtype(const char* op, const at::Tensor& q) {
-  TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble, op,
-                   ": on the CPU q must be float32 or float64, got ", q.scalar_type());
-}
-
 GmmForwardResult gmm_attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const std::optional<at::Tensor>& key_lengths, const at::Tensor& omega,
                                    const at::Tensor& mu, const at::Tensor& sigma, const at::Tensor& gate,
@@ -32,7 +23,7 @@ GmmForwardResult gmm_attention_cpu(const at::Tensor& q, const at::Tensor& k, con
   const char* op = "mma_nmt.gmm_attention";
   const GmmParams p = check_gmm_args(op, q, k, v, key_lengths, omega, mu, sigma, gate, {local_center, local_width},
                                      scale, normalization, sigma_floor);
-  check_cpu_dtype(op, q);
+  check_cpu_floating(op, q);
   ForwardOutputs o = allocate_forward_outputs(p, q, return_weights);
   // A zero head or value dim still has weights, lse and log_mass: only no query row or no key leaves nothing to do.
   if (p.batch * p.heads * p.query_len == 0 || p.key_len == 0) return empty_forward(o);
@@ -55,7 +46,7 @@ GmmBackwardResult gmm_attention_backward_cpu(
   const char* op = "mma_nmt.gmm_attention_backward";
   const GmmParams p = check_gmm_args(op, q, k, v, key_lengths, omega, mu, sigma, gate, {local_center, local_width},
                                      scale, normalization, sigma_floor);
-  check_cpu_dtype(op, q);
+  check_cpu_floating(op, q);
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
   // With head dim 0 the dot-product weights are uniform, and v, the mixture and the gate still get gradients.
   const bool run = p.batch * p.heads * p.query_len > 0 && p.key_len > 0;

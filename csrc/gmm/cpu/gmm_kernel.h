@@ -11,18 +11,16 @@
 #include <algorithm>
 #include <vector>
 
-#include "attention/attention_params.h"
-#include "attention/online_softmax.h"
+#include "common/key_lengths.h"
+#include "common/online_softmax.h"
 #include "gmm/cpu/kernel_api.h"
 #include "gmm/gmm_math.h"
 
 namespace mma_nmt::gmm::cpu::MMA_NMT_CPU_ISA {
 namespace {
 
-#include "attention/cpu/tile_math.h"
+#include "gmm/cpu/tile_math.h"
 
-using attention::keys_of_sentence;
-using attention::OnlineSoftmax;
 
 constexpr int64_t kQueryBlock = 16;  // query rows that share one pass over a key tile
 constexpr int64_t kKeyTile = 128;    // keys scored at once

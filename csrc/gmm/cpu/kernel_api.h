@@ -1,9 +1,10 @@
-// The CPU GMM kernels are compiled once per instruction set (gmm_kernel_<isa>.cpp); gmm_cpu.cpp picks the best one the
-// running processor supports (common/cpu_isa.h).
+// The CPU GMM kernels are compiled once per instruction set (gmm_kernel.h, one generated source per build);
+// gmm_cpu.cpp picks the best one the running processor supports (common/cpu_isa.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include "common/cpu_isa.h"
 #include "gmm/gmm_params.h"
 
 namespace mma_nmt::gmm::cpu {
@@ -22,16 +23,8 @@ struct BackwardTensors {
   at::Tensor grad_q, grad_k, grad_v, grad_omega, grad_mu, grad_sigma, grad_gate, grad_local_center, grad_local_width;
 };
 
-#define MMA_NMT_DECLARE_CPU_GMM(isa)                           \
-  namespace isa {                                              \
-  void gmm_forward(const GmmParams& p, ForwardTensors& t);     \
-  void gmm_backward(const GmmParams& p, BackwardTensors& t);   \
-  }
-
-MMA_NMT_DECLARE_CPU_GMM(isa_default)
-MMA_NMT_DECLARE_CPU_GMM(isa_avx2)
-MMA_NMT_DECLARE_CPU_GMM(isa_avx512)
-
-#undef MMA_NMT_DECLARE_CPU_GMM
+MMA_NMT_DECLARE_FOR_EACH_ISA(
+    void gmm_forward(const GmmParams& p, ForwardTensors& t);
+    void gmm_backward(const GmmParams& p, BackwardTensors& t);)
 
 }  // namespace mma_nmt::gmm::cpu

@@ -9,7 +9,8 @@
 
 #include "common/cuda_compat.h"  // first: under the emulator torch's headers must precede HIP's
 
-#include "attention/online_softmax.h"
+#include "common/key_lengths.h"
+#include "common/online_softmax.h"
 #include "gmm/gmm_math.h"
 
 namespace mma_nmt::gmm::cuda {
@@ -39,12 +40,10 @@ struct GmmArgs {
   acc_t scale, floor;
 };
 
+// The real keys of query row `row` (of B*H*T)'s sentence.
 template <typename scalar_t, typename acc_t>
 __device__ int64_t keys_of(const GmmArgs<scalar_t, acc_t>& a, int64_t row) {
-  const int64_t b = row / (a.heads * a.query_len);
-  if (a.lengths == nullptr) return a.key_len;
-  const int64_t n = a.lengths[b];
-  return n < 0 ? 0 : (n > a.key_len ? a.key_len : n);
+  return keys_of_sentence(a.lengths, row / (a.heads * a.query_len), a.key_len);
 }
 
 // Loads the lane's slice (elements lane, lane + 32, ...) of a length-n vector into registers.
@@ -147,7 +146,7 @@ __global__ void gmm_forward_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<scalar
   acc_t q[kMaxPerLane], acc_a[kMaxPerLane] = {}, acc_b[kMaxPerLane] = {};
   load_slice(a.q + row * a.head_dim, a.head_dim, lane, q);
   const RowMixture<scalar_t, acc_t> mix = row_mixture(a, row, n_keys);
-  attention::OnlineSoftmax<acc_t> state;
+  OnlineSoftmax<acc_t> state;
   acc_t mass = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
     const acc_t logit = warp_dot(q, keys + j * a.head_dim, a.head_dim, lane) * a.scale + logit_bias(a, row, acc_t(j));

@@ -30,10 +30,9 @@ inline Inputs contiguous_inputs(const at::Tensor& q, const at::Tensor& k, const 
                                 const std::optional<at::Tensor>& lengths, const at::Tensor& omega,
                                 const at::Tensor& mu, const at::Tensor& sigma, const at::Tensor& gate,
                                 const LocalBias& local) {
-  auto opt = [](const std::optional<at::Tensor>& t) { return t.has_value() ? t->contiguous() : at::Tensor(); };
-  return {q.contiguous(),     k.contiguous(),  v.contiguous(),     opt(lengths),
+  return {q.contiguous(),     k.contiguous(),  v.contiguous(),     contiguous_or_undefined(lengths),
           omega.contiguous(), mu.contiguous(), sigma.contiguous(), gate.contiguous(),
-          opt(local.center),  opt(local.width), at::Tensor()};
+          contiguous_or_undefined(local.center),  contiguous_or_undefined(local.width), at::Tensor()};
 }
 
 template <typename scalar_t, typename acc_t>

@@ -1,9 +1,10 @@
-// The CPU shared-value attention kernels are compiled once per instruction set (shared_value_kernel_<isa>.cpp);
-// luong_cpu.cpp picks the best one the running processor supports (common/cpu_isa.h).
+// The CPU shared-value attention kernels are compiled once per instruction set (shared_value_kernel.h, one
+// generated source per build); luong_cpu.cpp picks the best one the running processor supports (common/cpu_isa.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include "common/cpu_isa.h"
 #include "luong/shared_value_params.h"
 
 namespace mma_nmt::luong::cpu {
@@ -21,16 +22,8 @@ struct SharedValueBackward {
   at::Tensor grad_k, grad_v;  // uninitialised; the kernel zeroes each slice before adding to it
 };
 
-#define MMA_NMT_DECLARE_CPU_SHARED_VALUE(isa)                                            \
-  namespace isa {                                                                        \
-  void shared_value_forward(const SharedValueParams& p, SharedValueForward& t);         \
-  void shared_value_backward(const SharedValueParams& p, SharedValueBackward& t);       \
-  }
-
-MMA_NMT_DECLARE_CPU_SHARED_VALUE(isa_default)
-MMA_NMT_DECLARE_CPU_SHARED_VALUE(isa_avx2)
-MMA_NMT_DECLARE_CPU_SHARED_VALUE(isa_avx512)
-
-#undef MMA_NMT_DECLARE_CPU_SHARED_VALUE
+MMA_NMT_DECLARE_FOR_EACH_ISA(
+    void shared_value_forward(const SharedValueParams& p, SharedValueForward& t);
+    void shared_value_backward(const SharedValueParams& p, SharedValueBackward& t);)
 
 }  // namespace mma_nmt::luong::cpu

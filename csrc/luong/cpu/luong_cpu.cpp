@@ -13,23 +13,14 @@ namespace mma_nmt::luong::cpu {
 namespace {
 
 
-at::Tensor contiguous_lengths(const std::optional<at::Tensor>& key_lengths) {
-  return key_lengths.has_value() ? key_lengths->contiguous() : at::Tensor();
-}
-
-void check_cpu_dtype(const char* op, const at::Tensor& q) {
-  TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble, op,
-                   ": on the CPU q must be float32 or float64, got ", q.scalar_type());
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_cpu(const at::Tensor& q, const at::Tensor& k,
                                                                           const at::Tensor& v,
                                                                           const std::optional<at::Tensor>& key_lengths,
                                                                           double scale, bool return_probs) {
   const char* op = "mma_nmt.shared_value_attention";
   const SharedValueParams p = check_shared_value_args(op, q, k, v, key_lengths, scale);
-  check_cpu_dtype(op, q);
-  SharedValueForward t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_lengths(key_lengths),
+  check_cpu_floating(op, q);
+  SharedValueForward t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_or_undefined(key_lengths),
                        at::empty({p.batch, p.heads, p.query_len, p.value_dim}, q.options()),
                        at::empty({p.batch, p.heads, p.query_len}, q.options()), at::Tensor()};
   if (return_probs) t.probs = at::zeros({p.batch, p.heads, p.query_len, p.key_len}, q.options());
@@ -50,9 +41,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_backward_c
   const char* op = "mma_nmt.shared_value_attention_backward";
   const SharedValueParams p = check_shared_value_args(op, q, k, v, key_lengths, scale);
   check_shared_value_backward_extras(op, p, q, grad_out, out, lse);
-  check_cpu_dtype(op, q);
+  check_cpu_floating(op, q);
   SharedValueBackward t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(),
-                        lse.contiguous(), contiguous_lengths(key_lengths),
+                        lse.contiguous(), contiguous_or_undefined(key_lengths),
                         at::zeros_like(q, at::MemoryFormat::Contiguous),
                         at::empty_like(k, at::MemoryFormat::Contiguous),
                         at::empty_like(v, at::MemoryFormat::Contiguous)};

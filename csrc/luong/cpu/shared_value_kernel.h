@@ -10,17 +10,14 @@
 #include <algorithm>
 #include <vector>
 
-#include "attention/attention_params.h"
-#include "attention/online_softmax.h"
+#include "common/key_lengths.h"
+#include "common/online_softmax.h"
 #include "luong/cpu/kernel_api.h"
 
 namespace mma_nmt::luong::cpu::MMA_NMT_CPU_ISA {
 namespace {
 
 using at::vec::Vectorized;
-using attention::keys_of_sentence;
-using attention::OnlineSoftmax;
-using attention::probability_from_lse;
 
 template <typename T>
 T dot(const T* a, const T* b, int64_t n) {

@@ -17,15 +17,12 @@
 #include <optional>
 #include <tuple>
 
-#include "attention/attention_params.h"
-#include "attention/online_softmax.h"
+#include "common/key_lengths.h"
+#include "common/online_softmax.h"
 #include "luong/shared_value_params.h"
 
 namespace mma_nmt::luong::cuda {
 
-using attention::keys_of_sentence;
-using attention::OnlineSoftmax;
-using attention::probability_from_lse;
 
 constexpr int kThreads = 128;
 
@@ -133,10 +130,10 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_shared_value_forward(
     const std::optional<at::Tensor>& key_lengths, bool return_probs, const gpu::Launch& launch) {
   const char* op = "mma_nmt.shared_value_attention";
   const at::Tensor qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
-  const at::Tensor lengths = key_lengths.has_value() ? key_lengths->contiguous() : at::Tensor();
+  const at::Tensor lengths = contiguous_or_undefined(key_lengths);
   at::Tensor out = at::zeros({p.batch, p.heads, p.query_len, p.value_dim}, q.options());
   at::Tensor lse = at::full({p.batch, p.heads, p.query_len}, -std::numeric_limits<double>::infinity(),
-                            q.options().dtype(shared_value_lse_dtype(q.scalar_type())));
+                            q.options().dtype(stats_dtype(q.scalar_type())));
   at::Tensor probs = return_probs ? at::zeros({p.batch, p.heads, p.query_len, p.key_len}, q.options())
                                   : at::empty({0}, q.options());
   const int64_t rows = p.batch * p.heads * p.query_len;
@@ -162,7 +159,7 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_shared_value_backward(
   const char* op = "mma_nmt.shared_value_attention_backward";
   const at::Tensor dout = grad_out.contiguous(), qc = q.contiguous(), kc = k.contiguous(), vc = v.contiguous();
   const at::Tensor oc = out.contiguous(), lc = lse.contiguous();
-  const at::Tensor lengths = key_lengths.has_value() ? key_lengths->contiguous() : at::Tensor();
+  const at::Tensor lengths = contiguous_or_undefined(key_lengths);
   const at::ScalarType acc_type = at::toOpMathType(q.scalar_type());
   at::Tensor dq = at::zeros_like(qc);
   at::Tensor dk = at::zeros(kc.sizes(), kc.options().dtype(acc_type));

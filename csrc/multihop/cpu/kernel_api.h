@@ -1,10 +1,11 @@
-// The CPU kernels of the second hop are compiled once per instruction set (head_gate_kernel_<isa>.cpp,
-// second_hop_kernel_<isa>.cpp); multihop_cpu.cpp picks the best one the running processor supports
-// (common/cpu_isa.h).
+// The CPU kernels of the second hop are compiled once per instruction set (head_gate_kernel.h and
+// second_hop_kernel.h, one generated source per build); multihop_cpu.cpp picks the best one the running processor
+// supports (common/cpu_isa.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include "common/cpu_isa.h"
 #include "multihop/multihop_params.h"
 
 namespace mma_nmt::multihop::cpu {
@@ -36,18 +37,10 @@ struct SecondHopBackward {
   at::Tensor grad_w_b, grad_u_b, grad_u_c, grad_v_b;  // grad_u_c undefined without u_c
 };
 
-#define MMA_NMT_DECLARE_CPU_HEAD_GATE(isa)                                 \
-  namespace isa {                                                          \
-  void head_gate_forward(const HeadGateParams& p, HeadGateForward& t);     \
-  void head_gate_backward(const HeadGateParams& p, HeadGateBackward& t);   \
-  void second_hop_forward(const SecondHopParams& p, SecondHopForward& t);  \
-  void second_hop_backward(const SecondHopParams& p, SecondHopBackward& t); \
-  }
-
-MMA_NMT_DECLARE_CPU_HEAD_GATE(isa_default)
-MMA_NMT_DECLARE_CPU_HEAD_GATE(isa_avx2)
-MMA_NMT_DECLARE_CPU_HEAD_GATE(isa_avx512)
-
-#undef MMA_NMT_DECLARE_CPU_HEAD_GATE
+MMA_NMT_DECLARE_FOR_EACH_ISA(
+    void head_gate_forward(const HeadGateParams& p, HeadGateForward& t);
+    void head_gate_backward(const HeadGateParams& p, HeadGateBackward& t);
+    void second_hop_forward(const SecondHopParams& p, SecondHopForward& t);
+    void second_hop_backward(const SecondHopParams& p, SecondHopBackward& t);)
 
 }  // namespace mma_nmt::multihop::cpu

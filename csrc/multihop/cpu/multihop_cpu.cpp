@@ -31,16 +31,11 @@ at::Tensor gradient_like(const Params& p, const at::Tensor& input) {
   return grad.stride(-1) == 1 || grad.size(-1) <= 1 ? grad : position_major(p, input.size(-1), input);
 }
 
-void check_cpu_dtype(const char* op, const at::Tensor& first, const char* name = "query_proj") {
-  TORCH_CHECK_TYPE(first.scalar_type() == at::kFloat || first.scalar_type() == at::kDouble, op, ": on the CPU ", name,
-                   " must be float32 or float64, got ", first.scalar_type());
-}
-
 std::tuple<at::Tensor, at::Tensor> multihop_gate_cpu(const at::Tensor& query_proj, const at::Tensor& head_proj,
                                                      const at::Tensor& value_proj, const at::Tensor& v_b) {
   const char* op = "mma_nmt.multihop_gate";
   const HeadGateParams p = check_head_gate_args(op, query_proj, head_proj, value_proj, v_b);
-  check_cpu_dtype(op, query_proj);
+  check_cpu_floating(op, query_proj, "query_proj");
   HeadGateForward t{rows_contiguous(query_proj), rows_contiguous(head_proj), rows_contiguous(value_proj),
                     v_b.contiguous(),
                     position_major(p, p.value_dim, query_proj),
@@ -56,9 +51,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_gate_backward_cpu(
   const char* op = "mma_nmt.multihop_gate_backward";
   const HeadGateParams p = check_head_gate_args(op, query_proj, head_proj, value_proj, v_b);
   check_head_gate_backward_extras(op, p, query_proj, grad_out, grad_gate, gate);
-  check_cpu_dtype(op, query_proj);
+  check_cpu_floating(op, query_proj, "query_proj");
   HeadGateBackward t{grad_out,  // any strides: the kernel gathers rows whose last dimension is not contiguous
-                     grad_gate.has_value() ? grad_gate->contiguous() : at::Tensor(),
+                     contiguous_or_undefined(grad_gate),
                      rows_contiguous(query_proj),
                      rows_contiguous(head_proj),
                      rows_contiguous(value_proj),
@@ -77,9 +72,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_second_hop_cpu(
     const std::optional<at::Tensor>& u_c, const at::Tensor& v_b) {
   const char* op = "mma_nmt.multihop_second_hop";
   const SecondHopParams p = check_second_hop_args(op, q, a, w_b, u_b, u_c, v_b);
-  check_cpu_dtype(op, q, "q");
+  check_cpu_floating(op, q);
   SecondHopForward t{rows_contiguous(q), rows_contiguous(a), w_b.contiguous(), u_b.contiguous(),
-                     u_c.has_value() ? u_c->contiguous() : at::Tensor(), v_b.contiguous(),
+                     contiguous_or_undefined(u_c), v_b.contiguous(),
                      position_major(p, p.value_dim, q),
                      at::empty({p.batch, p.heads, p.query_len}, q.options()),
                      position_major(p, p.hop_dim, q)};
@@ -94,11 +89,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   const char* op = "mma_nmt.multihop_second_hop_backward";
   const SecondHopParams p = check_second_hop_args(op, q, a, w_b, u_b, u_c, v_b);
   check_second_hop_backward_extras(op, p, q, grad_out, grad_gate, gate, hidden);
-  check_cpu_dtype(op, q, "q");
+  check_cpu_floating(op, q);
   SecondHopBackward t{grad_out,  // any strides: the kernel gathers each row
-                      grad_gate.has_value() ? grad_gate->contiguous() : at::Tensor(),
+                      contiguous_or_undefined(grad_gate),
                       rows_contiguous(q), rows_contiguous(a), w_b.contiguous(), u_b.contiguous(),
-                      u_c.has_value() ? u_c->contiguous() : at::Tensor(), v_b.contiguous(), gate.contiguous(),
+                      contiguous_or_undefined(u_c), v_b.contiguous(), gate.contiguous(),
                       rows_contiguous(hidden),
                       gradient_like(p, q), gradient_like(p, a),
                       at::zeros(w_b.sizes(), w_b.options()), at::zeros(u_b.sizes(), u_b.options()),

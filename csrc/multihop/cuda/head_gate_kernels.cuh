@@ -105,7 +105,7 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_head_gate_backward(
     const at::Tensor& gate, const gpu::Launch& launch) {
   const at::Tensor dout = grad_out.contiguous(), wq = query_proj.contiguous(), ua = head_proj.contiguous();
   const at::Tensor uc = value_proj.contiguous(), vb = v_b.contiguous(), beta = gate.contiguous();
-  const at::Tensor dgate = grad_gate.has_value() ? grad_gate->contiguous() : at::Tensor();
+  const at::Tensor dgate = contiguous_or_undefined(grad_gate);
   at::Tensor dpre = at::empty_like(wq), duc = at::empty_like(uc);
   at::Tensor dv_b = at::zeros({p.hop_dim}, vb.options().dtype(at::toOpMathType(vb.scalar_type())));
   if (p.positions() > 0) {

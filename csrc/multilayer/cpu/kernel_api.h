@@ -1,9 +1,10 @@
-// The CPU multi-layer attention kernels are compiled once per instruction set (multilayer_kernel_<isa>.cpp);
-// multilayer_cpu.cpp picks the best one the running processor supports (common/cpu_isa.h).
+// The CPU multi-layer attention kernels are compiled once per instruction set (multilayer_kernel.h, one generated
+// source per build); multilayer_cpu.cpp picks the best one the running processor supports (common/cpu_isa.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include "common/cpu_isa.h"
 #include <vector>
 
 #include "multilayer/multilayer_params.h"
@@ -25,16 +26,8 @@ struct MultilayerBackward {
   std::vector<at::Tensor> grad_q, grad_k, grad_v;  // uninitialised; the kernel writes every element
 };
 
-#define MMA_NMT_DECLARE_CPU_MULTILAYER(isa)                                       \
-  namespace isa {                                                                 \
-  void multilayer_forward(const MultilayerParams& p, MultilayerForward& t);      \
-  void multilayer_backward(const MultilayerParams& p, MultilayerBackward& t);    \
-  }
-
-MMA_NMT_DECLARE_CPU_MULTILAYER(isa_default)
-MMA_NMT_DECLARE_CPU_MULTILAYER(isa_avx2)
-MMA_NMT_DECLARE_CPU_MULTILAYER(isa_avx512)
-
-#undef MMA_NMT_DECLARE_CPU_MULTILAYER
+MMA_NMT_DECLARE_FOR_EACH_ISA(
+    void multilayer_forward(const MultilayerParams& p, MultilayerForward& t);
+    void multilayer_backward(const MultilayerParams& p, MultilayerBackward& t);)
 
 }  // namespace mma_nmt::multilayer::cpu

@@ -29,26 +29,21 @@ std::vector<at::Tensor> gradients_like(at::TensorList xs, bool written) {
   return out;
 }
 
-void check_cpu_dtype(const char* op, const at::Tensor& q0) {
-  TORCH_CHECK_TYPE(q0.scalar_type() == at::kFloat || q0.scalar_type() == at::kDouble, op,
-                   ": on the CPU q must be float32 or float64, got ", q0.scalar_type());
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> multilayer_attention_cpu(
     at::TensorList q, at::TensorList k, at::TensorList v, const std::optional<at::Tensor>& key_lengths,
     int64_t num_heads, double scale, bool layer_specific, bool return_probs) {
   const char* op = "mma_nmt.multilayer_attention";
   const MultilayerParams p = check_multilayer_args(op, q, k, v, key_lengths, num_heads, scale, layer_specific);
-  check_cpu_dtype(op, q[0]);
+  check_cpu_floating(op, q[0]);
   const at::TensorOptions options = q[0].options();
   at::Tensor out = at::empty({p.batch, p.query_len, p.output_sets() * p.value_embed_dim()}, options);
   at::Tensor lse = at::empty({p.batch, p.fused_heads(), p.query_len},
-                             options.dtype(attention::lse_dtype(q[0].scalar_type())));
+                             options.dtype(stats_dtype(q[0].scalar_type())));
   at::Tensor probs = return_probs ? at::zeros({p.batch, p.fused_heads(), p.query_len, p.key_len}, options)
                                   : at::empty({0}, options);
   if (lse.numel() == 0) return {out, lse, probs};  // no query row
   MultilayerForward t{contiguous(q), contiguous(k), contiguous(v),
-                      key_lengths.has_value() ? key_lengths->contiguous() : at::Tensor(),
+                      contiguous_or_undefined(key_lengths),
                       out, lse, return_probs ? probs : at::Tensor()};
   MMA_NMT_CPU_DISPATCH(multilayer_forward, p, t);
   return {out, lse, probs};
@@ -60,14 +55,14 @@ std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Ten
     int64_t num_heads, double scale, bool layer_specific) {
   const char* op = "mma_nmt.multilayer_attention_backward";
   const MultilayerParams p = check_multilayer_args(op, q, k, v, key_lengths, num_heads, scale, layer_specific);
-  check_cpu_dtype(op, q[0]);
+  check_cpu_floating(op, q[0]);
   check_multilayer_backward_extras(op, p, q[0], grad_out, out, lse, probs);
   // Without a query row or a key every gradient is zero; otherwise the kernel writes every element.
   const bool has_work = lse.numel() > 0 && p.key_len > 0;
   MultilayerBackward t{contiguous(q), contiguous(k), contiguous(v),
-                       key_lengths.has_value() ? key_lengths->contiguous() : at::Tensor(),
+                       contiguous_or_undefined(key_lengths),
                        grad_out.contiguous(), out.contiguous(), lse.contiguous(),
-                       probs.has_value() ? probs->contiguous() : at::Tensor(),
+                       contiguous_or_undefined(probs),
                        gradients_like(q, has_work), gradients_like(k, has_work), gradients_like(v, has_work)};
   if (has_work) {
     MMA_NMT_CPU_DISPATCH(multilayer_backward, p, t);

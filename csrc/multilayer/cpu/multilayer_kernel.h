@@ -17,7 +17,6 @@ namespace {
 
 namespace blocks = ::mma_nmt::attention::cpu::MMA_NMT_CPU_ISA;
 using attention::AttentionParams;
-using attention::keys_of_sentence;
 using blocks::Pieces;
 
 // Which tensors of a list make up fused head `fused_head`, and the head within them.

@@ -2,7 +2,7 @@
 // attention kernels use the register-blocked versions of attention_tiles.h). Included only from gmm_kernel.h, inside
 // the per-instruction-set namespace, so each build gets its own copy.
 
-#include "attention/cpu/row_math.h"
+#include "common/cpu/row_math.h"
 
 // out[r][c] = alpha * sum_d rows[r][d] * cols_t[d][c] for R rows at once: 2*R vector accumulators stay in registers.
 template <typename T, int R>

@@ -4,7 +4,7 @@
 
 #include "common/host_device.h"
 
-namespace mma_nmt::attention {
+namespace mma_nmt {
 
 template <typename acc_t>
 struct OnlineSoftmax {
@@ -46,4 +46,4 @@ MMA_HOST_DEVICE acc_t probability_from_lse(acc_t logit, acc_t lse) {
   return lse == negative_infinity<acc_t>() ? acc_t(0) : exp_of(logit - lse);
 }
 
-}  // namespace mma_nmt::attention
+}  // namespace mma_nmt

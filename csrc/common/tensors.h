@@ -1,0 +1,22 @@
+// Small tensor helpers of every operator's host code: the dtype of saved row statistics and optional inputs handed to
+// a kernel.
+#pragma once
+
+#include <optional>
+
+#include <ATen/core/Tensor.h>
+
+namespace mma_nmt {
+
+// Row statistics (log-sum-exp, log mass, the GMM's saved contexts) are kept in float32 for half-precision inputs, else
+// in the input's dtype.
+inline at::ScalarType stats_dtype(at::ScalarType input) {
+  return (input == at::kHalf || input == at::kBFloat16) ? at::kFloat : input;
+}
+
+// An optional input made contiguous, or an undefined tensor when absent (kernels test `defined()`).
+inline at::Tensor contiguous_or_undefined(const std::optional<at::Tensor>& t) {
+  return t.has_value() ? t->contiguous() : at::Tensor();
+}
+
+}  // namespace mma_nmt

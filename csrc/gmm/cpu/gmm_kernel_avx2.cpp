@@ -1,5 +1,0 @@
-// The CPU GMM kernels built for one instruction set; CMake gives this file the matching compiler flags.
-#define CPU_CAPABILITY AVX2
-#define CPU_CAPABILITY_AVX2
-#define MMA_NMT_CPU_ISA isa_avx2
-#include "gmm/cpu/gmm_kernel.h"

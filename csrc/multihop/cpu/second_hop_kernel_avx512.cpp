@@ -1,5 +1,0 @@
-// The CPU kernels of the whole second hop built for one instruction set; CMake gives this file the matching flags.
-#define CPU_CAPABILITY AVX512
-#define CPU_CAPABILITY_AVX512
-#define MMA_NMT_CPU_ISA isa_avx512
-#include "multihop/cpu/second_hop_kernel.h"
