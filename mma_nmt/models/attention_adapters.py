@@ -5,9 +5,7 @@
 - :class:`MultiHopEncoderSelfAttention`: encoder self-attention with the second hop (SPEC section 4);
 - :class:`MultiLayerCrossAttention`: MLMHA over the top ``n`` encoder layers (SPEC section 3);
 - :class:`GmmCrossAttentionAdapter`: Gaussian-mixture concentrated cross-attention (SPEC section 5);
-- :class:`EncoderLayerAggregation`: the MLMHA paper's layer-aggregation baselines, as what cross-attention reads;
-- :class:`FusedLuongAttention`: the LSTM decoder's multi-head Luong attention on the fused operator, with the
-  interface and the state-dict layout of the plain-PyTorch :class:`~mma_nmt.models.luong.MultiHeadLuongAttention`.
+- :class:`EncoderLayerAggregation`: the MLMHA paper's layer-aggregation baselines, as what cross-attention reads.
 """
 
 from __future__ import annotations
@@ -15,16 +13,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mma_nmt.models.config import LSTMConfig, TransformerConfig
+from mma_nmt.models.config import TransformerConfig
 from mma_nmt.models.incremental import EncoderOut
 from mma_nmt.modules import (
     GmmAttentionConfig,
     GmmCrossAttention,
     IterativeFeatureCombination,
     LinearFeatureCombination,
-    LuongAttentionConfig,
-    LuongMemory,
-    LuongMultiheadAttention,
     MultiHopAttentionConfig,
     MultiHopSelfAttention,
     MultiLayerAttentionConfig,
@@ -160,61 +155,3 @@ class GmmCrossAttentionAdapter(nn.Module):
                                  need_weights=need_weights, incremental_state=cache)
         return out, None if weights is None else weights["gamma"]
 
-
-class FusedLuongAttention(nn.Module):
-    """:class:`~mma_nmt.modules.LuongMultiheadAttention` behind the interface of the plain-PyTorch
-    ``MultiHeadLuongAttention``: ``precompute_keys(encoder_states (B, S, dh)) -> keys (B, h, S, dh)`` and
-    ``forward(query (B, dh), keys, encoder_states, lengths) -> (a~ (B, d_sm), a- (B, d_fd), alpha (B, h, S))``.
-
-    The state dict uses the reference layout (``score.weight``, ``w_softmax``, ``w_feed``), so checkpoints load into
-    either implementation; :func:`luong_reference_to_module` is the (pure rearrangement) mapping."""
-
-    def __init__(self, config: LSTMConfig, implementation: str = "fused"):
-        super().__init__()
-        self.hidden, self.heads = config.hidden_size, config.heads
-        self.attn = LuongMultiheadAttention(LuongAttentionConfig(
-            hidden_dim=config.hidden_size, num_heads=config.heads, softmax_dim=config.softmax_dim,
-            feed_dim=config.feed_dim, implementation=implementation))
-        self.register_state_dict_post_hook(_luong_state_dict_hook)
-        self.register_load_state_dict_pre_hook(_luong_load_pre_hook)
-
-    def precompute_keys(self, encoder_states: torch.Tensor) -> torch.Tensor:
-        return self.attn.precompute(encoder_states).keys  # (B, h, S, dh)
-
-    def forward(self, query: torch.Tensor, keys: torch.Tensor, encoder_states: torch.Tensor, lengths: torch.Tensor):
-        a_softmax, a_feed, alpha = self.attn(query, LuongMemory(keys, encoder_states, lengths), need_weights=True)
-        return a_softmax, a_feed, alpha
-
-
-def luong_reference_to_module(score: torch.Tensor, w_softmax: torch.Tensor, w_feed: torch.Tensor, heads: int
-                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Reference (score (h*dh, dh), w_softmax (h, 2dh, sm/h), w_feed (h, 2dh, fd/h)) -> module (w_sc (h, dh, dh),
-    w_context (h, sm/h + fd/h, dh), w_state (h, sm/h + fd/h, dh))."""
-    dh = score.shape[1]
-    w_sc = score.reshape(heads, dh, dh)
-    joined = torch.cat([w_softmax, w_feed], dim=2).transpose(1, 2)  # (h, o, 2dh) acting on [c; h_t]
-    return w_sc, joined[..., :dh].contiguous(), joined[..., dh:].contiguous()
-
-
-def luong_module_to_reference(w_sc: torch.Tensor, w_context: torch.Tensor, w_state: torch.Tensor, softmax_dim: int
-                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Inverse of :func:`luong_reference_to_module`."""
-    heads, dh, _ = w_sc.shape
-    sm = softmax_dim // heads
-    joined = torch.cat([w_context, w_state], dim=2).transpose(1, 2)  # (h, 2dh, o)
-    return w_sc.reshape(heads * dh, dh), joined[..., :sm].contiguous(), joined[..., sm:].contiguous()
-
-
-def _luong_state_dict_hook(module: FusedLuongAttention, state_dict, prefix, local_metadata):
-    w_sc, w_context, w_state = (state_dict.pop(prefix + f"attn.{name}") for name in ("w_sc", "w_context", "w_state"))
-    score, w_softmax, w_feed = luong_module_to_reference(w_sc, w_context, w_state, module.attn.config.softmax_dim)
-    state_dict[prefix + "score.weight"], state_dict[prefix + "w_softmax"], state_dict[prefix + "w_feed"] = \
-        score, w_softmax, w_feed
-
-
-def _luong_load_pre_hook(module: FusedLuongAttention, state_dict, prefix, *args):
-    names = [prefix + "score.weight", prefix + "w_softmax", prefix + "w_feed"]
-    if all(name in state_dict for name in names):
-        converted = luong_reference_to_module(*(state_dict.pop(name) for name in names), heads=module.heads)
-        for name, value in zip(("w_sc", "w_context", "w_state"), converted):
-            state_dict[prefix + "attn." + name] = value
