@@ -1,11 +1,15 @@
 """Adapters that give the attention modules of ``mma_nmt.modules`` the interface of their place in a model
-(see ``attention_factory``) and keep every incremental-decoding tensor batch-first in the layer's ``cache`` dict, so
-``reorder_incremental_state`` (beam search) follows them with one ``index_select``.
+(see ``attention_factory``):
 
+- :class:`CausalSelfAttention`: decoder self-attention (``MixedMultiheadAttention``, head kind ``C``);
+- :class:`StandardCrossAttention`: global multi-head cross-attention over the encoder output;
 - :class:`MultiHopEncoderSelfAttention`: encoder self-attention with the second hop (SPEC section 4);
 - :class:`MultiLayerCrossAttention`: MLMHA over the top ``n`` encoder layers (SPEC section 3);
 - :class:`GmmCrossAttentionAdapter`: Gaussian-mixture concentrated cross-attention (SPEC section 5);
 - :class:`EncoderLayerAggregation`: the MLMHA paper's layer-aggregation baselines, as what cross-attention reads.
+
+Every incremental-decoding tensor is kept batch-first in the layer's ``cache`` dict, so ``reorder_incremental_state``
+(beam search) follows them with one ``index_select``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from mma_nmt.modules import (
     GmmCrossAttention,
     IterativeFeatureCombination,
     LinearFeatureCombination,
+    MixedAttentionConfig,
+    MixedMultiheadAttention,
     MultiHopAttentionConfig,
     MultiHopSelfAttention,
     MultiLayerAttentionConfig,
@@ -27,6 +33,57 @@ from mma_nmt.modules import (
     SourceFeatureCollector,
     TransparentAttention,
 )
+from mma_nmt.modules.heads import merge_heads
+
+
+def mixed_attention_config(config: TransformerConfig, head_spec: str, window: int = 1) -> MixedAttentionConfig:
+    """The ``MixedMultiheadAttention`` config of a Transformer place with head kinds ``head_spec``."""
+    return MixedAttentionConfig(embed_dim=config.d_model, num_heads=config.heads, head_spec=head_spec, window=window,
+                                dropout=config.attention_dropout, implementation=config.implementation)
+
+
+class CausalSelfAttention(nn.Module):
+    """Decoder self-attention (head kind ``C``): ``forward(x (B, T, E), *, cache, need_weights) -> (out (B, T, E),
+    weights (B, H, T, S) or None)``. Cache: ``cache["k"]``, ``cache["v"]`` (B, H, S, D), the keys/values so far; new
+    ones are appended and the queries sit at ``query_offset = S - T``."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.attn = MixedMultiheadAttention(mixed_attention_config(config, "C"))
+
+    def forward(self, x: torch.Tensor, *, cache: dict | None = None, need_weights: bool = False):
+        a = self.attn
+        q, k, v = a.project_self(x)  # (B, H, T, D) each
+        if cache is not None:
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)  # (B, H, S, D)
+                v = torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+        out, weights = a.attend(q, k, v, None, need_weights=need_weights, query_offset=k.shape[2] - q.shape[2])
+        return a.out_proj(merge_heads(out)), weights
+
+
+class StandardCrossAttention(nn.Module):
+    """Global multi-head attention over ``encoder_out.out``: ``forward(x (B, T, E), encoder_out, *, cache,
+    need_weights) -> (out (B, T, E), weights (B, H, T, S) or None)``. Cache: the keys/values ``cache["k"]``,
+    ``cache["v"]`` (B, H, S, D), projected once per sentence."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.attn = MixedMultiheadAttention(mixed_attention_config(config, "G"))
+
+    def forward(self, x: torch.Tensor, encoder_out: EncoderOut, *, cache: dict | None = None,
+                need_weights: bool = False):
+        a = self.attn
+        if cache is not None and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            k, v = a.project_memory(encoder_out.out)  # (B, H, S, D) each
+            if cache is not None:
+                cache["k"], cache["v"] = k, v
+        q = a.split_heads(a.q_proj(x))  # (B, H, T, D)
+        out, weights = a.attend(q, k, v, encoder_out.lengths, need_weights=need_weights, query_offset=0)
+        return a.out_proj(merge_heads(out)), weights
 
 
 class MultiHopEncoderSelfAttention(nn.Module):

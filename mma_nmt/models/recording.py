@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
-from mma_nmt.models.attention_factory import CausalSelfAttention, StandardCrossAttention
+from mma_nmt.models.attention_adapters import CausalSelfAttention, StandardCrossAttention
 from mma_nmt.modules import (GmmCrossAttention, LuongMultiheadAttention, MixedMultiheadAttention,
                              MultiHopSelfAttention, MultiLayerMultiheadAttention)
 from mma_nmt.modules.gmm_predictors import MixturePredictor
