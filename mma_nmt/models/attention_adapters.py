@@ -8,8 +8,12 @@
 - :class:`GmmCrossAttentionAdapter`: Gaussian-mixture concentrated cross-attention (SPEC section 5);
 - :class:`EncoderLayerAggregation`: the MLMHA paper's layer-aggregation baselines, as what cross-attention reads.
 
-Every incremental-decoding tensor is kept batch-first in the layer's ``cache`` dict, so ``reorder_incremental_state``
-(beam search) follows them with one ``index_select``.
+Incremental cache, the same for every decoder place: ``forward(..., cache: dict | None)`` gets the layer's own dict
+(``incremental.module_cache``), which holds only batch-first tensors (or lists of them; plain ints are left alone), so
+``reorder_incremental_state`` (beam search) follows them with one ``index_select``. The module that owns the dict
+fills and reads its entries itself: an adapter hands the dict over and never looks inside; where it would compute
+the module's input from the encoder output (MLMHA's collected layers), it first asks the module's
+``has_cached_memory(cache)``.
 """
 
 from __future__ import annotations
@@ -109,9 +113,10 @@ class MultiLayerCrossAttention(nn.Module):
     Weights: (B, H, T, S) for joint weights (M-0j); for layer-specific weights (M-1j) the mean over the n layers,
     also (B, H, T, S) (record mode hands out the per-layer (B, n, H, T, S) weights, see ``recording``).
 
-    Cache: the projected keys/values of the fused path (``cache["k"]``, ``cache["v"]``: lists of per-layer (B, S, E)
-    projections, batch first), computed at the first step. The reference path recomputes them from ``encoder_out`` at each step (it is the check, not the fast
-    path), which follows beam reordering because ``encoder_out`` is reordered too."""
+    Cache: the module's own (the projected keys/values of the fused path, lists of per-layer (B, S, E) projections,
+    computed at the first step); the features are collected only while it has none. The reference path recomputes
+    them from ``encoder_out`` at each step (it is the check, not the fast path), which follows beam reordering because
+    ``encoder_out`` is reordered too."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -124,17 +129,8 @@ class MultiLayerCrossAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, encoder_out: EncoderOut, *, cache: dict | None = None,
                 need_weights: bool = False):
-        fused = self.attn.config.implementation == "fused"
-        state = None
-        if cache is not None and fused:
-            state = {}
-            if "k" in cache:
-                state[self.attn._cache_key] = (cache["k"], cache["v"])
-        features = None if state else self.collector(encoder_out.layer_states)
-        out, weights = self.attn(x, features, key_lengths=encoder_out.lengths, need_weights=need_weights,
-                                 incremental_state=state)
-        if state is not None and "k" not in cache:
-            cache["k"], cache["v"] = state[self.attn._cache_key]
+        features = None if self.attn.has_cached_memory(cache) else self.collector(encoder_out.layer_states)
+        out, weights = self.attn(x, features, key_lengths=encoder_out.lengths, need_weights=need_weights, cache=cache)
         if weights is not None and weights.dim() == 5:  # (B, n, H, T, S): layer-specific weights
             weights = weights.mean(dim=1)
         return out, weights
@@ -197,7 +193,7 @@ class GmmCrossAttentionAdapter(nn.Module):
     the final weights ``gamma`` (B, H, T, S); record mode hands out all of them (alpha, beta, gamma, the gate and the
     mixture components, see ``recording``).
 
-    Cache: the module's own state (projected keys/values, source lengths, previous means of the synthesis variant:
+    Cache: the module's own (projected keys/values, source lengths, previous means of the synthesis variant:
     batch-first tensors; the target step: an int, which beam reordering leaves alone)."""
 
     def __init__(self, config: TransformerConfig, layer: int):
@@ -206,9 +202,7 @@ class GmmCrossAttentionAdapter(nn.Module):
 
     def forward(self, x: torch.Tensor, encoder_out: EncoderOut, *, cache: dict | None = None,
                 need_weights: bool = False):
-        cached = cache is not None and "k" in cache
-        out, weights = self.attn(x, None if cached else encoder_out.out,
-                                 key_lengths=None if cached else encoder_out.lengths,
-                                 need_weights=need_weights, incremental_state=cache)
+        out, weights = self.attn(x, encoder_out.out, key_lengths=encoder_out.lengths, need_weights=need_weights,
+                                 cache=cache)  # with a warm cache the module reads neither
         return out, None if weights is None else weights["gamma"]
 
