@@ -1,13 +1,19 @@
 """Adapters that give the attention modules of ``mma_nmt.modules`` the interface of their place in a model
-(see ``attention_factory``) and keep every incremental-decoding tensor batch-first in the layer's ``cache`` dict, so
-``reorder_incremental_state`` (beam search) follows them with one ``index_select``.
+(see ``attention_factory``):
 
+- :class:`CausalSelfAttention`: decoder self-attention (``MixedMultiheadAttention``, head kind ``C``);
+- :class:`StandardCrossAttention`: global multi-head cross-attention over the encoder output;
 - :class:`MultiHopEncoderSelfAttention`: encoder self-attention with the second hop (SPEC section 4);
 - :class:`MultiLayerCrossAttention`: MLMHA over the top ``n`` encoder layers (SPEC section 3);
 - :class:`GmmCrossAttentionAdapter`: Gaussian-mixture concentrated cross-attention (SPEC section 5);
-- :class:`EncoderLayerAggregation`: the MLMHA paper's layer-aggregation baselines, as what cross-attention reads;
-- :class:`FusedLuongAttention`: the LSTM decoder's multi-head Luong attention on the fused operator, with the
-  interface and the state-dict layout of the plain-PyTorch :class:`~mma_nmt.models.luong.MultiHeadLuongAttention`.
+- :class:`EncoderLayerAggregation`: the MLMHA paper's layer-aggregation baselines, as what cross-attention reads.
+
+Incremental cache, the same for every decoder place: ``forward(..., cache: dict | None)`` gets the layer's own dict
+(``incremental.module_cache``), which holds only batch-first tensors (or lists of them; plain ints are left alone), so
+``reorder_incremental_state`` (beam search) follows them with one ``index_select``. The module that owns the dict
+fills and reads its entries itself: an adapter hands the dict over and never looks inside; where it would compute
+the module's input from the encoder output (MLMHA's collected layers), it first asks the module's
+``has_cached_memory(cache)``.
 """
 
 from __future__ import annotations
@@ -15,16 +21,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mma_nmt.models.config import LSTMConfig, TransformerConfig
+from mma_nmt.models.config import TransformerConfig
 from mma_nmt.models.incremental import EncoderOut
 from mma_nmt.modules import (
     GmmAttentionConfig,
     GmmCrossAttention,
     IterativeFeatureCombination,
     LinearFeatureCombination,
-    LuongAttentionConfig,
-    LuongMemory,
-    LuongMultiheadAttention,
+    MixedAttentionConfig,
+    MixedMultiheadAttention,
     MultiHopAttentionConfig,
     MultiHopSelfAttention,
     MultiLayerAttentionConfig,
@@ -32,6 +37,57 @@ from mma_nmt.modules import (
     SourceFeatureCollector,
     TransparentAttention,
 )
+from mma_nmt.modules.heads import merge_heads
+
+
+def mixed_attention_config(config: TransformerConfig, head_spec: str, window: int = 1) -> MixedAttentionConfig:
+    """The ``MixedMultiheadAttention`` config of a Transformer place with head kinds ``head_spec``."""
+    return MixedAttentionConfig(embed_dim=config.d_model, num_heads=config.heads, head_spec=head_spec, window=window,
+                                dropout=config.attention_dropout, implementation=config.implementation)
+
+
+class CausalSelfAttention(nn.Module):
+    """Decoder self-attention (head kind ``C``): ``forward(x (B, T, E), *, cache, need_weights) -> (out (B, T, E),
+    weights (B, H, T, S) or None)``. Cache: ``cache["k"]``, ``cache["v"]`` (B, H, S, D), the keys/values so far; new
+    ones are appended and the queries sit at ``query_offset = S - T``."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.attn = MixedMultiheadAttention(mixed_attention_config(config, "C"))
+
+    def forward(self, x: torch.Tensor, *, cache: dict | None = None, need_weights: bool = False):
+        a = self.attn
+        q, k, v = a.project_self(x)  # (B, H, T, D) each
+        if cache is not None:
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)  # (B, H, S, D)
+                v = torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+        out, weights = a.attend(q, k, v, None, need_weights=need_weights, query_offset=k.shape[2] - q.shape[2])
+        return a.out_proj(merge_heads(out)), weights
+
+
+class StandardCrossAttention(nn.Module):
+    """Global multi-head attention over ``encoder_out.out``: ``forward(x (B, T, E), encoder_out, *, cache,
+    need_weights) -> (out (B, T, E), weights (B, H, T, S) or None)``. Cache: the keys/values ``cache["k"]``,
+    ``cache["v"]`` (B, H, S, D), projected once per sentence."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.attn = MixedMultiheadAttention(mixed_attention_config(config, "G"))
+
+    def forward(self, x: torch.Tensor, encoder_out: EncoderOut, *, cache: dict | None = None,
+                need_weights: bool = False):
+        a = self.attn
+        if cache is not None and "k" in cache:
+            k, v = cache["k"], cache["v"]
+        else:
+            k, v = a.project_memory(encoder_out.out)  # (B, H, S, D) each
+            if cache is not None:
+                cache["k"], cache["v"] = k, v
+        q = a.split_heads(a.q_proj(x))  # (B, H, T, D)
+        out, weights = a.attend(q, k, v, encoder_out.lengths, need_weights=need_weights, query_offset=0)
+        return a.out_proj(merge_heads(out)), weights
 
 
 class MultiHopEncoderSelfAttention(nn.Module):
@@ -57,9 +113,10 @@ class MultiLayerCrossAttention(nn.Module):
     Weights: (B, H, T, S) for joint weights (M-0j); for layer-specific weights (M-1j) the mean over the n layers,
     also (B, H, T, S) (record mode hands out the per-layer (B, n, H, T, S) weights, see ``recording``).
 
-    Cache: the projected keys/values of the fused path (``cache["k"]``, ``cache["v"]``: lists of per-layer (B, S, E)
-    projections, batch first), computed at the first step. The reference path recomputes them from ``encoder_out`` at each step (it is the check, not the fast
-    path), which follows beam reordering because ``encoder_out`` is reordered too."""
+    Cache: the module's own (the projected keys/values of the fused path, lists of per-layer (B, S, E) projections,
+    computed at the first step); the features are collected only while it has none. The reference path recomputes
+    them from ``encoder_out`` at each step (it is the check, not the fast path), which follows beam reordering because
+    ``encoder_out`` is reordered too."""
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
@@ -72,17 +129,8 @@ class MultiLayerCrossAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, encoder_out: EncoderOut, *, cache: dict | None = None,
                 need_weights: bool = False):
-        fused = self.attn.config.implementation == "fused"
-        state = None
-        if cache is not None and fused:
-            state = {}
-            if "k" in cache:
-                state[self.attn._cache_key] = (cache["k"], cache["v"])
-        features = None if state else self.collector(encoder_out.layer_states)
-        out, weights = self.attn(x, features, key_lengths=encoder_out.lengths, need_weights=need_weights,
-                                 incremental_state=state)
-        if state is not None and "k" not in cache:
-            cache["k"], cache["v"] = state[self.attn._cache_key]
+        features = None if self.attn.has_cached_memory(cache) else self.collector(encoder_out.layer_states)
+        out, weights = self.attn(x, features, key_lengths=encoder_out.lengths, need_weights=need_weights, cache=cache)
         if weights is not None and weights.dim() == 5:  # (B, n, H, T, S): layer-specific weights
             weights = weights.mean(dim=1)
         return out, weights
@@ -145,7 +193,7 @@ class GmmCrossAttentionAdapter(nn.Module):
     the final weights ``gamma`` (B, H, T, S); record mode hands out all of them (alpha, beta, gamma, the gate and the
     mixture components, see ``recording``).
 
-    Cache: the module's own state (projected keys/values, source lengths, previous means of the synthesis variant:
+    Cache: the module's own (projected keys/values, source lengths, previous means of the synthesis variant:
     batch-first tensors; the target step: an int, which beam reordering leaves alone)."""
 
     def __init__(self, config: TransformerConfig, layer: int):
@@ -154,67 +202,7 @@ class GmmCrossAttentionAdapter(nn.Module):
 
     def forward(self, x: torch.Tensor, encoder_out: EncoderOut, *, cache: dict | None = None,
                 need_weights: bool = False):
-        cached = cache is not None and "k" in cache
-        out, weights = self.attn(x, None if cached else encoder_out.out,
-                                 key_lengths=None if cached else encoder_out.lengths,
-                                 need_weights=need_weights, incremental_state=cache)
+        out, weights = self.attn(x, encoder_out.out, key_lengths=encoder_out.lengths, need_weights=need_weights,
+                                 cache=cache)  # with a warm cache the module reads neither
         return out, None if weights is None else weights["gamma"]
 
-
-class FusedLuongAttention(nn.Module):
-    """:class:`~mma_nmt.modules.LuongMultiheadAttention` behind the interface of the plain-PyTorch
-    ``MultiHeadLuongAttention``: ``precompute_keys(encoder_states (B, S, dh)) -> keys (B, h, S, dh)`` and
-    ``forward(query (B, dh), keys, encoder_states, lengths) -> (a~ (B, d_sm), a- (B, d_fd), alpha (B, h, S))``.
-
-    The state dict uses the reference layout (``score.weight``, ``w_softmax``, ``w_feed``), so checkpoints load into
-    either implementation; :func:`luong_reference_to_module` is the (pure rearrangement) mapping."""
-
-    def __init__(self, config: LSTMConfig, implementation: str = "fused"):
-        super().__init__()
-        self.hidden, self.heads = config.hidden_size, config.heads
-        self.attn = LuongMultiheadAttention(LuongAttentionConfig(
-            hidden_dim=config.hidden_size, num_heads=config.heads, softmax_dim=config.softmax_dim,
-            feed_dim=config.feed_dim, implementation=implementation))
-        self.register_state_dict_post_hook(_luong_state_dict_hook)
-        self.register_load_state_dict_pre_hook(_luong_load_pre_hook)
-
-    def precompute_keys(self, encoder_states: torch.Tensor) -> torch.Tensor:
-        return self.attn.precompute(encoder_states).keys  # (B, h, S, dh)
-
-    def forward(self, query: torch.Tensor, keys: torch.Tensor, encoder_states: torch.Tensor, lengths: torch.Tensor):
-        a_softmax, a_feed, alpha = self.attn(query, LuongMemory(keys, encoder_states, lengths), need_weights=True)
-        return a_softmax, a_feed, alpha
-
-
-def luong_reference_to_module(score: torch.Tensor, w_softmax: torch.Tensor, w_feed: torch.Tensor, heads: int
-                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Reference (score (h*dh, dh), w_softmax (h, 2dh, sm/h), w_feed (h, 2dh, fd/h)) -> module (w_sc (h, dh, dh),
-    w_context (h, sm/h + fd/h, dh), w_state (h, sm/h + fd/h, dh))."""
-    dh = score.shape[1]
-    w_sc = score.reshape(heads, dh, dh)
-    joined = torch.cat([w_softmax, w_feed], dim=2).transpose(1, 2)  # (h, o, 2dh) acting on [c; h_t]
-    return w_sc, joined[..., :dh].contiguous(), joined[..., dh:].contiguous()
-
-
-def luong_module_to_reference(w_sc: torch.Tensor, w_context: torch.Tensor, w_state: torch.Tensor, softmax_dim: int
-                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Inverse of :func:`luong_reference_to_module`."""
-    heads, dh, _ = w_sc.shape
-    sm = softmax_dim // heads
-    joined = torch.cat([w_context, w_state], dim=2).transpose(1, 2)  # (h, 2dh, o)
-    return w_sc.reshape(heads * dh, dh), joined[..., :sm].contiguous(), joined[..., sm:].contiguous()
-
-
-def _luong_state_dict_hook(module: FusedLuongAttention, state_dict, prefix, local_metadata):
-    w_sc, w_context, w_state = (state_dict.pop(prefix + f"attn.{name}") for name in ("w_sc", "w_context", "w_state"))
-    score, w_softmax, w_feed = luong_module_to_reference(w_sc, w_context, w_state, module.attn.config.softmax_dim)
-    state_dict[prefix + "score.weight"], state_dict[prefix + "w_softmax"], state_dict[prefix + "w_feed"] = \
-        score, w_softmax, w_feed
-
-
-def _luong_load_pre_hook(module: FusedLuongAttention, state_dict, prefix, *args):
-    names = [prefix + "score.weight", prefix + "w_softmax", prefix + "w_feed"]
-    if all(name in state_dict for name in names):
-        converted = luong_reference_to_module(*(state_dict.pop(name) for name in names), heads=module.heads)
-        for name, value in zip(("w_sc", "w_context", "w_state"), converted):
-            state_dict[prefix + "attn." + name] = value

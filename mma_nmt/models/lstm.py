@@ -10,8 +10,9 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from mma_nmt.models.config import LSTMConfig
 from mma_nmt.models.incremental import EncoderOut
-from mma_nmt.models.luong import build_luong_attention
+from mma_nmt.models.lstm_attention import build_luong_attention, init_reference_layout, load_reference_layout
 from mma_nmt.models.transformer import make_embedding
+from mma_nmt.modules import LuongMemory
 
 
 class LSTMEncoder(nn.Module):
@@ -44,13 +45,14 @@ class LSTMDecoder(nn.Module):
         self.config, self.embedding = config, embedding
         sizes = [config.embed_dim + config.feed_dim] + [config.hidden_size] * (config.layers - 1)
         self.cells = nn.ModuleList(nn.LSTMCell(size, config.hidden_size) for size in sizes)
-        self.attention = build_luong_attention(config)
+        self.attention = build_luong_attention(config)  # LuongMultiheadAttention, either implementation
+        self.attention.register_load_state_dict_pre_hook(load_reference_layout)  # checkpoints before issue 23
 
     def initial_state(self, encoder_out: EncoderOut) -> dict:
         batch = encoder_out.out.shape[0]
         return {"h": encoder_out.extra["h"], "c": encoder_out.extra["c"],  # (B, layers, dh)
                 "feed": encoder_out.out.new_zeros(batch, self.config.feed_dim),
-                "keys": self.attention.precompute_keys(encoder_out.out)}  # (B, h, S, dh)
+                "keys": self.attention.precompute(encoder_out.out).keys}  # (B, h, S, dh)
 
     def step(self, token_embedding: torch.Tensor, encoder_out: EncoderOut, state: dict):
         """One time step: embedding (B, E) -> (a~ (B, d_sm), alpha (B, h, S)); updates ``state`` in place."""
@@ -63,7 +65,8 @@ class LSTMDecoder(nn.Module):
             cs.append(c)
             x = F.dropout(h, drop, self.training)
         state["h"], state["c"] = torch.stack(hs, dim=1), torch.stack(cs, dim=1)
-        a_softmax, a_feed, alpha = self.attention(hs[-1], state["keys"], encoder_out.out, encoder_out.lengths)
+        memory = LuongMemory(state["keys"], encoder_out.out, encoder_out.lengths)  # batch-first, beams follow
+        a_softmax, a_feed, alpha = self.attention(hs[-1], memory, need_weights=True)
         state["feed"] = a_feed
         return a_softmax, alpha
 
@@ -92,9 +95,14 @@ class LSTMModel(nn.Module):
     @torch.no_grad()
     def _uniform_init(self, bound: float, pad_id: int) -> None:
         """OpenNMT-py's ``-param_init``: every parameter from U(-bound, bound); the padding embeddings stay zero (they
-        get no gradient and never reach an output)."""
+        get no gradient and never reach an output). The attention's weights are drawn in their earlier layout
+        (``lstm_attention``), so a seed gives the same model as before."""
+        attention = self.decoder.attention
         for parameter in self.parameters():
-            parameter.uniform_(-bound, bound)
+            if parameter is attention.w_sc:
+                init_reference_layout(attention, bound=bound)  # w_sc, w_context and w_state
+            elif parameter is not attention.w_context and parameter is not attention.w_state:
+                parameter.uniform_(-bound, bound)
         for embedding in (self.encoder.embedding, self.decoder.embedding):  # the same one when shared
             embedding.weight[pad_id].zero_()
 

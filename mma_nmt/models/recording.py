@@ -24,9 +24,7 @@ from typing import Callable, Iterator
 import torch
 from torch import nn
 
-from mma_nmt.models.attention_adapters import FusedLuongAttention
-from mma_nmt.models.attention_factory import CausalSelfAttention, StandardCrossAttention
-from mma_nmt.models.luong import MultiHeadLuongAttention
+from mma_nmt.models.attention_adapters import CausalSelfAttention, StandardCrossAttention
 from mma_nmt.modules import (GmmCrossAttention, LuongMultiheadAttention, MixedMultiheadAttention,
                              MultiHopSelfAttention, MultiLayerMultiheadAttention)
 from mma_nmt.modules.gmm_predictors import MixturePredictor
@@ -73,8 +71,7 @@ PROBES: dict[type, Probe] = {
     MultiLayerMultiheadAttention: Probe({"need_weights": True}, _weights_at(1)),
     GmmCrossAttention: Probe({"need_weights": True}, _gmm),
     MixturePredictor: Probe({}, _mixture),
-    MultiHeadLuongAttention: Probe({}, _weights_at(2)),  # alpha (B, h, S) of one decoder step
-    FusedLuongAttention: Probe({}, _weights_at(2)),
+    LuongMultiheadAttention: Probe({"need_weights": True}, _weights_at(2)),  # alpha (B, h, S) of one decoder step
 }
 
 # Modules whose ``config.implementation`` chooses between the fused operators and the reference formulas.

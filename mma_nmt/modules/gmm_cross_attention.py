@@ -67,12 +67,14 @@ class GmmCrossAttention(nn.Module):
     """Batch-first decoder cross-attention with Gaussian-mixture concentrated attention.
 
     ``forward(query (B, T, E), key (B, S, E), value = key, *, key_lengths (B,) or key_padding_mask (B, S),
-    need_weights, incremental_state)`` returns ``(output (B, T, E), weights or None)``; weights is a dict of
+    need_weights, cache)`` returns ``(output (B, T, E), weights or None)``; weights is a dict of
     ``alpha``, ``beta``, ``gamma`` (B, H, T, S) and ``gate`` (B, H, T), for analysis.
 
-    Incremental decoding: pass the same dict as ``incremental_state`` at every step. The first call projects and caches
-    the encoder keys/values and source lengths (``key`` may be None afterwards) and later calls reuse them; the dict
-    also holds the target step (hard-coded Gaussian) and the previous means (synthesis network).
+    Incremental decoding: pass the same dict as ``cache`` at every step (this module's own). The first call projects
+    and caches the encoder keys/values and source lengths and later calls reuse them (once :meth:`has_cached_memory`
+    is true, ``key`` and the lengths are not read: they may be None); the dict also holds the target step (hard-coded
+    Gaussian; an int) and the previous means (synthesis network). Every tensor in it is batch-first, so
+    ``mma_nmt.models.reorder_incremental_state`` follows beam reordering.
     """
 
     def __init__(self, config: GmmAttentionConfig, layer_index: int = 0):
@@ -111,29 +113,34 @@ class GmmCrossAttention(nn.Module):
         key_padding_mask: torch.Tensor | None = None,
         key_lengths: torch.Tensor | None = None,
         need_weights: bool = False,
-        incremental_state: dict | None = None,
+        cache: dict | None = None,
     ) -> tuple[torch.Tensor, dict | None]:
         if query.dim() != 3 or query.shape[-1] != self.config.embed_dim:
             raise ValueError(
                 f"query must have shape (batch, len, embed_dim={self.config.embed_dim}), got {tuple(query.shape)}")
         q = self.split_heads(self.q_proj(query))  # (B, H, T, D)
-        k, v, lengths = self.encoder_side(key, value, key_padding_mask, key_lengths, incremental_state, query.device)
-        step = incremental_state.get("step", 0) if incremental_state is not None else 0
+        k, v, lengths = self.encoder_side(key, value, key_padding_mask, key_lengths, cache, query.device)
+        step = cache.get("step", 0) if cache is not None else 0
         if self.enabled:
-            params = self.predictor(q, lengths, step=step, state=incremental_state)
+            params = self.predictor(q, lengths, step=step, state=cache)
             out, weights = self.attend_gmm(q, k, v, lengths, params, need_weights)
         else:
             out, weights = self.attend_dot(q, k, v, lengths, need_weights)
-        if incremental_state is not None:
-            incremental_state["step"] = step + query.shape[1]
+        if cache is not None:
+            cache["step"] = step + query.shape[1]
         return self.out_proj(merge_heads(out)), weights  # (B, H, T, D) -> (B, T, E)
 
-    def encoder_side(self, key, value, key_padding_mask, key_lengths, state, device):
+    @staticmethod
+    def has_cached_memory(cache: dict | None) -> bool:
+        """Whether ``cache`` holds the projected encoder keys/values and source lengths (then not read again)."""
+        return cache is not None and "k" in cache
+
+    def encoder_side(self, key, value, key_padding_mask, key_lengths, cache, device):
         """Projected (B, H, S, D) keys and values and (B,) source lengths, from the cache when it has them."""
-        if state is not None and "k" in state:
-            return state["k"], state["v"], state["key_lengths"]
+        if self.has_cached_memory(cache):
+            return cache["k"], cache["v"], cache["key_lengths"]
         if key is None:
-            raise ValueError("key (the encoder output) is required unless incremental_state already caches it")
+            raise ValueError("key (the encoder output) is required unless the cache already holds it")
         if value is None or value is key:
             k, v = joint_projection(key, (self.k_proj, self.v_proj))  # one GEMM: 2 x (B, S, E)
             k, v = self.split_heads(k), self.split_heads(v)  # (B, H, S, D) each
@@ -144,8 +151,8 @@ class GmmCrossAttention(nn.Module):
                                       op=type(self).__name__)
         if lengths is None:  # the mixture needs J; without padding it is S
             lengths = torch.full((key.shape[0],), key.shape[1], dtype=torch.int64, device=device)
-        if state is not None:
-            state.update(k=k, v=v, key_lengths=lengths)
+        if cache is not None:
+            cache.update(k=k, v=v, key_lengths=lengths)
         return k, v, lengths
 
     def attend_dot(self, q, k, v, lengths, need_weights):
@@ -169,13 +176,6 @@ class GmmCrossAttention(nn.Module):
         if not need_weights:
             return out, None
         return out, {"alpha": alpha, "beta": beta, "gamma": gamma, "gate": params.gate}
-
-    @staticmethod
-    def reorder_incremental_state(state: dict, new_order: torch.Tensor) -> None:
-        """Reorders the cached sentences along the batch for beam search (``new_order`` (B',) int64)."""
-        for name in ("k", "v", "key_lengths", "previous_mu"):
-            if name in state:
-                state[name] = state[name].index_select(0, new_order)
 
 
 def _validate(c: GmmAttentionConfig) -> None:

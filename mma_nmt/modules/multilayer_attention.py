@@ -82,12 +82,14 @@ class SourceFeatureCollector(nn.Module):
 
 class MultiLayerMultiheadAttention(nn.Module):
     """MLMHA sublayer. ``forward(query (B, T, E), features [n x (B, S, E)], *, key_padding_mask (B, S) or key_lengths
-    (B,), need_weights=False, incremental_state=None)`` returns ``(output (B, T, E), weights or None)``; weights are
+    (B,), need_weights=False, cache=None)`` returns ``(output (B, T, E), weights or None)``; weights are
     (B, H, T, S) for joint weights, (B, n, H, T, S) for layer-specific ones.
 
-    Incremental decoding: pass the same dict as ``incremental_state`` at every step; the projected per-layer keys and
-    values are computed at the first step and reused, ``features`` is then not read again (``reorder_incremental_state``
-    follows beam reordering).
+    Incremental decoding: pass the same dict as ``cache`` at every step (this module's own: it fills ``cache["k"]``
+    and ``cache["v"]``, lists of batch-first (B, S, E) projections, so ``mma_nmt.models.reorder_incremental_state``
+    follows beam reordering). The fused path projects the features at the first step and reuses the projections;
+    once :meth:`has_cached_memory` is true, ``features`` is not read again (it may be None). The reference path (the
+    check, not the fast path) reads ``features`` at every step and caches nothing.
     """
 
     def __init__(self, config: MultiLayerAttentionConfig):
@@ -109,10 +111,10 @@ class MultiLayerMultiheadAttention(nn.Module):
         self.out_proj = nn.Linear(e if config.sum_contexts else n * e, e, bias=config.bias)
         self.reset_parameters()
 
-    @property
-    def _cache_key(self) -> str:
-        """This module's entry in an ``incremental_state`` dict (per instance, also after ``copy.deepcopy``)."""
-        return f"mlmha_{id(self)}"
+    @staticmethod
+    def has_cached_memory(cache: dict | None) -> bool:
+        """Whether ``cache`` holds the projected keys and values of the encoder features (then not read again)."""
+        return cache is not None and "k" in cache
 
     def reset_parameters(self) -> None:
         init_attention_projections((*self.q_projs, *self.k_projs, *self.v_projs), self.out_proj)
@@ -132,12 +134,12 @@ class MultiLayerMultiheadAttention(nn.Module):
 
     def forward(self, query: torch.Tensor, features: Sequence[torch.Tensor], *,
                 key_padding_mask: torch.Tensor | None = None, key_lengths: torch.Tensor | None = None,
-                need_weights: bool = False, incremental_state: dict | None = None
+                need_weights: bool = False, cache: dict | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         c = self.config
-        cached = incremental_state is not None and self._cache_key in incremental_state
+        cached = self.has_cached_memory(cache)
         self._check_inputs(query, None if cached else features)
-        key_len = (incremental_state[self._cache_key][0][0] if cached else features[0]).shape[1]
+        key_len = (cache["k"][0] if cached else features[0]).shape[1]
         lengths = resolve_key_lengths(key_lengths, key_padding_mask, query.device, keys=(query.shape[0], key_len),
                                       op=type(self).__name__)
         if c.implementation == "reference":
@@ -148,11 +150,11 @@ class MultiLayerMultiheadAttention(nn.Module):
                                                               sum_contexts=c.sum_contexts, key_lengths=lengths)
             return self.out_proj(context), (weights if need_weights else None)
         if cached:
-            k, v = incremental_state[self._cache_key]
+            k, v = cache["k"], cache["v"]
         else:
             k, v = self.project_memory(features)
-            if incremental_state is not None:
-                incremental_state[self._cache_key] = (k, v)
+            if cache is not None:
+                cache["k"], cache["v"] = k, v
         result = multilayer_attention([p(query) for p in self.q_projs], k, v, num_heads=c.num_heads,
                                       layer_specific=c.layer_specific, key_lengths=lengths,
                                       scale=1.0 / math.sqrt(self.head_dim), return_probs=need_weights)
@@ -177,10 +179,3 @@ class MultiLayerMultiheadAttention(nn.Module):
             if f.dim() != 3 or f.shape[0] != query.shape[0] or f.shape[-1] != e or f.shape[1] != features[0].shape[1]:
                 raise ValueError(f"features[{index}] must have shape (batch={query.shape[0]}, src_len, embed_dim={e}) "
                                  f"like features[0], got {tuple(f.shape)}")
-
-    def reorder_incremental_state(self, incremental_state: dict, new_order: torch.Tensor) -> None:
-        """Selects sentences of the cached keys/values (beam search); ``new_order`` (B',) batch indices."""
-        if self._cache_key in incremental_state:
-            k, v = incremental_state[self._cache_key]
-            incremental_state[self._cache_key] = ([x.index_select(0, new_order) for x in k],
-                                                  [x.index_select(0, new_order) for x in v])

@@ -8,6 +8,7 @@ import copy
 import pytest
 import torch
 
+from mma_nmt.models import reorder_incremental_state
 from mma_nmt.modules import GmmAttentionConfig, GmmCrossAttention
 
 VARIANTS = {
@@ -78,7 +79,7 @@ def test_incremental_decoding_matches_full_forward(variant):
     query, memory, lengths = make_batch(target_len=4)
     full, _ = fused(query, memory, key_lengths=lengths)
     state: dict = {}
-    steps = [fused(query[:, t:t + 1], memory if t == 0 else None, key_lengths=lengths, incremental_state=state)[0]
+    steps = [fused(query[:, t:t + 1], memory if t == 0 else None, key_lengths=lengths, cache=state)[0]
              for t in range(query.shape[1])]
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
 
@@ -87,10 +88,10 @@ def test_reorder_incremental_state_follows_the_beam():
     fused, _ = make_pair("synthesis")
     query, memory, lengths = make_batch(target_len=2)
     state: dict = {}
-    fused(query[:, :1], memory, key_lengths=lengths, incremental_state=state)
+    fused(query[:, :1], memory, key_lengths=lengths, cache=state)
     order = torch.tensor([1, 1])
-    GmmCrossAttention.reorder_incremental_state(state, order)
-    step, _ = fused(query[order, 1:2], None, incremental_state=state)
+    reorder_incremental_state(state, order)  # the cache is batch-first: the generic reordering follows it
+    step, _ = fused(query[order, 1:2], None, cache=state)
     full, _ = fused(query[order], memory[order], key_lengths=lengths[order])
     torch.testing.assert_close(step, full[:, 1:2])
 

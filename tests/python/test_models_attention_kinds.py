@@ -12,14 +12,11 @@ import torch
 
 from mma_nmt.models import build_model, preset, reorder_incremental_state
 from mma_nmt.models.attention_adapters import (
-    FusedLuongAttention,
     GmmCrossAttentionAdapter,
     MultiHopEncoderSelfAttention,
     MultiLayerCrossAttention,
-    luong_module_to_reference,
 )
-from mma_nmt.models.luong import MultiHeadLuongAttention
-from mma_nmt.modules import MixedMultiheadAttention
+from mma_nmt.modules import LuongMultiheadAttention, MixedMultiheadAttention
 from mma_nmt.training.loss import label_smoothed_cross_entropy
 from nmt_fixtures import random_batch, tiny_transformer
 
@@ -78,9 +75,10 @@ def test_each_kind_is_built_where_the_config_puts_it():
     dec = _build("gmm/approx/[1]").decoder_layers
     assert not isinstance(dec[0].cross_attn, GmmCrossAttentionAdapter)
     assert isinstance(dec[1].cross_attn, GmmCrossAttentionAdapter) and dec[1].cross_attn.attn.enabled
-    assert isinstance(_build("lstm/fused-luong/h2").decoder.attention, FusedLuongAttention)
-    assert isinstance(_build("lstm/fused-luong/h2", implementation="reference").decoder.attention,
-                      MultiHeadLuongAttention)
+    fused = _build("lstm/fused-luong/h2").decoder.attention
+    assert isinstance(fused, LuongMultiheadAttention) and fused.config.implementation == "fused"
+    reference = _build("lstm/fused-luong/h2", implementation="reference").decoder.attention
+    assert isinstance(reference, LuongMultiheadAttention) and reference.config.implementation == "reference"
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -117,28 +115,15 @@ def test_incremental_decoding_and_beam_reordering_equal_full_forward(name):
         torch.testing.assert_close(step, expected, rtol=1e-4, atol=1e-5)
 
 
-def _reference_grad_names(grads: dict, model) -> dict:
-    """Gradients of a model with FusedLuongAttention renamed/rearranged into the reference layout."""
-    out = dict(grads)
-    for prefix, module in model.named_modules():
-        if isinstance(module, FusedLuongAttention):
-            names = [f"{prefix}.attn.{n}" for n in ("w_sc", "w_context", "w_state")]
-            converted = luong_module_to_reference(*(out.pop(n) for n in names), module.attn.config.softmax_dim)
-            for n, g in zip(("score.weight", "w_softmax", "w_feed"), converted):
-                out[f"{prefix}.{n}"] = g
-    return out
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_fused_and_reference_give_same_loss_and_gradients(name):
     reference = _build(name, seed=2, implementation="reference").double()
     fused = _build(name, seed=3, implementation="fused").double()
-    fused.load_state_dict(reference.state_dict())  # the same parameters (LSTM: converted by the load hook)
+    fused.load_state_dict(reference.state_dict())  # the same parameters
     assert fused.state_dict().keys() == reference.state_dict().keys()
     batch = random_batch()
     loss_r, grads_r = _loss_and_grads(reference, batch)
     loss_f, grads_f = _loss_and_grads(fused, batch)
-    grads_f = _reference_grad_names(grads_f, fused)
     torch.testing.assert_close(loss_f, loss_r, rtol=1e-10, atol=1e-10)
     assert grads_f.keys() == grads_r.keys() and len(grads_f) > 10
     for n in grads_f:

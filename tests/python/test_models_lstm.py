@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -9,7 +10,12 @@ import torch
 
 from mma_nmt.decoding.search import SearchConfig, beam_search, greedy_search
 from mma_nmt.models import build_model, preset
-from mma_nmt.models.luong import MultiHeadLuongAttention
+from mma_nmt.models.lstm_attention import (
+    build_luong_attention,
+    luong_module_to_reference,
+    luong_reference_to_module,
+)
+from mma_nmt.modules import LuongAttentionConfig, LuongMultiheadAttention
 from nmt_fixtures import random_batch
 
 
@@ -27,13 +33,17 @@ def test_incremental_decoding_equals_full_forward():
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-6)
 
 
-def test_single_head_matches_luong_general_attention_by_hand():
+@pytest.mark.parametrize("implementation", ["reference", "fused"])
+def test_single_head_matches_luong_general_attention_by_hand(implementation):
     torch.manual_seed(1)
-    attention = MultiHeadLuongAttention(hidden=6, heads=1, softmax_dim=4, feed_dim=2)
+    attention = LuongMultiheadAttention(LuongAttentionConfig(hidden_dim=6, num_heads=1, softmax_dim=4, feed_dim=2,
+                                                             implementation=implementation))
     states, query = torch.randn(2, 5, 6), torch.randn(2, 6)
     lengths = torch.tensor([5, 3])
-    a_sm, a_fd, alpha = attention(query, attention.precompute_keys(states), states, lengths)
-    w_sc = attention.score.weight  # (dh, dh): key = W_sc hs
+    a_sm, a_fd, alpha = attention(query, attention.precompute(states, key_lengths=lengths), need_weights=True)
+    # the earlier layout: score (dh, dh), w_softmax (1, 2dh, d_sm), w_feed (1, 2dh, d_fd), acting on [c; h_t]
+    w_sc, w_softmax, w_feed = luong_module_to_reference(attention.w_sc, attention.w_context, attention.w_state, 4)
+    w_sc = w_sc.detach()  # (dh, dh): key = W_sc hs
     for b in range(2):
         n = int(lengths[b])
         e = torch.stack([query[b] @ (w_sc @ states[b, s]) for s in range(n)])
@@ -42,8 +52,8 @@ def test_single_head_matches_luong_general_attention_by_hand():
         joined = torch.cat([context, query[b]])
         torch.testing.assert_close(alpha[b, 0, :n], weights)
         assert float(alpha[b, 0, n:].detach().abs().sum()) == 0.0
-        torch.testing.assert_close(a_sm[b], torch.tanh(joined @ attention.w_softmax[0]))
-        torch.testing.assert_close(a_fd[b], torch.tanh(joined @ attention.w_feed[0]))
+        torch.testing.assert_close(a_sm[b], torch.tanh(joined @ w_softmax[0]))
+        torch.testing.assert_close(a_fd[b], torch.tanh(joined @ w_feed[0]))
 
 
 def test_padding_does_not_change_the_output():
@@ -75,6 +85,98 @@ def test_fused_luong_checkpoint_loads_into_the_reference_model_and_back():
     again = build_model(tiny_lstm(heads=2, implementation="fused")).eval()
     again.load_state_dict(reference.state_dict())
     torch.testing.assert_close(again(src, lengths, prev), reference(src, lengths, prev), rtol=1e-5, atol=1e-5)
+
+
+def _earlier_layout(state_dict: dict, softmax_dim: int) -> dict:
+    """``state_dict`` with the attention as checkpoints before issue 23 held it (both implementations), built by hand
+    from the paper's matrices: ``score.weight`` (h*dh, dh) stacks the W_sc_i; ``w_softmax`` (h, 2dh, d_sm/h) and
+    ``w_feed`` (h, 2dh, d_fd/h) hold W_sm_i^T and W_fd_i^T, which act on [c_i; h_t]."""
+    old = dict(state_dict)
+    w_sc, w_context, w_state = (old.pop(f"decoder.attention.{name}") for name in ("w_sc", "w_context", "w_state"))
+    heads, dh, _ = w_sc.shape
+    paper = torch.cat([w_context, w_state], dim=2)  # (h, d_sm/h + d_fd/h, 2dh): [W_sm_i; W_fd_i]
+    sm = softmax_dim // heads
+    old["decoder.attention.score.weight"] = w_sc.reshape(heads * dh, dh).clone()
+    old["decoder.attention.w_softmax"] = paper[:, :sm].transpose(1, 2).clone()
+    old["decoder.attention.w_feed"] = paper[:, sm:].transpose(1, 2).clone()
+    return old
+
+
+@pytest.mark.parametrize("implementation", ["reference", "fused"])
+def test_checkpoint_in_the_earlier_layout_loads_with_identical_outputs(implementation, tmp_path):
+    config = tiny_lstm(heads=2, layers=2, implementation=implementation)
+    torch.manual_seed(6)
+    written = build_model(config).eval()
+    torch.save({"model": _earlier_layout(written.state_dict(), config.softmax_dim)}, tmp_path / "old.pt")
+    torch.manual_seed(7)
+    loaded = build_model(config).eval()
+    loaded.load_state_dict(torch.load(tmp_path / "old.pt")["model"])  # strict: every key matched
+    src, lengths, prev, _ = random_batch(batch=3)
+    with torch.no_grad():
+        assert torch.equal(loaded(src, lengths, prev), written(src, lengths, prev))
+    # new checkpoints are written in the module's own layout
+    assert {"decoder.attention.w_sc", "decoder.attention.w_context", "decoder.attention.w_state"} <= \
+        loaded.state_dict().keys()
+    assert not any(name.endswith(("score.weight", "w_softmax", "w_feed")) for name in loaded.state_dict())
+
+
+def test_layout_conversion_round_trips():
+    heads, dh, sm, fd = 2, 5, 6, 4
+    w_sc, w_context, w_state = torch.randn(heads, dh, dh), torch.randn(heads, 5, dh), torch.randn(heads, 5, dh)
+    earlier = luong_module_to_reference(w_sc, w_context, w_state, sm)
+    assert [tuple(t.shape) for t in earlier] == [(heads * dh, dh), (heads, 2 * dh, sm // heads),
+                                                 (heads, 2 * dh, fd // heads)]
+    for got, want in zip(luong_reference_to_module(*earlier, heads=heads), (w_sc, w_context, w_state)):
+        assert torch.equal(got, want)
+    score, w_softmax, w_feed = torch.randn(heads * dh, dh), torch.randn(heads, 2 * dh, 3), torch.randn(heads, 2 * dh, 2)
+    again = luong_module_to_reference(*luong_reference_to_module(score, w_softmax, w_feed, heads=heads), sm)
+    for got, want in zip(again, (score, w_softmax, w_feed)):
+        assert torch.equal(got, want)
+
+
+def test_a_seed_draws_the_attention_weights_of_the_earlier_module():
+    """The earlier plain-PyTorch module drew ``score = nn.Linear(dh, h*dh, bias=False)``, then ``w_softmax`` and
+    ``w_feed`` from U(+-1/sqrt(2dh)) in its layout: the same seed gives the same weights now."""
+    config = tiny_lstm(heads=2, hidden_size=8, softmax_dim=6, feed_dim=4)
+    torch.manual_seed(3)
+    score = torch.nn.Linear(8, 2 * 8, bias=False).weight.detach()
+    bound = 1.0 / math.sqrt(2 * 8)
+    w_softmax = torch.empty(2, 16, 3).uniform_(-bound, bound)
+    w_feed = torch.empty(2, 16, 2).uniform_(-bound, bound)
+    after = torch.rand(4)
+    torch.manual_seed(3)
+    attention = build_luong_attention(config)
+    for got, want in zip((attention.w_sc, attention.w_context, attention.w_state),
+                         luong_reference_to_module(score, w_softmax, w_feed, heads=2)):
+        assert torch.equal(got.detach(), want)
+    assert torch.equal(torch.rand(4), after)  # the draws after it (the output layer) are the same too
+
+
+def test_param_init_draws_the_attention_weights_in_the_earlier_order():
+    """With ``param_init`` every parameter was drawn in ``parameters()`` order; the earlier module's were
+    ``w_softmax``, ``w_feed``, ``score.weight`` (its own before its submodule's)."""
+    torch.manual_seed(4)
+    model = build_model(tiny_lstm(heads=2, param_init=0.1))
+    torch.manual_seed(4)
+    build_model(tiny_lstm(heads=2))  # the same draws before param_init's
+    drawn = {}
+    for name, parameter in model.named_parameters():
+        if name.startswith("decoder.attention."):
+            if not drawn:
+                sm, fd = model.config.softmax_dim // 2, model.config.feed_dim // 2
+                dh = model.config.hidden_size
+                drawn["w_softmax"] = torch.empty(2, 2 * dh, sm).uniform_(-0.1, 0.1)
+                drawn["w_feed"] = torch.empty(2, 2 * dh, fd).uniform_(-0.1, 0.1)
+                drawn["score"] = torch.empty(2 * dh, dh).uniform_(-0.1, 0.1)
+            continue
+        expected = torch.empty_like(parameter).uniform_(-0.1, 0.1)
+        if "embedding" in name:
+            expected[model.config.pad_id] = 0.0
+        assert torch.equal(parameter.detach(), expected), name
+    attention = model.decoder.attention
+    for got, want in zip((attention.w_sc, attention.w_context, attention.w_state),
+                         luong_reference_to_module(drawn["score"], drawn["w_softmax"], drawn["w_feed"], heads=2)):
+        assert torch.equal(got.detach(), want)
 
 
 def test_paper_preset_sizes():

@@ -91,15 +91,6 @@ def test_encoder_without_positional_embedding_is_order_blind_with_global_heads()
     torch.testing.assert_close(out.flip(1), flipped, rtol=1e-5, atol=1e-5)
 
 
-def test_pending_kind_names_its_branch():
-    """Kinds whose module lives in an unmerged branch raise NotImplementedError naming it (all current kinds are
-    wired: see test_models_attention_kinds.py)."""
-    from mma_nmt.models.attention_factory import pending
-
-    with pytest.raises(NotImplementedError, match="some-branch"):
-        pending("x", "some-branch")(tiny_transformer(), 0)
-
-
 def test_unknown_attention_kind_is_a_clear_error():
     config = tiny_transformer()
     config.encoder.attention = "sparse"

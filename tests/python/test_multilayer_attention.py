@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from mma_nmt.models import reorder_incremental_state
 from mma_nmt.modules import (IterativeFeatureCombination, LinearFeatureCombination, MixedAttentionConfig,
                              MixedMultiheadAttention, MultiLayerAttentionConfig, MultiLayerMultiheadAttention,
                              SourceFeatureCollector, TransparentAttention)
@@ -100,16 +101,16 @@ def test_incremental_decoding_reuses_cached_keys(variant):
     lengths = torch.tensor([7, 5, 2])
     full, _ = fused(query, features, key_lengths=lengths)
     state = {}
-    steps = [fused(query[:, t:t + 1], features, key_lengths=lengths, incremental_state=state)[0] for t in range(4)]
+    steps = [fused(query[:, t:t + 1], features, key_lengths=lengths, cache=state)[0] for t in range(4)]
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
-    assert len(state) == 1
+    assert set(state) == {"k", "v"} and fused.has_cached_memory(state)
     # with a warm cache the features are not read again, so zeros give the same answer
     zeros = [torch.zeros_like(f) for f in features]
-    again, _ = fused(query[:, :1], zeros, key_lengths=lengths, incremental_state=state)
+    again, _ = fused(query[:, :1], zeros, key_lengths=lengths, cache=state)
     torch.testing.assert_close(again, full[:, :1])
     order = torch.tensor([2, 0])
-    fused.reorder_incremental_state(state, order)
-    reordered, _ = fused(query[order, :1], features, key_lengths=lengths[order], incremental_state=state)
+    reorder_incremental_state(state, order)  # the cache is batch-first: the generic reordering follows it
+    reordered, _ = fused(query[order, :1], features, key_lengths=lengths[order], cache=state)
     torch.testing.assert_close(reordered, full[order, :1])
 
 
