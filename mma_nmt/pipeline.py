@@ -1,0 +1,162 @@
+"""The steps of a run, each from a :class:`~mma_nmt.training.config.RunConfig`: prepare the data, train, translate,
+score, average checkpoints, and :func:`demo` (all of them in a row). The command line (``mma_nmt.cli``), the
+experiments (``mma_nmt.experiments``) and the notebooks (``mma_nmt.demos``) call these; none of them calls another."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from mma_nmt.training.config import RunConfig
+
+
+def prepare_data(run: RunConfig) -> Path:
+    """Runs the data package's (idempotent) preparation described by the ``[data]`` section."""
+    from mma_nmt.config_io import from_dict
+    from mma_nmt.data import PrepareConfig, prepare
+
+    return prepare(from_dict(PrepareConfig, run.data, "data"))
+
+
+def train(run: RunConfig) -> dict:
+    """Trains (preparing the data first when it is not there); returns the last validation result."""
+    from mma_nmt.training.trainer import Trainer
+
+    if not (run.prepared_dir() / "meta.json").is_file():
+        prepare_data(run)
+    return Trainer(run).train()
+
+
+def default_checkpoint(run: RunConfig) -> Path:
+    """``<train.save_dir>/best.pt``, else ``last.pt``."""
+    save_dir = Path(run.train.save_dir)
+    best = save_dir / "best.pt"
+    return best if best.is_file() else save_dir / "last.pt"
+
+
+def default_hypotheses(run: RunConfig, split: str | None = None) -> Path:
+    """Where :func:`translate` writes a split's translations: ``<train.save_dir>/translations/<split>.hyp.txt``."""
+    return Path(run.train.save_dir) / "translations" / f"{split or run.eval.split}.hyp.txt"
+
+
+def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | None = None,
+              split: str | None = None, input_file: str | None = None, progress: bool = False) -> Path:
+    """Translates a prepared split (or the raw sentences of ``input_file``) with ``[decode]`` settings; writes one line
+    per sentence, and attention maps of the first ``eval.attention_maps`` sentences of a split. ``progress``: a
+    progress bar over the sentences (on a terminal)."""
+    from mma_nmt.data import ParallelDataset, Tokenizer
+    from mma_nmt.data.fileio import read_text_lines
+    from mma_nmt.decoding.translate import special_ids, translate_ids, translate_texts
+    from mma_nmt.evaluation.attention_maps import write_attention_maps
+    from mma_nmt.evaluation.scoring import moses_detokenize
+    from mma_nmt.training.checkpoint import load_model
+
+    split = split or run.eval.split
+    if run.train.threads:
+        torch.set_num_threads(run.train.threads)
+    device = torch.device("cuda" if torch.cuda.is_available() and run.train.device != "cpu" else "cpu")
+    data, prepared = None, run.prepared_dir()
+    src_tok, tgt_tok = Tokenizer.load(prepared / "spm_src.model"), Tokenizer.load(prepared / "spm_tgt.model")
+    model, _ = load_model(checkpoint or default_checkpoint(run), device=device, tokenizers=(src_tok, tgt_tok))
+    if input_file:
+        lines = translate_texts(model, read_text_lines(input_file), run.decode, src_tokenizer=src_tok,
+                                tgt_tokenizer=tgt_tok, device=device, progress=progress)
+    else:
+        data = ParallelDataset.load(prepared, split)
+        hyps = translate_ids(model, list(data.src), run.decode, special_ids(data.tgt_tokenizer), device=device,
+                             progress=progress)
+        lines = [data.tgt_tokenizer.decode(h.tokens) for h in hyps]
+    if run.eval.detokenize == "moses":
+        meta = json.loads((prepared / "meta.json").read_text(encoding="utf-8"))
+        lines = moses_detokenize(lines, meta.get("corpus", {}).get("tgt_lang", "en"))
+    name = Path(input_file).name + ".hyp.txt" if input_file else f"{split}.hyp.txt"
+    out = Path(output) if output else Path(run.train.save_dir) / "translations" / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    for i in range(min(run.eval.attention_maps, len(data)) if data is not None else 0):
+        write_attention_maps(model, data.src[i], hyps[i].tokens, src_tokenizer=data.src_tokenizer,
+                             tgt_tokenizer=data.tgt_tokenizer, out_dir=out.parent / "attention", name=f"{split}_{i}")
+    return out
+
+
+def _same_count(lines: list[str], path, references: list[str], where) -> None:
+    """Refuses to score ``lines`` against references of another length: pairs would shift or go missing."""
+    if len(lines) != len(references):
+        raise ValueError(f"{path} has {len(lines)} lines but the references ({where}) have {len(references)}: "
+                         f"they must be one sentence per line, line for line")
+
+
+def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str | None = None,
+             baseline: str | None = None, split: str | None = None, bootstrap_samples: int = 1000) -> dict:
+    """Scores a hypothesis file (default: :func:`default_hypotheses`) against references (default: the prepared
+    split's target text): sacreBLEU BLEU with signature, tokenised BLEU, chrF, TER, BLEU by source-length bucket, and
+    paired bootstrap against ``baseline``."""
+    from mma_nmt.data import ParallelDataset
+    from mma_nmt.data.fileio import read_text_lines
+    from mma_nmt.evaluation.bootstrap import paired_bootstrap
+    from mma_nmt.analysis.buckets import bleu_by_source_length
+    from mma_nmt.evaluation.scoring import score_corpus
+
+    split = split or run.eval.split
+    hyp_path = hypotheses or default_hypotheses(run, split)
+    hyps = read_text_lines(hyp_path)
+    data = ParallelDataset.load(run.prepared_dir(), split) if references is None or run.eval.buckets else None
+    refs = read_text_lines(references) if references else data.tgt_text
+    ref_source = references or f"split {split} of {run.prepared_dir()}"
+    _same_count(hyps, hyp_path, refs, ref_source)
+    base = read_text_lines(baseline) if baseline else None
+    if base is not None:
+        _same_count(base, baseline, refs, ref_source)
+    lang = data.meta.get("corpus", {}).get("tgt_lang", "en") if data is not None else "en"
+    tokenize = run.eval.bleu_tokenize
+    result = score_corpus(hyps, refs, lang=lang, with_tokenized=run.eval.tokenized_bleu, tokenize=tokenize).as_dict()
+    result["sentences"] = len(hyps)
+    if data is not None and run.eval.buckets and len(data) == len(hyps):
+        rows = bleu_by_source_length(data.src_text, hyps, refs, edges=run.eval.buckets, tokenize=tokenize)
+        result["bleu_by_source_length"] = [vars(row) for row in rows]
+    if baseline:
+        result["bootstrap"] = paired_bootstrap(base, hyps, refs, samples=bootstrap_samples, tokenize=tokenize)
+    return result
+
+
+def average(inputs: list[str], output: str) -> Path:
+    """Writes the average of the weights of the checkpoints ``inputs`` to ``output``."""
+    from mma_nmt.training.checkpoint import average_checkpoints, save_checkpoint
+
+    return save_checkpoint(average_checkpoints(inputs), output)
+
+
+def absolute_run_config(run: RunConfig) -> dict:
+    """The run config as a dict with absolute ``data.out_dir`` and ``train.save_dir``: recorded with a run's scores,
+    it lets the notebooks find and load the run from anywhere."""
+    from mma_nmt.config_io import to_dict
+
+    config = to_dict(run)
+    config["data"]["out_dir"] = str(run.prepared_dir().resolve())
+    config["train"]["save_dir"] = str(Path(run.train.save_dir).resolve())
+    return config
+
+
+def demo(run: RunConfig, *, say: Callable[[str], None] = lambda text: None) -> dict:
+    """Prepares the data, trains, translates the ``eval.split`` split and scores it; ``say`` hears about each step.
+    Returns the scores with ``minutes_total``, ``translations``, ``attention_maps`` and ``run_config``
+    (:func:`absolute_run_config`)."""
+    started = time.monotonic()
+    say(f"preparing {run.data.get('corpus')} into {run.prepared_dir()}")
+    prepare_data(run)
+    model = run.model
+    say(f"training the tiny {model.encoder.attention.upper()} Transformer (encoder heads {model.encoder.head_spec}) "
+        f"for {run.train.max_minutes:g} minutes")
+    train(run)
+    say(f"translating the {run.eval.split} split with beam {run.decode.beam_size}")
+    hyp = translate(run, progress=True)
+    scores = evaluate(run, hypotheses=str(hyp))
+    scores["minutes_total"] = round((time.monotonic() - started) / 60.0, 2)
+    scores["translations"] = str(hyp)
+    scores["attention_maps"] = str(hyp.parent / "attention")
+    scores["run_config"] = absolute_run_config(run)
+    return scores
