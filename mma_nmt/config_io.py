@@ -1,9 +1,13 @@
 """Dataclass configs to and from plain dicts, TOML/YAML/JSON files and dotted command-line overrides
-(``model.encoder.attention=mma``)."""
+(``model.encoder.attention=mma``).
+
+A choice field is typed ``Literal["a", "b", ...]``: :func:`from_dict` refuses any other value, naming the dotted key
+and the choices, and a config built in Python checks itself with :func:`check_choices` in ``__post_init__``."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -16,8 +20,25 @@ def to_dict(config) -> dict:
     return dataclasses.asdict(config)
 
 
+def choice_error(key: str, value, choices: tuple) -> ValueError:
+    """``key must be 'a' or 'b', got 'c'`` (one of [...] for three choices or more)."""
+    shown = sorted(choices, key=repr)
+    if len(shown) == 1:
+        expected = repr(shown[0])
+    elif len(shown) == 2:
+        expected = f"{shown[0]!r} or {shown[1]!r}"
+    else:
+        expected = f"one of {shown}"
+    return ValueError(f"{key} must be {expected}, got {value!r}")
+
+
 def _convert(tp, value, where: str):
     origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise choice_error(where, value, choices)
+        return value
     if origin in (Union, types.UnionType):
         options = [t for t in typing.get_args(tp) if t is not type(None)]
         if value is None:
@@ -30,6 +51,11 @@ def _convert(tp, value, where: str):
             raise ValueError(f"{where} must be a list, got {value!r}")
         (item,) = typing.get_args(tp)[:1] or (Any,)
         return origin(_convert(item, v, where) for v in value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ValueError(f"{where} must be a table/mapping, got {value!r}")
+        key_type, value_type = typing.get_args(tp) or (Any, Any)
+        return {_convert(key_type, k, where): _convert(value_type, v, f"{where}.{k}") for k, v in value.items()}
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if tp in (int, float, str, bool) and not isinstance(value, tp):
@@ -46,8 +72,35 @@ def from_dict(cls, data: dict, where: str = ""):
     unknown = sorted(set(data) - names)
     if unknown:
         raise ValueError(f"unknown key(s) {unknown} in {where or cls.__name__}; known: {sorted(names)}")
+    missing = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in data
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ValueError(f"{where or cls.__name__} is missing key(s) {missing}")
     values = {k: _convert(hints[k], v, f"{where}.{k}".lstrip(".")) for k, v in data.items()}
     return cls(**values)
+
+
+@functools.cache
+def _choice_fields(cls) -> dict[str, tuple]:
+    """The ``Literal`` fields of dataclass ``cls``: name -> choices (None among them for an ``Optional`` one)."""
+    fields, hints = {}, typing.get_type_hints(cls)
+    for name, tp in ((f.name, hints[f.name]) for f in dataclasses.fields(cls)):
+        args = typing.get_args(tp) if typing.get_origin(tp) in (Union, types.UnionType) else (tp,)
+        literals = [arg for arg in args if typing.get_origin(arg) is typing.Literal]
+        if literals:
+            fields[name] = tuple(c for arg in literals for c in typing.get_args(arg)) + (
+                (None,) if type(None) in args else ())
+    return fields
+
+
+def check_choices(section: str, config) -> None:
+    """Raises ``ValueError`` naming ``section.key`` and the choices for the first ``Literal`` field of dataclass
+    ``config`` holding another value: for configs built in Python (``__post_init__``), which :func:`from_dict` does
+    not see."""
+    for name, choices in _choice_fields(type(config)).items():
+        value = getattr(config, name)
+        if value not in choices:
+            raise choice_error(f"{section}.{name}".lstrip("."), value, choices)
 
 
 def load_file(path: str | Path) -> dict:

@@ -1,13 +1,13 @@
 """``mma-nmt`` / ``python -m mma_nmt``: prepare | train | translate | evaluate | average | experiment | demo.
 
 Every command reads a run config (``--config file.toml|.yaml|.json``) and dotted overrides
-(``--set model.encoder.attention=mma --set train.max_steps=1000``)."""
+(``--set model.encoder.attention=mma --set train.max_steps=1000``). This module only parses the command line, calls
+``mma_nmt.pipeline`` (or ``mma_nmt.experiments``) and prints the summaries of ``summary``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 DESCRIPTION = "Neural machine translation with fused attention operators: data, training, decoding, evaluation."
@@ -139,10 +139,11 @@ def commands_overview(parser: argparse.ArgumentParser) -> str:
 
 
 def _translate(args) -> dict:
-    from mma_nmt.cli import commands, summary
+    from mma_nmt import pipeline
+    from mma_nmt.cli import summary
 
     run = _run_config(args)
-    out = commands.translate(run, checkpoint=args.checkpoint, output=args.output, split=args.split,
+    out = pipeline.translate(run, checkpoint=args.checkpoint, output=args.output, split=args.split,
                              input_file=args.input, progress=True)
     files = {"translations": out}
     if args.input:
@@ -151,7 +152,7 @@ def _translate(args) -> dict:
         summary.report(result, [f"translated {count} sentences"] + summary.files_lines(files), json_path=None,
                        as_json=args.json)
         return result
-    result = commands.evaluate(run, hypotheses=str(out), split=args.split)
+    result = pipeline.evaluate(run, hypotheses=str(out), split=args.split)
     result["translations"] = str(out)
     files["scores"] = summary.scores_path(out)
     if run.eval.attention_maps and (out.parent / "attention").is_dir():
@@ -162,12 +163,13 @@ def _translate(args) -> dict:
 
 
 def _evaluate(args) -> dict:
-    from mma_nmt.cli import commands, summary
+    from mma_nmt import pipeline
+    from mma_nmt.cli import summary
 
     run = _run_config(args)
-    result = commands.evaluate(run, hypotheses=args.hyp, references=args.ref, baseline=args.baseline,
+    result = pipeline.evaluate(run, hypotheses=args.hyp, references=args.ref, baseline=args.baseline,
                                split=args.split, bootstrap_samples=args.bootstrap_samples)
-    hyp = args.hyp or Path(run.train.save_dir) / "translations" / f"{args.split or run.eval.split}.hyp.txt"
+    hyp = args.hyp or pipeline.default_hypotheses(run, args.split)
     json_path = Path(args.scores) if args.scores else summary.scores_path(hyp)
     summary.report(result, summary.scores_lines(result) + summary.files_lines({"scores": json_path}),
                    json_path=json_path, as_json=args.json)
@@ -175,10 +177,11 @@ def _evaluate(args) -> dict:
 
 
 def _train(args) -> dict:
-    from mma_nmt.cli import commands, summary
+    from mma_nmt import pipeline
+    from mma_nmt.cli import summary
 
     run = _run_config(args)
-    result = commands.train(run)
+    result = pipeline.train(run)
     save_dir = Path(run.train.save_dir)
     files = {"checkpoints": save_dir, "training log": save_dir / "log.jsonl"}
     summary.report(result, summary.train_lines(result) + summary.files_lines(files), json_path=None,
@@ -186,40 +189,19 @@ def _train(args) -> dict:
     return result
 
 
-def _absolute_run_config(run) -> dict:
-    from mma_nmt.config_io import to_dict
-
-    config = to_dict(run)
-    config["data"]["out_dir"] = str(run.prepared_dir().resolve())
-    config["train"]["save_dir"] = str(Path(run.train.save_dir).resolve())
-    return config
-
-
 def demo(args) -> dict:
-    from mma_nmt.cli import commands, summary
+    from mma_nmt import pipeline
+    from mma_nmt.cli import summary
 
     args.set = [f"train.max_minutes={args.minutes}"] + args.set
     run = _run_config(args)
-    started = time.monotonic()
     quiet = args.json  # with --json, stdout holds the JSON alone
     say = (lambda text: None) if quiet else (lambda text: print(f"[demo] {text}", flush=True))
-    say(f"preparing {run.data.get('corpus')} into {run.prepared_dir()}")
-    commands.prepare_data(run)
-    model = run.model
-    say(f"training the tiny {model.encoder.attention.upper()} Transformer (encoder heads {model.encoder.head_spec}) "
-        f"for {args.minutes:g} minutes")
-    commands.train(run)
-    say(f"translating the {run.eval.split} split with beam {run.decode.beam_size}")
-    hyp = commands.translate(run, progress=True)
-    scores = commands.evaluate(run, hypotheses=str(hyp))
-    save_dir = Path(run.train.save_dir)
+    scores = pipeline.demo(run, say=say)
+    hyp, save_dir = Path(scores["translations"]), Path(run.train.save_dir)
     files = {"translations": hyp, "scores": summary.scores_path(hyp),
              "attention maps": f"{hyp.parent / 'attention'}/ ({run.eval.attention_maps} sentences)",
              "checkpoints": f"{save_dir}/ (best.pt, last.pt)", "training log": save_dir / "log.jsonl"}
-    scores["minutes_total"] = round((time.monotonic() - started) / 60.0, 2)
-    scores["translations"] = str(hyp)
-    scores["attention_maps"] = str(hyp.parent / "attention")
-    scores["run_config"] = _absolute_run_config(run)  # lets the notebooks find and load this run
     lines = [""] + summary.scores_lines(scores) + summary.files_lines(files)
     lines.append(f"\ndone in {scores['minutes_total']:.1f} minutes")
     summary.report(scores, lines, json_path=files["scores"], as_json=args.json)
@@ -252,10 +234,10 @@ def _message(error: Exception) -> str:
 
 
 def _run(args) -> int:
-    from mma_nmt.cli import commands
+    from mma_nmt import pipeline
 
     if args.command == "prepare":
-        print(commands.prepare_data(_run_config(args)))
+        print(pipeline.prepare_data(_run_config(args)))
     elif args.command == "train":
         if args.overwrite:
             args.set = args.set + ["train.resume=false", "train.overwrite=true"]
@@ -265,7 +247,7 @@ def _run(args) -> int:
     elif args.command == "evaluate":
         _evaluate(args)
     elif args.command == "average":
-        print(commands.average(args.inputs, args.output))
+        print(pipeline.average(args.inputs, args.output))
     elif args.command == "experiment":
         from mma_nmt.experiments.command import run_experiment
 

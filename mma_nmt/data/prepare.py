@@ -24,13 +24,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from mma_nmt.config_io import check_choices
 from mma_nmt.data.corpora import CorpusSpec, default_data_dir, get_corpus
 from mma_nmt.data.dataset import save_ids
 from mma_nmt.data.fileio import atomic_write_bytes, atomic_write_json, atomic_write_lines
 from mma_nmt.data.preprocess import TextPipeline
-from mma_nmt.data.reader import DEFAULT_MAX_LINE_CHARS, ON_ERROR_POLICIES, ParallelText, read_parallel
+from mma_nmt.data.reader import DEFAULT_MAX_LINE_CHARS, OnError, ParallelText, read_parallel
 from mma_nmt.data.sources import fetch_corpus, missing_splits
-from mma_nmt.data.tokenizer import MODEL_TYPES, SentencePieceConfig, Tokenizer, train_sentencepiece
+from mma_nmt.data.tokenizer import ModelType, SentencePieceConfig, Tokenizer, train_sentencepiece
 
 log = logging.getLogger(__name__)
 META_VERSION = 1
@@ -66,12 +67,12 @@ class PrepareConfig:
     data_dir: str | None = None
     out_dir: str = "runs/data/multi30k_de_en"
     vocab_size: int = 8000
-    model_type: str = "bpe"
+    model_type: ModelType = "bpe"
     joint_vocab: bool = True
     moses_tokenize: bool = False
     lowercase: bool = False
     max_train_lines: int | None = None
-    on_error: str = "skip"
+    on_error: OnError = "skip"
     download: bool = False
     max_len: int = 256
     splits: tuple[str, ...] | None = None
@@ -116,10 +117,7 @@ class PrepareConfig:
     def validate(self) -> None:
         """Raises ValueError for an invalid setting, naming it."""
         get_corpus(self.corpus)
-        if self.model_type not in MODEL_TYPES:
-            raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {self.model_type!r}")
-        if self.on_error not in ON_ERROR_POLICIES:
-            raise ValueError(f"on_error must be one of {ON_ERROR_POLICIES}, got {self.on_error!r}")
+        check_choices("data", self)
         if self.vocab_size <= 4 or self.max_len <= 0:
             raise ValueError(f"vocab_size must be > 4 and max_len > 0, got {self.vocab_size} and {self.max_len}")
         if self.max_train_lines is not None and self.max_train_lines <= 0:

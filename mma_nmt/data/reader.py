@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import itertools
 import os
+import typing
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from tqdm import tqdm
 
 from mma_nmt.data.fileio import iter_byte_lines
 
-ON_ERROR_POLICIES = ("skip", "fail")
+OnError = Literal["skip", "fail"]
+ON_ERROR_POLICIES = typing.get_args(OnError)
 DEFAULT_MAX_LINE_CHARS = 10_000
 MESSAGES_PER_KIND = 20
 REPAIRS = ("windows_line_ending", "bom")  # problems that "skip" repairs instead of dropping the pair
@@ -141,7 +144,7 @@ def _mismatch(report: ReadReport, paths: tuple[Path, Path], line: int, rest: tup
     report.add("line_count_mismatch", paths[longer], line, detail, lines=abs(totals[0] - totals[1]))
 
 
-def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike, *, on_error: str = "skip",
+def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike, *, on_error: OnError = "skip",
                   max_line_chars: int = DEFAULT_MAX_LINE_CHARS, max_lines: int | None = None,
                   progress: bool = False) -> ParallelText:
     """Reads two line-aligned text files (plain or gzip, UTF-8) into sentence pairs.

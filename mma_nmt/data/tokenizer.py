@@ -8,14 +8,19 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import sentencepiece as spm
 
+from mma_nmt.config_io import check_choices
+
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
-MODEL_TYPES = ("bpe", "unigram")
+ModelType = Literal["bpe", "unigram"]
+MODEL_TYPES = typing.get_args(ModelType)
 
 
 @dataclass(frozen=True)
@@ -32,11 +37,14 @@ class SentencePieceConfig:
     """
 
     vocab_size: int = 8000
-    model_type: str = "bpe"
+    model_type: ModelType = "bpe"
     character_coverage: float = 1.0
     input_sentence_size: int = 2_000_000
     hard_vocab_limit: bool = False
     num_threads: int = 2
+
+    def __post_init__(self):
+        check_choices("", self)
 
 
 def train_sentencepiece(sentences: Iterable[str], config: SentencePieceConfig) -> bytes:
@@ -44,8 +52,6 @@ def train_sentencepiece(sentences: Iterable[str], config: SentencePieceConfig) -
 
     Raises ValueError for an unknown model type, an empty corpus or a vocabulary smaller than the 4 specials.
     """
-    if config.model_type not in MODEL_TYPES:
-        raise ValueError(f"model_type must be one of {MODEL_TYPES}, got {config.model_type!r}")
     if config.vocab_size <= 4:
         raise ValueError(f"vocab_size must exceed the 4 special pieces, got {config.vocab_size}")
     sentences = [s for s in sentences if s]

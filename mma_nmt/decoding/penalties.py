@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Literal
 
 
 def no_penalty(length: int, alpha: float) -> float:
@@ -26,7 +26,8 @@ def gnmt_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
 
-LENGTH_PENALTIES: dict[str, Callable[[int, float], float]] = {
+LengthPenalty = Literal["none", "fairseq", "avg", "wu"]  # the keys of LENGTH_PENALTIES
+LENGTH_PENALTIES: dict[LengthPenalty, Callable[[int, float], float]] = {
     "none": no_penalty,
     "fairseq": exponent_penalty,
     "avg": average_penalty,
@@ -34,7 +35,7 @@ LENGTH_PENALTIES: dict[str, Callable[[int, float], float]] = {
 }
 
 
-def length_penalty(name: str) -> Callable[[int, float], float]:
+def length_penalty(name: LengthPenalty) -> Callable[[int, float], float]:
     if name not in LENGTH_PENALTIES:
         raise ValueError(f"unknown length penalty {name!r}; known: {sorted(LENGTH_PENALTIES)}")
     return LENGTH_PENALTIES[name]

@@ -3,33 +3,31 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch.nn import functional as F
 
-from mma_nmt.config_io import require_at_least
-from mma_nmt.decoding.penalties import LENGTH_PENALTIES, length_penalty, max_lengths
+from mma_nmt.config_io import check_choices, require_at_least
+from mma_nmt.decoding.penalties import LengthPenalty, length_penalty, max_lengths
 from mma_nmt.models.incremental import reorder_incremental_state
 
 
 @dataclass
 class SearchConfig:
     beam_size: int = 5  # 1 = greedy
-    length_penalty: str = "fairseq"  # "none" | "fairseq" (length ** alpha) | "avg" | "wu"
+    length_penalty: LengthPenalty = "fairseq"  # "fairseq": length ** alpha (see decoding.penalties)
     alpha: float = 1.0
     max_len_a: float = 1.2  # maximum output length a * src_len + b
     max_len_b: int = 10
     min_len: int = 1  # EOS is forbidden before this many tokens
     batch_size: int = 64  # sentences per batch when translating a corpus
-    too_long: str = "fail"  # a source longer than the model's max_positions: "fail" (naming it) | "truncate" (warning)
+    # a source longer than the model's max_positions: "fail" (naming it) | "truncate" (warning)
+    too_long: Literal["fail", "truncate"] = "fail"
 
     def __post_init__(self):
+        check_choices("decode", self)
         require_at_least("decode", self, beam_size=1, batch_size=1, alpha=0.0, max_len_a=0.0, max_len_b=0, min_len=0)
-        if self.length_penalty not in LENGTH_PENALTIES:
-            raise ValueError(f"decode.length_penalty must be one of {sorted(LENGTH_PENALTIES)}, "
-                             f"got {self.length_penalty!r}")
-        if self.too_long not in ("fail", "truncate"):
-            raise ValueError(f"decode.too_long must be 'fail' or 'truncate', got {self.too_long!r}")
 
 
 @dataclass

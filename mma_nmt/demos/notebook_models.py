@@ -160,7 +160,7 @@ def models_for_notebook(paper: str, wanted: dict[str, NotebookModel], scale: Not
 def train_or_load(run: RunConfig) -> TrainedModel:
     """Loads ``<save_dir>/last.pt`` when it holds a run finished to ``train.max_steps``; else prepares the data (once)
     and trains from scratch with :class:`~mma_nmt.training.trainer.Trainer`."""
-    from mma_nmt.cli.commands import prepare_data
+    from mma_nmt.pipeline import prepare_data
     from mma_nmt.training.checkpoint import load_checkpoint, load_model
     from mma_nmt.training.trainer import Trainer
 

@@ -73,7 +73,7 @@ def multi_reference_scores(run, hypotheses: Path) -> dict | None:
 
 def run_cell(run_dir: str | Path, *, progress: bool = True) -> dict:
     """Runs (or finishes) the cell in ``run_dir``; returns its result."""
-    from mma_nmt.cli import commands
+    from mma_nmt import pipeline
     from mma_nmt.experiments.records import hardware, software
     from mma_nmt.training.trainer import Trainer
 
@@ -86,14 +86,14 @@ def run_cell(run_dir: str | Path, *, progress: bool = True) -> dict:
     run = run_config_from_dict(config)
     started = time.monotonic()
     if not (run.prepared_dir() / "meta.json").is_file():
-        commands.prepare_data(run)
+        pipeline.prepare_data(run)
     trainer = Trainer(run)
     trainer.train()
     checkpoint = _checkpoint_for_decoding(run_dir, cell.get("average_last", 0))
     decode_started = time.monotonic()
-    hypotheses = commands.translate(run, checkpoint=str(checkpoint))
+    hypotheses = pipeline.translate(run, checkpoint=str(checkpoint))
     decode_seconds = time.monotonic() - decode_started
-    scores = commands.evaluate(run, hypotheses=str(hypotheses))
+    scores = pipeline.evaluate(run, hypotheses=str(hypotheses))
     multi = multi_reference_scores(run, hypotheses)
     if multi is not None:
         scores["multi_reference"] = multi  # its own key: its signature must not replace the single-reference one

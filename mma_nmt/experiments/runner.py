@@ -50,7 +50,7 @@ def check_prepared_dirs(cells: list[Cell]) -> None:
 
 def _prepare_all(cells: list[Cell], run_dirs: dict[str, Path]) -> None:
     """Prepares every distinct corpus once, before any training starts (runs side by side must not race on it)."""
-    from mma_nmt.cli import commands
+    from mma_nmt import pipeline
 
     done = set()
     for cell in cells:
@@ -58,7 +58,7 @@ def _prepare_all(cells: list[Cell], run_dirs: dict[str, Path]) -> None:
         key = str(run.prepared_dir())
         if key not in done and not (run.prepared_dir() / "meta.json").is_file():
             print(f"[experiment] preparing {run.data.get('corpus')} into {key}", flush=True)
-            commands.prepare_data(run)
+            pipeline.prepare_data(run)
         done.add(key)
 
 

@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mma_nmt.config_io import load_file, set_dotted
+from mma_nmt.config_io import from_dict, load_file, set_dotted
 
 SCALES = ("full", "mini", "smoke")
 METRICS = ("bleu", "tokenized_bleu")
@@ -176,21 +176,14 @@ def _check_run_config(config: dict, average_last: int, where: str) -> None:
                               f"got {run.train.keep_periodic}")
 
 
-def _table(name: str, raw: dict, where: str) -> Table:
-    known = {"title", "columns", "rows", "baseline", "deltas", "metric", "paper", "note", "scales", "seeds",
-             "seed_rows"}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ExperimentError(f"{where}: unknown key(s) {unknown}; known: {sorted(known)}")
+def _table(name: str, raw: dict, path: Path) -> Table:
+    where = f"{path}: tables.{name}"
+    if "name" in raw:  # a table is named by its section
+        raise ExperimentError(f"{where}: unknown key(s) ['name']")
     try:
-        table = Table(name=name, title=raw["title"], columns=list(raw["columns"]), rows=list(raw["rows"]),
-                      baseline=raw["baseline"], deltas=dict(raw.get("deltas", {})), metric=raw.get("metric", "bleu"),
-                      paper={row: dict(values) for row, values in raw.get("paper", {}).items()},
-                      note=raw.get("note", ""), scales=tuple(raw.get("scales", SCALES)),
-                      seeds={scale: [int(seed) for seed in seeds] for scale, seeds in raw.get("seeds", {}).items()},
-                      seed_rows=list(raw.get("seed_rows", [])))
-    except KeyError as missing:
-        raise ExperimentError(f"{where}: missing {missing}") from None
+        table = from_dict(Table, {"name": name, **raw}, f"tables.{name}")
+    except ValueError as error:  # names the key: "tables.<name>.title", "unknown key(s) [...] in tables.<name>"
+        raise ExperimentError(f"{path}: {error}") from None
     for scale, seeds in table.seeds.items():
         if scale not in SCALES or not seeds or len(set(seeds)) != len(seeds):
             raise ExperimentError(f"{where}: seeds.{scale} must be a scale among {SCALES} with distinct seeds, "
@@ -239,7 +232,7 @@ def load_experiment(path: str | Path) -> Experiment:
                                note=spec.get("note", ""), scale_set={k: dict(v) for k, v in
                                                                      spec.get("scale_set", {}).items()},
                                average_last={k: int(v) for k, v in spec.get("average_last", {}).items()})
-    tables = {name: _table(name, spec, f"{path}: tables.{name}") for name, spec in raw.get("tables", {}).items()}
+    tables = {name: _table(name, spec, path) for name, spec in raw.get("tables", {}).items()}
     for table in tables.values():
         where = f"{path}: tables.{table.name}"
         for role in table.columns:

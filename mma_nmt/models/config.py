@@ -14,17 +14,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from mma_nmt.config_io import require_at_least
+from mma_nmt.config_io import check_choices, require_at_least
+from mma_nmt.config_types import Implementation
+from mma_nmt.modules.multilayer_attention import MlmhaVariant
 from mma_nmt.ops.head_spec import parse_head_spec
 
-Implementation = Literal["fused", "reference"]
 TransformerImplementation = Literal["fused", "reference", "torch"]
+EncoderAttention = Literal["standard", "mma", "multihop"]
+LayerAggregation = Literal["none", "linear", "iterative", "transparent"]
+CrossAttention = Literal["standard", "mlmha", "gmm"]
 
 
 @dataclass
 class EncoderConfig:
     layers: int = 6
-    attention: str = "standard"  # "standard" | "mma" | "multihop"
+    attention: EncoderAttention = "standard"
     head_spec: str = "GLFB"  # MMA: one letter per head kind, stretched to the head count ("GLFB" -> "GGLLFFBB")
     window: int = 1  # MMA: local heads see |i - j| <= window
     positional_embedding: bool = True  # False removes the encoder's positional embedding (MMA paper, Table 3)
@@ -32,9 +36,10 @@ class EncoderConfig:
     multihop_hidden: Optional[int] = None  # D_b of the second hop; None = head size (SPEC section 4)
     # What the decoder's cross-attention reads instead of the top layer (MLMHA paper baselines, SPEC section 3):
     # "none" | "linear" | "iterative" (one joint representation of all layers) | "transparent" (one per decoder layer)
-    layer_aggregation: str = "none"
+    layer_aggregation: LayerAggregation = "none"
 
     def __post_init__(self):
+        check_choices("model.encoder", self)
         try:  # the letters, also where the attention is not "mma": a typo must not pass unnoticed
             parse_head_spec(self.head_spec, len(self.head_spec))
         except (TypeError, ValueError) as error:
@@ -45,21 +50,25 @@ class EncoderConfig:
 @dataclass
 class DecoderConfig:
     layers: int = 6
-    cross_attention: str = "standard"  # "standard" | "mlmha" | "gmm"
+    cross_attention: CrossAttention = "standard"
     mlmha_n: Optional[int] = None  # MLMHA: read the top n encoder layers; None = all of them (n = L)
-    mlmha_variant: str = "M-11"  # MLMHA "M-ij": U0 = i (0 joint, 1 layer-specific weights), U1 = j (0 concat, 1 sum)
+    # MLMHA "M-ij": U0 = i (0 joint, 1 layer-specific weights), U1 = j (0 concat, 1 sum)
+    mlmha_variant: MlmhaVariant = "M-11"
     # GMM (SPEC section 5): "approx" | "strict" | "synthesis" | "hard" | "localness" | "mixture" | "dot" |
     # "average_gate" | "share_mean" | "share_variance" | "share_weight" (attention_adapters.GMM_VARIANTS)
     gmm_variant: str = "approx"
     gmm_components: int = 4  # GMM: K
     gmm_layers: Optional[list[int]] = None  # GMM: 0-based decoder layers using GMM; None = all (others use "standard")
 
+    def __post_init__(self):
+        check_choices("model.decoder", self)
+
 
 @dataclass
 class TransformerConfig:
     """Transformer encoder-decoder. Vocabulary sizes are filled in from the prepared data when left at 0."""
 
-    arch: str = "transformer"
+    arch: Literal["transformer"] = "transformer"
     src_vocab_size: int = 0
     tgt_vocab_size: int = 0
     pad_id: int = 0
@@ -80,6 +89,7 @@ class TransformerConfig:
     implementation: TransformerImplementation = "fused"
 
     def __post_init__(self):
+        check_choices("model", self)
         require_at_least("model", self, heads=1, d_model=1, ffn_dim=1, max_positions=1)
         if self.d_model % self.heads:
             raise ValueError(f"model.d_model ({self.d_model}) must be divisible by model.heads ({self.heads})")
@@ -89,7 +99,7 @@ class TransformerConfig:
 class LSTMConfig:
     """Bidirectional LSTM encoder, unidirectional LSTM decoder with input feeding, multi-head Luong attention."""
 
-    arch: str = "lstm"
+    arch: Literal["lstm"] = "lstm"
     src_vocab_size: int = 0
     tgt_vocab_size: int = 0
     pad_id: int = 0
@@ -100,13 +110,14 @@ class LSTMConfig:
     softmax_dim: int = 512  # d_sm: size of the attentional vector fed to the output layer
     feed_dim: int = 1024  # d_fd: size of the attentional vector fed to the next decoder step
     dropout: float = 0.5
-    attention: str = "luong"
+    attention: Literal["luong"] = "luong"  # multi-head Luong attention (SPEC section 2)
     implementation: Implementation = "reference"  # or "fused": LuongMultiheadAttention on the fused op, same state dict
     share_embeddings: bool = False
     tie_output: bool = False  # only possible when embed_dim == softmax_dim
     param_init: float = 0.0  # > 0: every weight drawn from U(-param_init, param_init) (OpenNMT-py's -param_init)
 
     def __post_init__(self):
+        check_choices("model", self)
         require_at_least("model", self, heads=1, embed_dim=1, hidden_size=1, layers=1)
         if not self.param_init >= 0:  # NaN fails too
             raise ValueError(f"model.param_init must be 0 (PyTorch's initialisation) or positive, got {self.param_init}")

@@ -31,6 +31,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from mma_nmt.config_types import Implementation
 from mma_nmt.modules.heads import init_attention_projections, joint_projection, merge_heads, split_heads
 from mma_nmt.ops.fused_attention import fused_attention
 from mma_nmt.ops.gmm_attention import DEFAULT_SIGMA_FLOOR, gmm_attention
@@ -60,7 +61,7 @@ class GmmAttentionConfig:
     length_ratio: float = 1.0  # hard-coded Gaussian: mean at source position target_position * length_ratio
     gmm_layers: tuple[int, ...] | None = None  # decoder layers that use GMM attention; None = every layer
     bias: bool = True
-    implementation: Literal["fused", "reference"] = "fused"
+    implementation: Implementation = "fused"
 
 
 class GmmCrossAttention(nn.Module):

@@ -11,16 +11,16 @@ then one query against h key sets and the shared encoder states (``mma_nmt::shar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
+from mma_nmt.config_io import check_choices
+from mma_nmt.config_types import Implementation
 from mma_nmt.ops.padding import resolve_key_lengths
 from mma_nmt.ops.shared_value_attention import shared_value_attention
 from mma_nmt.reference.luong_attention import shared_value_attention_reference
-
-Implementation = Literal["fused", "reference"]
 
 
 @dataclass
@@ -30,6 +30,9 @@ class LuongAttentionConfig:
     softmax_dim: int = 512  # d_sm: size of a~ (input of the output softmax layer), split over heads
     feed_dim: int = 1024  # d_fd: size of a- (input feeding), split over heads
     implementation: Implementation = "fused"  # or "reference": plain PyTorch on the same precomputed keys
+
+    def __post_init__(self):
+        check_choices("", self)
 
 
 class LuongMemory(NamedTuple):
@@ -50,8 +53,6 @@ class LuongMultiheadAttention(nn.Module):
         if h < 1 or config.softmax_dim % h or config.feed_dim % h:
             raise ValueError(f"num_heads={h} must be >= 1 and divide softmax_dim={config.softmax_dim} and "
                              f"feed_dim={config.feed_dim}")
-        if config.implementation not in ("fused", "reference"):
-            raise ValueError(f"implementation must be 'fused' or 'reference', got {config.implementation!r}")
         self.config = config
         dh = config.hidden_dim
         self.sm_per_head, self.fd_per_head = config.softmax_dim // h, config.feed_dim // h

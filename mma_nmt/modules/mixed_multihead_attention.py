@@ -5,18 +5,17 @@ encoder self-attention, causal decoder self-attention (``"C"``) and cross-attent
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from torch import nn
 
+from mma_nmt.config_io import check_choices
+from mma_nmt.config_types import Implementation
 from mma_nmt.modules.heads import init_attention_projections, joint_projection, merge_heads, split_heads
 from mma_nmt.ops.fused_attention import fused_attention
 from mma_nmt.ops.head_spec import format_head_spec, parse_head_spec
 from mma_nmt.ops.padding import resolve_key_lengths
 from mma_nmt.reference.attention import attention_reference
-
-Implementation = Literal["fused", "reference"]
 
 
 @dataclass
@@ -28,6 +27,9 @@ class MixedAttentionConfig:
     dropout: float = 0.0  # attention-weight dropout
     bias: bool = True
     implementation: Implementation = "fused"  # or "reference": the plain-PyTorch formula, same parameters
+
+    def __post_init__(self):
+        check_choices("", self)
 
 
 class MixedMultiheadAttention(nn.Module):
@@ -45,8 +47,6 @@ class MixedMultiheadAttention(nn.Module):
             raise ValueError(f"window must be >= 0, got {config.window}")
         if not 0.0 <= config.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {config.dropout}")
-        if config.implementation not in ("fused", "reference"):
-            raise ValueError(f"implementation must be 'fused' or 'reference', got {config.implementation!r}")
         self.config = config
         self.head_dim = config.embed_dim // config.num_heads
         self.head_kinds = parse_head_spec(config.head_spec, config.num_heads)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from mma_nmt.config_io import check_choices
+from mma_nmt.config_types import Implementation
 from mma_nmt.modules.mixed_multihead_attention import MixedAttentionConfig, MixedMultiheadAttention
 from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
 from mma_nmt.ops.fused_attention import fused_attention
@@ -27,8 +29,6 @@ from mma_nmt.ops.padding import resolve_key_lengths
 from mma_nmt.ops.second_hop import multihop_second_hop
 from mma_nmt.reference.attention import attention_reference
 from mma_nmt.reference.multihop import second_hop_reference
-
-Implementation = Literal["fused", "reference"]
 
 
 @dataclass
@@ -39,6 +39,9 @@ class MultiHopAttentionConfig:
     dropout: float = 0.0  # first-hop attention-weight dropout
     bias: bool = True  # biases of the q/k/v/out projections (the second hop has none, as in SPEC)
     implementation: Implementation = "fused"  # or "reference": the plain-PyTorch formulas, same parameters
+
+    def __post_init__(self):
+        check_choices("", self)
 
 
 @dataclass
@@ -82,8 +85,6 @@ class MultiHopSelfAttention(nn.Module):
             raise ValueError(f"embed_dim={config.embed_dim} must be divisible by num_heads={config.num_heads}")
         if config.hop_dim is not None and config.hop_dim < 1:
             raise ValueError(f"hop_dim must be >= 1 or None, got {config.hop_dim}")
-        if config.implementation not in ("fused", "reference"):
-            raise ValueError(f"implementation must be 'fused' or 'reference', got {config.implementation!r}")
         self.config = config
         heads, self.head_dim = config.num_heads, config.embed_dim // config.num_heads
         self.hop_dim = config.hop_dim or self.head_dim

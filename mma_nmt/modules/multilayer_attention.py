@@ -19,12 +19,15 @@ from typing import Literal, Sequence
 import torch
 from torch import nn
 
+from mma_nmt.config_io import check_choices
+from mma_nmt.config_types import Implementation
 from mma_nmt.modules.heads import init_attention_projections, split_heads
 from mma_nmt.ops.multilayer_attention import multilayer_attention
 from mma_nmt.ops.padding import resolve_key_lengths
 from mma_nmt.reference.multilayer_attention import multilayer_attention_reference
 
-Implementation = Literal["fused", "reference"]
+# MLMHA paper models "M-ij": U0 = i (0 joint, 1 layer-specific weights), U1 = j (0 concatenated, 1 summed contexts)
+MlmhaVariant = Literal["M-00", "M-01", "M-10", "M-11"]
 _VARIANTS = {"M-00": (False, False), "M-01": (False, True), "M-10": (True, False), "M-11": (True, True)}
 
 
@@ -38,8 +41,11 @@ class MultiLayerAttentionConfig:
     bias: bool = True
     implementation: Implementation = "fused"  # or "reference": SPEC's formula, one logit matrix per layer
 
+    def __post_init__(self):
+        check_choices("", self)
+
     @classmethod
-    def from_variant(cls, variant: str, **kwargs) -> "MultiLayerAttentionConfig":
+    def from_variant(cls, variant: MlmhaVariant, **kwargs) -> "MultiLayerAttentionConfig":
         """Config of paper model ``"M-00"``, ``"M-01"``, ``"M-10"`` or ``"M-11"``."""
         if variant not in _VARIANTS:
             raise ValueError(f"variant must be one of {sorted(_VARIANTS)}, got {variant!r}")
@@ -98,8 +104,6 @@ class MultiLayerMultiheadAttention(nn.Module):
             raise ValueError(f"embed_dim={config.embed_dim} must be divisible by num_heads={config.num_heads}")
         if config.num_layers < 1:
             raise ValueError(f"num_layers must be >= 1, got {config.num_layers}")
-        if config.implementation not in ("fused", "reference"):
-            raise ValueError(f"implementation must be 'fused' or 'reference', got {config.implementation!r}")
         self.config = config
         self.head_dim = config.embed_dim // config.num_heads
         e, n = config.embed_dim, config.num_layers

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from mma_nmt.config_io import apply_overrides, deep_merge, from_dict, load_file, require_at_least, to_dict
+from mma_nmt.config_io import (apply_overrides, check_choices, deep_merge, from_dict, load_file, require_at_least,
+                               to_dict)
 from mma_nmt.decoding.search import SearchConfig
 from mma_nmt.models.config import MODEL_CONFIGS, ModelConfig
 from mma_nmt.models.presets import preset
-from mma_nmt.training.early_stopping import BEST_METRICS
+from mma_nmt.training.early_stopping import BestMetric
 from mma_nmt.training.optim import OptimConfig
 
 
 DEFAULT_PRESET = "transformer_tiny"
+# the summed loss of an update divided by its target "tokens" or its "sentences" (OpenNMT-py's -normalization sents)
+LossNormalization = Literal["tokens", "sentences"]
 
 
 @dataclass
@@ -28,13 +31,13 @@ class TrainConfig:
     max_len: int = 256  # training pairs longer than this are skipped
     seed: int = 1
     label_smoothing: float = 0.1
-    loss_normalization: str = "tokens"  # the summed loss of an update divided by its "tokens" or its "sentences"
+    loss_normalization: LossNormalization = "tokens"
     optim: OptimConfig = field(default_factory=OptimConfig)
     log_every: int = 50
     save_every: int = 0  # steps between checkpoints; 0 = at the end of each epoch and of training only
     keep_periodic: int = 2  # step_<n>.pt files kept
     validate_every: int = 0  # steps between validations; 0 = at the end of each epoch
-    best_metric: str = "nll"  # "nll" | "bleu" (needs bleu_sentences > 0): picks best.pt and drives patience
+    best_metric: BestMetric = "nll"  # "bleu" needs bleu_sentences > 0: picks best.pt and drives patience
     patience: int = 0  # stop after this many validations in a row without a new best; 0 = off
     bleu_sentences: int = 200  # validation sentences translated for BLEU during training; 0 = loss only
     max_bad_steps: int = 10  # skipped steps (NaN/inf loss or gradient, loss spike) tolerated; one more stops the run
@@ -49,6 +52,7 @@ class TrainConfig:
     compile: bool = False  # train through torch.compile(model): compiled forward and backward
 
     def __post_init__(self):
+        check_choices("train", self)
         if not (self.loss_spike_factor == 0 or self.loss_spike_factor > 1):  # NaN fails too
             raise ValueError(f"train.loss_spike_factor must be 0 (off) or above 1, got {self.loss_spike_factor}")
         require_at_least("train", self, loss_spike_window=1, max_steps=0, max_epochs=0, max_minutes=0.0, max_tokens=1,
@@ -58,16 +62,11 @@ class TrainConfig:
             raise ValueError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
         if self.update_freq < 1:
             raise ValueError(f"train.update_freq must be at least 1, got {self.update_freq}")
-        if self.loss_normalization not in ("tokens", "sentences"):
-            raise ValueError(f"train.loss_normalization must be 'tokens' or 'sentences', got "
-                             f"{self.loss_normalization!r}")
         if self.optim.decay_start_epoch and self.validate_every:
             raise ValueError("train.optim.decay_start_epoch cuts the lr once per epoch: it needs train.validate_every "
                              f"= 0 (one validation per epoch), got {self.validate_every}")
         if self.patience < 0:
             raise ValueError(f"train.patience must be 0 (off) or positive, got {self.patience}")
-        if self.best_metric not in BEST_METRICS:
-            raise ValueError(f"train.best_metric must be one of {BEST_METRICS}, got {self.best_metric!r}")
         if self.best_metric == "bleu" and self.bleu_sentences <= 0:
             raise ValueError("train.best_metric='bleu' needs train.bleu_sentences > 0 (validation BLEU)")
 
@@ -75,7 +74,7 @@ class TrainConfig:
 @dataclass
 class EvalConfig:
     split: str = "test"
-    detokenize: str = "none"  # "none" | "moses": Moses-detokenise outputs after SentencePiece decoding
+    detokenize: Literal["none", "moses"] = "none"  # "moses": Moses-detokenise outputs after SentencePiece decoding
     tokenized_bleu: bool = True  # also report BLEU on Moses-tokenised text (multi-bleu style, as the papers)
     # sacreBLEU tokenizer of the BLEU column (and its bootstrap and buckets): "13a" (its default), "ja-mecab" for
     # Japanese (word-segmented BLEU, as WAT's; needs pip install "mma_nmt[ja]"), "zh", "char", "none", ...
@@ -86,6 +85,7 @@ class EvalConfig:
     def __post_init__(self):
         from sacrebleu.metrics import BLEU
 
+        check_choices("eval", self)
         if self.bleu_tokenize not in BLEU.TOKENIZERS:
             raise ValueError(f"eval.bleu_tokenize must be one of sacreBLEU's tokenizers {list(BLEU.TOKENIZERS)}, got "
                              f"{self.bleu_tokenize!r}")

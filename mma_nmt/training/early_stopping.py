@@ -7,9 +7,12 @@ written before ``best_metric`` existed (their ``best`` is a validation NLL) load
 from __future__ import annotations
 
 import math
+import typing
 from dataclasses import dataclass
+from typing import Literal
 
-BEST_METRICS = ("nll", "bleu")
+BestMetric = Literal["nll", "bleu"]
+BEST_METRICS = typing.get_args(BestMetric)
 
 
 def metric_key(best_metric: str) -> str:
@@ -24,7 +27,7 @@ class EarlyStopping:
     """``update(result, step)`` after every validation; ``should_stop`` once ``patience`` validations in a row did not
     improve on the best (``patience = 0``: never)."""
 
-    best_metric: str = "nll"
+    best_metric: BestMetric = "nll"
     patience: int = 0
     best: float = math.inf  # lower is better: NLL, or -BLEU
     best_step: int = -1

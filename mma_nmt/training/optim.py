@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
+
+from mma_nmt.config_io import check_choices
 
 
 @dataclass
 class OptimConfig:
-    optimizer: str = "adam"  # "adam" | "sgd"
+    optimizer: Literal["adam", "sgd"] = "adam"
     lr: float = 5e-4  # peak learning rate
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-8
     weight_decay: float = 0.0
-    schedule: str = "inverse_sqrt"  # "inverse_sqrt" | "cosine" | "plateau" | "constant"
+    schedule: Literal["inverse_sqrt", "cosine", "plateau", "constant"] = "inverse_sqrt"
     warmup_steps: int = 4000
     warmup_init_lr: float = 1e-7
     min_lr: float = 0.0  # cosine floor
@@ -32,6 +35,7 @@ class OptimConfig:
     clip_norm: float = 0.0  # gradient clipping by global norm; 0 = off
 
     def __post_init__(self):
+        check_choices("train.optim", self)
         if self.decay_start_epoch < 0:
             raise ValueError(f"optim.decay_start_epoch must be 0 (off) or positive, got {self.decay_start_epoch}")
         if (self.decay_start_epoch or self.decay_stays_on) and self.schedule != "plateau":
@@ -76,8 +80,6 @@ class LRSchedule:
     validation once it was cut the first time."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, config: OptimConfig, total_steps: int = 0):
-        if config.schedule not in ("inverse_sqrt", "cosine", "plateau", "constant"):
-            raise ValueError(f"unknown schedule {config.schedule!r}")
         if config.schedule == "cosine" and not (config.total_steps or total_steps):
             raise ValueError("the cosine schedule needs optim.total_steps or train.max_steps")
         self.optimizer, self.config = optimizer, config

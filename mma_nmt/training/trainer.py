@@ -8,6 +8,7 @@ import contextlib
 import math
 import random
 import time
+import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -23,7 +24,7 @@ from mma_nmt.models import build_model
 from mma_nmt.training import distributed as dist
 from mma_nmt.training.checkpoint import CheckpointManager, load_checkpoint, tokenizer_fingerprints
 from mma_nmt.training.early_stopping import EarlyStopping
-from mma_nmt.training.config import RunConfig
+from mma_nmt.training.config import LossNormalization, RunConfig
 from mma_nmt.training.logging import JsonLinesLogger
 from mma_nmt.training.loss import label_smoothed_cross_entropy
 from mma_nmt.training.optim import LRSchedule, build_optimizer
@@ -41,7 +42,7 @@ def check_usable_pairs(sampler: TokenBatchSampler, valid_data: ParallelDataset, 
         raise ValueError(f"the valid split of {prepared} has no pair to validate on")
 
 
-NORMALIZATIONS = ("tokens", "sentences")
+NORMALIZATIONS = typing.get_args(LossNormalization)
 
 
 class TrainingDiverged(RuntimeError):

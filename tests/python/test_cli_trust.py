@@ -153,6 +153,58 @@ def test_numeric_and_spec_config_values_are_checked_where_read(override, message
         load_run_config(None, [override])
 
 
+CHOICE_ERRORS = [
+    ("model.encoder.attention=mmx", "model.encoder.attention must be one of ['mma', 'multihop', 'standard'], got 'mmx'"),
+    ("model.decoder.cross_attention=sparse", "model.decoder.cross_attention must be one of ['gmm', 'mlmha', 'standard'], "
+                                             "got 'sparse'"),
+    ("model.implementation=cuda", "model.implementation must be one of ['fused', 'reference', 'torch'], got 'cuda'"),
+    ("train.optim.schedule=linear", "train.optim.schedule must be one of ['constant', 'cosine', 'inverse_sqrt', "
+                                    "'plateau'], got 'linear'"),
+    ("train.loss_normalization=words", "train.loss_normalization must be 'sentences' or 'tokens', got 'words'"),
+    ("decode.length_penalty=gnmt", "decode.length_penalty must be one of ['avg', 'fairseq', 'none', 'wu'], got 'gnmt'"),
+    ("eval.detokenize=Moses", "eval.detokenize must be 'moses' or 'none', got 'Moses'"),
+]
+
+
+@pytest.mark.parametrize("override, message", CHOICE_ERRORS)
+def test_a_choice_outside_its_literal_names_the_key_the_value_and_the_choices(override, message):
+    with pytest.raises(ValueError) as raised:
+        load_run_config(None, [override])
+    assert str(raised.value) == message
+
+
+def test_a_bad_choice_in_a_config_file_or_on_the_command_line_is_one_error_line(tmp_path, capsys):
+    from mma_nmt.training.config import run_config_from_dict
+
+    with pytest.raises(ValueError, match=r"^model.encoder.layer_aggregation must be one of \['iterative', 'linear', "
+                                         r"'none', 'transparent'\], got 'average'$"):
+        run_config_from_dict({"model": {"preset": "transformer_tiny", "encoder": {"layer_aggregation": "average"}}})
+    path = tmp_path / "run.toml"
+    path.write_text('[model]\npreset = "lstm_tiny"\nattention = "bahdanau"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"^model.attention must be 'luong', got 'bahdanau'$"):
+        load_run_config(path)
+    status, out, err = _cli(capsys, "train", "--config", str(path))
+    assert status == 2 and out == ""
+    assert err == "mma-nmt: error: model.attention must be 'luong', got 'bahdanau'\n"
+    status, out, err = _cli(capsys, "translate", "--set", "model.encoder.attention=mmx")
+    assert (status, out) == (2, "")
+    assert err == f"mma-nmt: error: {CHOICE_ERRORS[0][1]}\n"
+
+
+def test_configs_built_in_python_check_their_choices_too():
+    from mma_nmt.decoding.search import SearchConfig
+    from mma_nmt.models.config import EncoderConfig
+    from mma_nmt.modules import MultiHopAttentionConfig
+
+    with pytest.raises(ValueError, match=r"^decode.too_long must be 'fail' or 'truncate', got 'skip'$"):
+        SearchConfig(too_long="skip")
+    with pytest.raises(ValueError, match=r"^model.encoder.attention must be one of \['mma', 'multihop', 'standard'\], "
+                                         r"got 'mmx'$"):
+        EncoderConfig(attention="mmx")
+    with pytest.raises(ValueError, match=r"^implementation must be 'fused' or 'reference', got 'cuda'$"):
+        MultiHopAttentionConfig(embed_dim=8, num_heads=2, implementation="cuda")
+
+
 def test_bootstrap_samples_below_one_are_refused(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["evaluate", "--bootstrap-samples", "0"])

@@ -102,7 +102,7 @@ def test_japanese_bleu_counts_mecab_words():
 
 
 def test_eval_bleu_tokenize_reaches_bleu_and_its_bootstrap(tmp_path):
-    from mma_nmt.cli import commands
+    from mma_nmt import pipeline
     from mma_nmt.training.config import load_run_config
 
     pytest.importorskip("MeCab")
@@ -110,7 +110,7 @@ def test_eval_bleu_tokenize_reaches_bleu_and_its_bootstrap(tmp_path):
     for name, lines in (("ref", JA_REFERENCES), ("hyp", JA_HYPOTHESES), ("base", JA_HYPOTHESES[:3] + ["実験。"])):
         (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     run = load_run_config(None, ["eval.bleu_tokenize=ja-mecab", "eval.buckets=[]", "eval.tokenized_bleu=false"])
-    result = commands.evaluate(run, hypotheses=str(tmp_path / "hyp.txt"), references=str(tmp_path / "ref.txt"),
+    result = pipeline.evaluate(run, hypotheses=str(tmp_path / "hyp.txt"), references=str(tmp_path / "ref.txt"),
                                baseline=str(tmp_path / "base.txt"), bootstrap_samples=50)
     assert "tok:ja-mecab" in result["bleu_signature"]
     assert result["bleu"] == pytest.approx(corpus_bleu(JA_HYPOTHESES, JA_REFERENCES, tokenize="ja-mecab")[0])

@@ -124,7 +124,7 @@ def test_the_demo_run_loads_with_its_model_and_its_data(tmp_path, monkeypatch, t
     prepared data from the run config recorded in ``test.scores.json``."""
     import torch
 
-    from mma_nmt.cli.main import _absolute_run_config
+    from mma_nmt.pipeline import absolute_run_config
     from mma_nmt.training.config import load_run_config
     from mma_nmt.training.trainer import Trainer
 
@@ -133,7 +133,7 @@ def test_the_demo_run_loads_with_its_model_and_its_data(tmp_path, monkeypatch, t
     Trainer(run).train()
     (run_dir / "translations").mkdir()
     (run_dir / "translations" / "test.scores.json").write_text(
-        json.dumps({"bleu": 1.5, "run_config": _absolute_run_config(run)}))
+        json.dumps({"bleu": 1.5, "run_config": absolute_run_config(run)}))
     monkeypatch.setenv(RUNS_ENV, str(tmp_path / "runs"))
     loaded = models_for_notebook("mma", {"MMA": NotebookModel(("mma",), "mma", {})}, notebook_scale("tiny"),
                                  tmp_path / "cache", demo=True)["MMA"]

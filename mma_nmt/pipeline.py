@@ -1,9 +1,13 @@
-"""The work behind ``mma-nmt prepare | train | translate | evaluate | average``; each takes a RunConfig."""
+"""The steps of a run, each from a :class:`~mma_nmt.training.config.RunConfig`: prepare the data, train, translate,
+score, average checkpoints, and :func:`demo` (all of them in a row). The command line (``mma_nmt.cli``), the
+experiments (``mma_nmt.experiments``) and the notebooks (``mma_nmt.demos``) call these; none of them calls another."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -19,6 +23,7 @@ def prepare_data(run: RunConfig) -> Path:
 
 
 def train(run: RunConfig) -> dict:
+    """Trains (preparing the data first when it is not there); returns the last validation result."""
     from mma_nmt.training.trainer import Trainer
 
     if not (run.prepared_dir() / "meta.json").is_file():
@@ -27,9 +32,15 @@ def train(run: RunConfig) -> dict:
 
 
 def default_checkpoint(run: RunConfig) -> Path:
+    """``<train.save_dir>/best.pt``, else ``last.pt``."""
     save_dir = Path(run.train.save_dir)
     best = save_dir / "best.pt"
     return best if best.is_file() else save_dir / "last.pt"
+
+
+def default_hypotheses(run: RunConfig, split: str | None = None) -> Path:
+    """Where :func:`translate` writes a split's translations: ``<train.save_dir>/translations/<split>.hyp.txt``."""
+    return Path(run.train.save_dir) / "translations" / f"{split or run.eval.split}.hyp.txt"
 
 
 def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | None = None,
@@ -81,8 +92,9 @@ def _same_count(lines: list[str], path, references: list[str], where) -> None:
 
 def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str | None = None,
              baseline: str | None = None, split: str | None = None, bootstrap_samples: int = 1000) -> dict:
-    """Scores a hypothesis file against references (default: the prepared split's target text): sacreBLEU BLEU with
-    signature, tokenised BLEU, chrF, TER, BLEU by source-length bucket, and paired bootstrap against ``baseline``."""
+    """Scores a hypothesis file (default: :func:`default_hypotheses`) against references (default: the prepared
+    split's target text): sacreBLEU BLEU with signature, tokenised BLEU, chrF, TER, BLEU by source-length bucket, and
+    paired bootstrap against ``baseline``."""
     from mma_nmt.data import ParallelDataset
     from mma_nmt.data.fileio import read_text_lines
     from mma_nmt.evaluation.bootstrap import paired_bootstrap
@@ -90,7 +102,7 @@ def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str |
     from mma_nmt.evaluation.scoring import score_corpus
 
     split = split or run.eval.split
-    hyp_path = hypotheses or Path(run.train.save_dir) / "translations" / f"{split}.hyp.txt"
+    hyp_path = hypotheses or default_hypotheses(run, split)
     hyps = read_text_lines(hyp_path)
     data = ParallelDataset.load(run.prepared_dir(), split) if references is None or run.eval.buckets else None
     refs = read_text_lines(references) if references else data.tgt_text
@@ -112,7 +124,39 @@ def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str |
 
 
 def average(inputs: list[str], output: str) -> Path:
+    """Writes the average of the weights of the checkpoints ``inputs`` to ``output``."""
     from mma_nmt.training.checkpoint import average_checkpoints, save_checkpoint
 
     return save_checkpoint(average_checkpoints(inputs), output)
 
+
+def absolute_run_config(run: RunConfig) -> dict:
+    """The run config as a dict with absolute ``data.out_dir`` and ``train.save_dir``: recorded with a run's scores,
+    it lets the notebooks find and load the run from anywhere."""
+    from mma_nmt.config_io import to_dict
+
+    config = to_dict(run)
+    config["data"]["out_dir"] = str(run.prepared_dir().resolve())
+    config["train"]["save_dir"] = str(Path(run.train.save_dir).resolve())
+    return config
+
+
+def demo(run: RunConfig, *, say: Callable[[str], None] = lambda text: None) -> dict:
+    """Prepares the data, trains, translates the ``eval.split`` split and scores it; ``say`` hears about each step.
+    Returns the scores with ``minutes_total``, ``translations``, ``attention_maps`` and ``run_config``
+    (:func:`absolute_run_config`)."""
+    started = time.monotonic()
+    say(f"preparing {run.data.get('corpus')} into {run.prepared_dir()}")
+    prepare_data(run)
+    model = run.model
+    say(f"training the tiny {model.encoder.attention.upper()} Transformer (encoder heads {model.encoder.head_spec}) "
+        f"for {run.train.max_minutes:g} minutes")
+    train(run)
+    say(f"translating the {run.eval.split} split with beam {run.decode.beam_size}")
+    hyp = translate(run, progress=True)
+    scores = evaluate(run, hypotheses=str(hyp))
+    scores["minutes_total"] = round((time.monotonic() - started) / 60.0, 2)
+    scores["translations"] = str(hyp)
+    scores["attention_maps"] = str(hyp.parent / "attention")
+    scores["run_config"] = absolute_run_config(run)
+    return scores
