@@ -147,6 +147,43 @@ def logit_conditioning(q: torch.Tensor, k: torch.Tensor, scale: float, dtype: to
     return max(1.0, logits.max().item() * torch.finfo(torch.float32).eps / 1e-5)
 
 
+def softmax_gradient_terms(p: torch.Tensor, d_p: torch.Tensor, dim: int) -> torch.Tensor:
+    """The softmax gradient p (dp - sum p dp) with the absolute values of its terms: p (|dp| + sum p |dp|) over ``dim``.
+    ``d_p`` holds the absolute values already. The difference cancels exactly in some cases (to 0 for one key); an
+    error is judged against the size of what cancelled."""
+    return p * (d_p + (p * d_p).sum(dim, keepdim=True))
+
+
+def _largest(t: torch.Tensor) -> float:
+    return t.max().item() if t.numel() else 0.0
+
+
+def attention_error_scales(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, weights: torch.Tensor,
+                           d_out: torch.Tensor, scale: float, dtype: torch.dtype,
+                           out: torch.Tensor | None = None) -> Dict[str, float]:
+    """``error_scales`` of softmax attention ``out = weights @ v`` (float64): out, probs, grad_q, grad_k and grad_v,
+    each computed from the absolute values of its terms, times the logits' conditioning (:func:`logit_conditioning`:
+    the kernels' weights carry the logits' float32 rounding, flash-style lse; hypothesis found such a case, q/k
+    magnitude 100 with head size 3, weights 1e-4 off where torch's were 1e-5).
+
+    ``q`` (B, H, T, D), ``k`` (B, H, S, D), ``weights`` (B, H, T, S); ``v`` (B, H, S, Dv), or (B, 1, S, Dv) for one
+    value shared by the heads (grad_v then sums over them). ``d_out`` (B, H, T, Dv). With ``out`` (the reference's),
+    d probs_j = |dO v_j| + |dO . out|; without it the second term is bounded by sum |dO| (weights @ |v|)."""
+    conditioning = logit_conditioning(q, k, scale, dtype)
+    out_terms = weights @ v.abs()
+    row_term = ((d_out * out).sum(-1, keepdim=True).abs() if out is not None
+                else (d_out.abs() * out_terms).sum(-1, keepdim=True))
+    d_logits = weights * ((d_out @ v.transpose(-1, -2)).abs() + row_term) * scale
+    grad_v = weights.transpose(-1, -2) @ d_out.abs()
+    if v.shape[1] == 1:  # one value for every head
+        grad_v = grad_v.sum(1)
+    return dict(out=_largest(out_terms) * conditioning,
+                probs=conditioning,
+                grad_q=_largest(d_logits @ k.abs()) * conditioning,
+                grad_k=_largest(d_logits.transpose(-1, -2) @ q.abs()) * conditioning,
+                grad_v=_largest(grad_v) * conditioning)
+
+
 def labels_drawn(strategy, label: Callable[[Any], set], max_examples: int) -> set:
     """Every label that ``label(case)`` gives to the cases hypothesis draws from ``strategy`` in ``max_examples`` tries:
     the evidence that a strategy can reach the edges it is meant to reach. Drawing is cheap, so callers draw more cases

@@ -25,7 +25,7 @@ from gmm_cases import make_inputs as make_gmm_inputs
 from mma_nmt.ops import gmm_attention, gmm_conversion
 from mma_nmt.reference import gmm_attention_reference
 from property_harness import (OperatorUnderTest, assert_strategy_reaches, check_against_reference,
-                              sentences_without_keys, size_and_length_labels)
+                              sentences_without_keys, size_and_length_labels, softmax_gradient_terms)
 
 MAX_EXAMPLES = 200
 QUERY_LENGTHS = [1, 2, 3, 5, 7, 13, 16, 17]
@@ -207,7 +207,7 @@ def error_scales(case, inputs, grad_outputs):
     d_out = grad_outputs["out"]
     dv_abs = d_out.abs() @ v.abs().transpose(-1, -2)  # (B, H, T, S): |dO| |v_j|
     d_alpha = (1 - gate).abs() * dv_abs
-    d_logit = alpha * (d_alpha + (alpha * d_alpha).sum(-1, keepdim=True))
+    d_logit = softmax_gradient_terms(alpha, d_alpha, -1)
     scales = dict(grad_gate=((alpha + beta.abs()) * dv_abs).sum(-1).max().item())
     if case.value_dim:
         scales["grad_v"] = (gamma.abs().transpose(-1, -2) @ d_out.abs()).max().item()

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from mma_nmt.ops import multihop_gate
 from mma_nmt.reference.multihop import head_gate_reference
 from property_harness import (OperatorUnderTest, assert_strategy_reaches, check_against_reference, gate_sums_to_one,
-                              size_and_length_labels)
+                              size_and_length_labels, softmax_gradient_terms)
 
 MAX_EXAMPLES = 200
 SIZES = [1, 2, 3, 5, 7, 13, 17, 31]
@@ -97,7 +97,7 @@ def error_scales(case, inputs, grad_outputs):
     value_proj, v_b = inputs["value_proj"], inputs["v_b"]
     _, gate = head_gate_reference(inputs["query_proj"], inputs["head_proj"], value_proj, v_b)
     d_gate = grad_outputs["gate"].abs() + (grad_outputs["out"] * value_proj).abs().sum(-1)  # (B, H, T)
-    d_e = gate * (d_gate + (gate * d_gate).sum(1, keepdim=True))  # (B, H, T)
+    d_e = softmax_gradient_terms(gate, d_gate, 1)  # (B, H, T)
     tanh = torch.tanh(x)
     d_x = d_e.unsqueeze(-1) * v_b.abs() * (1 - tanh**2)
     if not x.numel():

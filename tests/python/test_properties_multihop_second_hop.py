@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from mma_nmt.ops import multihop_second_hop
 from mma_nmt.reference.multihop import head_gate_reference, second_hop_reference
 from property_harness import (OperatorUnderTest, assert_strategy_reaches, check_against_reference, gate_sums_to_one,
-                              size_and_length_labels)
+                              size_and_length_labels, softmax_gradient_terms)
 
 MAX_EXAMPLES = 150
 SIZES = [1, 2, 3, 5, 7, 13, 17, 31, 64]
@@ -111,7 +111,7 @@ def error_scales(case, inputs, grad_outputs):
     tanh = torch.tanh(query_proj + head_proj)
     grad_out = grad_outputs["out"].abs()
     d_gate = grad_outputs["gate"].abs() + (grad_out * abs_values).sum(-1)  # (B, H, T)
-    d_e = gate * (d_gate + (gate * d_gate).sum(1, keepdim=True))
+    d_e = softmax_gradient_terms(gate, d_gate, 1)
     d_pre = d_e.unsqueeze(-1) * v_b.abs() * (1 - tanh**2)  # (B, H, T, Db)
     d_values = gate.unsqueeze(-1) * grad_out  # (B, H, T, Dc)
     to_a = d_values if u_c is None else torch.einsum("bhtc,hcd->bhtd", d_values, u_c.abs())

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from mma_nmt.ops import multilayer_attention
 from mma_nmt.reference import multilayer_attention_op_reference
-from property_harness import (OperatorUnderTest, assert_strategy_reaches, check_against_reference, logit_conditioning,
+from property_harness import (OperatorUnderTest, assert_strategy_reaches, attention_error_scales, check_against_reference,
                               rows_without_keys, size_and_length_labels)
 
 MAX_EXAMPLES = 150
@@ -129,23 +129,13 @@ def error_scales(case, inputs, grad_outputs):
     _, probs = multilayer_attention_op_reference(*lists(inputs), **options(case))
     probs = probs.nan_to_num(0.0)
     scale = case.scale if case.scale is not None else (1.0 / math.sqrt(case.head_dim) if case.head_dim else 1.0)
-    scales = {}
     if not case.value_dim or not probs.numel():
-        return scales
+        return {}
     d_out = _arranged(case, grad_outputs["out"].split(case.heads * case.value_dim, dim=-1))
-    out = probs @ v
-    d_probs = (d_out @ v.transpose(-1, -2)).abs() + (d_out * out).sum(-1, keepdim=True).abs()
-    d_logits = probs * d_probs * scale
-    # The kernels' weights carry the logits' float32 rounding (flash-style lse): outputs and gradients are judged
-    # against their terms' size times the logits' conditioning (property_harness.logit_conditioning).
-    conditioning = logit_conditioning(q, k, scale, case.dtype)
-    scales["out"] = (probs @ v.abs()).max().item() * conditioning if out.numel() else 0.0
-    scales["probs"] = conditioning  # logits move by |logit| eps in float32 whatever the summation order
-    grad_q = (d_logits @ k.abs()).max().item() * conditioning if q.numel() else 0.0
-    grad_k = (d_logits.transpose(-1, -2) @ q.abs()).max().item() * conditioning if k.numel() else 0.0
-    grad_v = (probs.transpose(-1, -2) @ d_out.abs()).max().item() * conditioning if v.numel() else 0.0
-    for name in inputs:
-        scales[f"grad_{name}"] = {"q": grad_q, "k": grad_k, "v": grad_v}[name[0]]
+    scales = attention_error_scales(q, k, v, probs, d_out, scale, case.dtype, out=probs @ v)
+    per_kind = {kind: scales.pop(f"grad_{kind}") for kind in "qkv"}
+    for name in inputs:  # q0, k1, ...: one input per layer
+        scales[f"grad_{name}"] = per_kind[name[0]]
     return scales
 
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from mma_nmt.ops import shared_value_attention
 from mma_nmt.reference import shared_value_attention_reference
-from property_harness import (OperatorUnderTest, assert_strategy_reaches, check_against_reference, logit_conditioning,
+from property_harness import (OperatorUnderTest, assert_strategy_reaches, attention_error_scales, check_against_reference,
                               rows_without_keys, sentences_without_keys, size_and_length_labels)
 
 MAX_EXAMPLES = 200
@@ -118,26 +118,10 @@ def lse_is_neg_inf_exactly_for_sentences_without_keys(case, inputs, outputs):
 
 
 def error_scales(case, inputs, grad_outputs):
+    """Each output and gradient computed from the absolute values of its terms; one value for every head."""
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     _, probs = shared_value_attention_reference(q, k, v, key_lengths=lengths_of(case), scale=case.scale)
-    d_out = grad_outputs["out"]
-    v4 = v.unsqueeze(1)
-    out_abs = probs @ v4.abs()
-    d_probs = (d_out @ v4.transpose(-1, -2)).abs() + (d_out.abs() * out_abs).sum(-1, keepdim=True)
-    d_logits = probs * d_probs * case.scale
-    # The backward recomputes each weight from the saved lse, as flash attention does: gradients are judged against
-    # their terms' size times the logits' conditioning (property_harness.logit_conditioning).
-    conditioning = logit_conditioning(q, k, case.scale, case.dtype)
-    scales = {}
-    if out_abs.numel():
-        scales["out"] = out_abs.max().item()
-    if q.numel() and d_logits.numel():
-        scales["grad_q"] = (d_logits @ k.abs()).max().item() * conditioning
-    if k.numel() and d_logits.numel():
-        scales["grad_k"] = (d_logits.transpose(-1, -2) @ q.abs()).max().item() * conditioning
-    if v.numel() and probs.numel():
-        scales["grad_v"] = (probs.transpose(-1, -2) @ d_out.abs()).sum(1).max().item() * conditioning
-    return scales
+    return attention_error_scales(q, k, v.unsqueeze(1), probs, grad_outputs["out"], case.scale, case.dtype)
 
 
 SHARED_VALUE = OperatorUnderTest(
