@@ -16,7 +16,7 @@ from mma_nmt.training.distributed import DistInfo
 from mma_nmt.training.trainer import forward_backward
 from nmt_fixtures import tiny_data, tiny_overrides, tiny_transformer  # noqa: F401  (fixture)
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/python: ddp_gradient_worker.py and the fixtures it imports
 
 
 def _torchrun(*args: str) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root holds the benchmarks package
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository root holds the benchmarks package
 from benchmarks.__main__ import main  # noqa: E402
 from benchmarks.suite import SECTIONS  # noqa: E402
 from benchmarks.targets import TARGETS  # noqa: E402
@@ -78,7 +78,7 @@ def test_cold_timings_cycle_through_inputs_spanning_twice_the_cache():
 def test_allocator_setting_takes_effect_under_glibc():
     code = "from benchmarks.allocator import keep_freed_memory; print(keep_freed_memory())"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            cwd=Path(__file__).resolve().parents[2])
+                            cwd=Path(__file__).resolve().parents[3])
     assert result.stdout.strip() == ("True" if platform.libc_ver()[0] == "glibc" else "False")
 
 

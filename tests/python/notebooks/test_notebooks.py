@@ -17,7 +17,7 @@ import jupytext  # the test extra installs jupytext, nbclient and ipykernel
 import nbclient
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.py"))
 

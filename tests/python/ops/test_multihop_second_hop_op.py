@@ -211,3 +211,19 @@ def test_second_hop_backward_rejects_bad_input(changes, match):
     args = {**_good_backward(), **changes}
     with pytest.raises((ValueError, TypeError, RuntimeError), match=match):
         BACKWARD(*args.values())
+
+
+def test_second_hop_reference_follows_spec_per_head():
+    gen = torch.Generator().manual_seed(3)
+    batch, heads, length, dim, hop = 2, 3, 4, 5, 6
+    q, a = torch.randn(2, batch, heads, length, dim, generator=gen, dtype=torch.float64)
+    w_b = torch.randn(hop, dim, generator=gen, dtype=torch.float64)
+    v_b = torch.randn(hop, generator=gen, dtype=torch.float64)
+    u_b = torch.randn(heads, hop, dim, generator=gen, dtype=torch.float64)
+    u_c = torch.randn(heads, dim, dim, generator=gen, dtype=torch.float64)
+    out, beta = second_hop_reference(q, a, w_b, v_b, u_b, u_c)
+    e = torch.stack([torch.tanh(q[:, h] @ w_b.T + a[:, h] @ u_b[h].T) @ v_b for h in range(heads)], dim=1)
+    expected_beta = torch.exp(e) / torch.exp(e).sum(dim=1, keepdim=True)
+    torch.testing.assert_close(beta, expected_beta)
+    for h in range(heads):
+        torch.testing.assert_close(out[:, h], expected_beta[:, h, :, None] * (a[:, h] @ u_c[h].T))

@@ -15,7 +15,7 @@ from mma_nmt.experiments.records import load_records
 from mma_nmt.experiments.report import build_table, significance_mark, to_markdown
 from mma_nmt.experiments.spec import load_experiment
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SMOKE_BASE = REPO / "experiments" / "common" / "smoke_multi30k_de_en.toml"
 PAPERS = sorted(p.parent.name for p in (REPO / "experiments").glob("*/experiment.toml"))
 

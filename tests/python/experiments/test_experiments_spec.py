@@ -11,7 +11,7 @@ import pytest
 from mma_nmt.experiments.spec import ExperimentError, load_experiment, resolved_run_config
 from mma_nmt.models import build_model
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BASE = """
 [data]
 corpus = "multi30k_de_en"

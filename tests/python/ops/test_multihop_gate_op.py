@@ -1,15 +1,13 @@
-"""mma_nmt::multihop_gate (second hop of multi-hop attention, SPEC section 4) and MultiHopSelfAttention."""
+"""``mma_nmt::multihop_gate``, the head gate of multi-hop attention's second hop (SPEC section 4): outputs and gradients
+against the plain-PyTorch reference, every CPU build, strided inputs, gradcheck, opcheck, empty input and bad input.
+Random cases: test_properties_multihop_gate.py."""
 
-import copy
 
 import pytest
 import torch
 
-from mma_nmt.modules import (MixedMultiheadAttention, MultiHopAttentionConfig, MultiHopPlacement, MultiHopSelfAttention,
-                             encoder_self_attention, second_hop_parameter_count)
-from mma_nmt.modules import multihop_attention
 from mma_nmt.ops import multihop_gate
-from mma_nmt.reference import head_gate_reference, second_hop_reference
+from mma_nmt.reference import head_gate_reference
 
 SHAPES = [  # (B, H, T, Db, Dc)
     (2, 4, 5, 8, 8),
@@ -161,99 +159,3 @@ def test_head_gate_backward_reads_grad_out_with_any_last_stride(kind):
     ref_grads = torch.autograd.grad(head_gate_reference(*inputs)[0], inputs, grad_out)
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got, want)
-
-
-def test_second_hop_reference_follows_spec_per_head():
-    gen = torch.Generator().manual_seed(3)
-    batch, heads, length, dim, hop = 2, 3, 4, 5, 6
-    q, a = torch.randn(2, batch, heads, length, dim, generator=gen, dtype=torch.float64)
-    w_b = torch.randn(hop, dim, generator=gen, dtype=torch.float64)
-    v_b = torch.randn(hop, generator=gen, dtype=torch.float64)
-    u_b = torch.randn(heads, hop, dim, generator=gen, dtype=torch.float64)
-    u_c = torch.randn(heads, dim, dim, generator=gen, dtype=torch.float64)
-    out, beta = second_hop_reference(q, a, w_b, v_b, u_b, u_c)
-    e = torch.stack([torch.tanh(q[:, h] @ w_b.T + a[:, h] @ u_b[h].T) @ v_b for h in range(heads)], dim=1)
-    expected_beta = torch.exp(e) / torch.exp(e).sum(dim=1, keepdim=True)
-    torch.testing.assert_close(beta, expected_beta)
-    for h in range(heads):
-        torch.testing.assert_close(out[:, h], expected_beta[:, h, :, None] * (a[:, h] @ u_c[h].T))
-
-
-FOLDED_OUTPUT_WEIGHT = multihop_attention.folded_output_weight
-
-
-def _module_pair(hop_dim=None):
-    torch.manual_seed(0)
-    fused = MultiHopSelfAttention(MultiHopAttentionConfig(embed_dim=24, num_heads=4, hop_dim=hop_dim)).double()
-    reference = copy.deepcopy(fused)
-    reference.config.implementation = "reference"
-    return fused, reference
-
-
-@pytest.mark.parametrize("hop_dim", [None, 3, 11])
-def test_multihop_module_matches_reference(hop_dim):
-    fused, reference = _module_pair(hop_dim)
-    x = torch.randn(3, 7, 24, dtype=torch.float64)
-    lengths = torch.tensor([7, 4, 1])
-    out, weights = fused(x, key_lengths=lengths, need_weights=True, need_head_gate=True)
-    ref_out, ref_weights = reference(x, key_lengths=lengths, need_weights=True, need_head_gate=True)
-    torch.testing.assert_close(out, ref_out)
-    torch.testing.assert_close(weights.attention, ref_weights.attention)
-    torch.testing.assert_close(weights.head_gate, ref_weights.head_gate)
-    torch.testing.assert_close(weights.head_gate.sum(-1), torch.ones(3, 7, dtype=torch.float64))
-    out.square().sum().backward()
-    ref_out.square().sum().backward()
-    for (name, p), q in zip(fused.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"grad of {name}: {m}")
-
-
-@pytest.mark.parametrize("length", [7, 9])  # B*T = 21 <= E = 24: unfolded; 27 > 24: U_c folded into out_proj
-def test_multihop_module_matches_reference_folded_or_not(length, monkeypatch):
-    fused, reference = _module_pair(hop_dim=5)
-    folds = []
-    monkeypatch.setattr(multihop_attention, "folded_output_weight",
-                        lambda *args: folds.append(1) or FOLDED_OUTPUT_WEIGHT(*args))
-    x = torch.randn(3, length, 24, dtype=torch.float64)
-    out, weights = fused(x, need_head_gate=True)
-    ref_out, ref_weights = reference(x, need_head_gate=True)
-    assert len(folds) == (length == 9)
-    torch.testing.assert_close(out, ref_out)
-    torch.testing.assert_close(weights.head_gate, ref_weights.head_gate)
-    grad_out = torch.randn_like(out)
-    out.backward(grad_out)
-    ref_out.backward(grad_out)
-    for (name, p), q in zip(fused.named_parameters(), reference.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"grad of {name}: {m}")
-
-
-def test_folded_output_weight_is_output_weight_times_u_c_per_head():
-    gen = torch.Generator().manual_seed(4)
-    embed, heads, dim = 6, 3, 2
-    w_o = torch.randn(embed, heads * dim, generator=gen, dtype=torch.float64)
-    u_c = torch.randn(heads, dim, dim, generator=gen, dtype=torch.float64)
-    folded = FOLDED_OUTPUT_WEIGHT(w_o, u_c)
-    for h in range(heads):
-        block = slice(h * dim, (h + 1) * dim)
-        torch.testing.assert_close(folded[:, block], w_o[:, block] @ u_c[h])
-
-
-def test_multihop_module_length_one_and_no_weights():
-    fused, _ = _module_pair()
-    out, weights = fused(torch.randn(2, 1, 24, dtype=torch.float64))
-    assert out.shape == (2, 1, 24) and weights is None
-
-
-def test_default_placement_is_layer_four_of_six():
-    placement = MultiHopPlacement()
-    config = MultiHopAttentionConfig(embed_dim=16, num_heads=4)
-    kinds = [type(encoder_self_attention(config, placement, layer)) for layer in range(1, 7)]
-    assert kinds == [MixedMultiheadAttention] * 3 + [MultiHopSelfAttention] + [MixedMultiheadAttention] * 2
-    with pytest.raises(ValueError, match="second_hop_layers"):
-        MultiHopPlacement(num_layers=6, second_hop_layers=(7,))
-
-
-def test_second_hop_parameter_count_matches_module():
-    config = MultiHopAttentionConfig(embed_dim=512, num_heads=8)
-    module = MultiHopSelfAttention(config)
-    second_hop = sum(p.numel() for p in (module.w_b, module.v_b, module.u_b, module.u_c))
-    assert second_hop == second_hop_parameter_count(config) == 69_696
