@@ -37,10 +37,9 @@ export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_init_order=1:detect_s
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 if [ $# -eq 0 ]; then
-  set -- tests/python/test_fused_attention_errors.py tests/python/test_fused_attention_backward_errors.py \
-    tests/python/test_fused_attention_edge_sizes.py tests/python/test_fused_attention_matches_reference.py \
-    tests/python/test_fused_attention_properties.py tests/python/test_mixed_multihead_attention_module.py \
-    tests/python/test_properties_*.py
+  set -- tests/python/ops/test_attention_errors.py tests/python/ops/test_attention_op.py \
+    tests/python/modules/test_mixed_multihead_attention_module.py \
+    tests/python/ops/test_properties_*.py
 fi
 echo "== operator tests under ASan+UBSan"
 test_start=$(date +%s)

@@ -1,5 +1,5 @@
 """Property-based tests of ``mma_nmt::gmm_attention`` (forward and backward) against the reference of SPEC section 5,
-and bad calls of the forward and backward operators that test_gmm_attention.py does not make.
+and bad calls of the forward and backward operators that test_gmm_attention_op.py does not make.
 
 Hypothesis draws the case: batch in {1, 2, 3, 5} (or 0), heads in {1, 2, 3} (or 0), query lengths in {1, primes, 16,
 17} (or 0), key lengths in {1, primes, 16, 17, 31} (or 0), head and value dims likewise, K in 1..6 components, the three
@@ -277,7 +277,7 @@ def test_case_strategy_reaches_the_edges():
     assert_strategy_reaches(gmm_cases(), label, wanted, 5 * MAX_EXAMPLES)
 
 
-# ---- bad calls not made by test_gmm_attention.py ----
+# ---- bad calls not made by test_gmm_attention_op.py ----
 
 def _good(local=True):
     i = make_gmm_inputs(Shape(), local=local, dtype=torch.float32)
