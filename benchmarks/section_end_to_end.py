@@ -23,7 +23,7 @@ from mma_nmt.training.loss import label_smoothed_cross_entropy
 IMPLEMENTATIONS = ("fused", "reference", "torch")
 ATTENTION = {  # model name -> (encoder fields, decoder fields)
     "MMA": (dict(attention="mma", head_spec="GLFB", window=1), {}),
-    "GMM": ({}, dict(cross_attention="gmm", gmm_variant="approx", gmm_components=4)),
+    "GMM": ({}, dict(cross_attention="gmm", gmm_variant="approximate", gmm_components=4)),
 }
 
 
@@ -155,8 +155,8 @@ def run(profile: str) -> Section:
         f"Multi30k De-En, joint BPE vocabulary of {train.src_tokenizer.vocab_size}. Training: one fixed batch of "
         f"randomly drawn training pairs per model (a smaller batch than the papers' 4k tokens, to fit the time "
         f"budget), dropout on, forward + label-smoothed loss + backward + Adam step; tokens/s counts target tokens. "
-        f"MMA = encoder self-attention with GLFB heads (window 1); GMM = GMM cross-attention (approx, K = 4) in every "
-        f"decoder layer. `torch` = the same model with every attention built from nn.MultiheadAttention "
+        f"MMA = encoder self-attention with GLFB heads (window 1); GMM = GMM cross-attention (approximate, K = 4) in "
+        f"every decoder layer. `torch` = the same model with every attention built from nn.MultiheadAttention "
         f"(implementation=\"torch\"; mixed heads as a per-head boolean mask); GMM has no such form. Beam search: "
         f"randomly initialised models (speed only: hypotheses run to the length limit), the first "
         f"{sizes.decode_sentences} sentences of test_2016_flickr in one batch, beam {sizes.beam}."))

@@ -67,7 +67,7 @@ print(SCALE)
 
 # %%
 GMM_TINY = {"preset": "transformer_tiny",
-            "decoder": {"cross_attention": "gmm", "gmm_variant": "approx", "gmm_components": 4}}
+            "decoder": {"cross_attention": "gmm", "gmm_variant": "approximate", "gmm_components": 4}}
 MODELS = {"GMM": NotebookModel(("ours",), "gmm", GMM_TINY),
           "baseline": NotebookModel(("baseline",), "baseline", {"preset": "transformer_tiny"})}
 trained = models_for_notebook("gmm", MODELS, SCALE, CACHE, languages={"de", "en"})

@@ -163,11 +163,13 @@ class EncoderLayerAggregation(nn.Module):
         return self.combine(layer_states)
 
 
-# decoder.gmm_variant -> GmmAttentionConfig fields (paper Table 2 rows and ablations, see gmm_cross_attention.py)
+# decoder.gmm_variant -> GmmAttentionConfig fields (paper Table 2 rows and ablations, see gmm_cross_attention.py). The
+# variants that set the mixture's normalisation are named as it (mma_nmt.ops.gmm_normalization); stored configs with
+# the names of earlier versions are read through models.config.upgrade_stored_model_config.
 GMM_VARIANTS: dict[str, dict] = {
-    "approx": {},
-    "strict": {"normalization": "strict"},
-    "synthesis": {"normalization": "synthesis"},
+    "approximate": {"normalization": "approximate"},  # the paper's method
+    "strict": {"normalization": "strict"},  # +Norm.
+    "unnormalised": {"normalization": "unnormalised"},  # synthesis network
     "hard": {"attention": "hard_coded"},
     "localness": {"attention": "localness"},
     "mixture": {"attention": "mixture"},
@@ -193,8 +195,9 @@ class GmmCrossAttentionAdapter(nn.Module):
     the final weights ``gamma`` (B, H, T, S); record mode hands out all of them (alpha, beta, gamma, the gate and the
     mixture components, see ``recording``).
 
-    Cache: the module's own (projected keys/values, source lengths, previous means of the synthesis variant:
-    batch-first tensors; the target step: an int, which beam reordering leaves alone)."""
+    Cache: the module's own state (projected keys/values, source lengths, previous means of the unnormalised
+    (synthesis network) variant: batch-first tensors; the target step: an int, which beam reordering leaves
+    alone)."""
 
     def __init__(self, config: TransformerConfig, layer: int):
         super().__init__()

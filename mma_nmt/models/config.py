@@ -54,14 +54,33 @@ class DecoderConfig:
     mlmha_n: Optional[int] = None  # MLMHA: read the top n encoder layers; None = all of them (n = L)
     # MLMHA "M-ij": U0 = i (0 joint, 1 layer-specific weights), U1 = j (0 concat, 1 sum)
     mlmha_variant: MlmhaVariant = "M-11"
-    # GMM (SPEC section 5): "approx" | "strict" | "synthesis" | "hard" | "localness" | "mixture" | "dot" |
-    # "average_gate" | "share_mean" | "share_variance" | "share_weight" (attention_adapters.GMM_VARIANTS)
-    gmm_variant: str = "approx"
+    # GMM (SPEC section 5, attention_adapters.GMM_VARIANTS): a normalisation, named as in mma_nmt.ops.gmm_normalization,
+    # "approximate" (the paper's method) | "strict" (+Norm.) | "unnormalised" (synthesis network); or "hard" |
+    # "localness" | "mixture" | "dot" | "average_gate" | "share_mean" | "share_variance" | "share_weight"
+    gmm_variant: str = "approximate"
     gmm_components: int = 4  # GMM: K
     gmm_layers: Optional[list[int]] = None  # GMM: 0-based decoder layers using GMM; None = all (others use "standard")
 
     def __post_init__(self):
         check_choices("model.decoder", self)
+
+
+# decoder.gmm_variant names of earlier versions, when two of the normalisation variants were named apart from their
+# normalisation. Stored configs keep them: every Transformer checkpoint of that time holds the default "approx", and an
+# experiment keeps its run configs as given (a run's identity is the hash of that text, so experiment records cannot be
+# rewritten). upgrade_stored_model_config reads them as today's names; nothing else knows them.
+LEGACY_GMM_VARIANTS = {"approx": "approximate", "synthesis": "unnormalised"}
+
+
+def upgrade_stored_model_config(model: dict) -> dict:
+    """A stored ``[model]`` section (of a run config or experiment record, or a checkpoint's ``model_config``) with
+    today's names: ``decoder.gmm_variant`` of an earlier version (:data:`LEGACY_GMM_VARIANTS`) renamed, in a copy;
+    anything else is returned as it is (and validated where it is built)."""
+    decoder = model.get("decoder")
+    variant = decoder.get("gmm_variant") if isinstance(decoder, dict) else None
+    if not isinstance(variant, str) or variant not in LEGACY_GMM_VARIANTS:
+        return model
+    return {**model, "decoder": {**decoder, "gmm_variant": LEGACY_GMM_VARIANTS[variant]}}
 
 
 @dataclass

@@ -32,7 +32,7 @@ PRESETS: dict[str, Callable[[], TransformerConfig | LSTMConfig]] = {
         attention="multihop", multihop_layers=[3])),
     # GMM paper on IWSLT: the small Transformer with GMM cross-attention (K = 4, approximate normalisation) everywhere.
     "transformer_gmm_iwslt_small": lambda: _transformer(512, 1024, 4, (6, 6), 0.3, cross=dict(
-        cross_attention="gmm", gmm_variant="approx", gmm_components=4)),
+        cross_attention="gmm", gmm_variant="approximate", gmm_components=4)),
     # Small enough for tests and for minutes of CPU training.
     "transformer_tiny": lambda: _transformer(128, 256, 4, (2, 2), 0.1, max_positions=256),
     # Multi-head Luong LSTM paper, IWSLT'15 En-Vi: 1024-d embeddings/states, 2+2 layers, d_sm 512, d_fd 1024, 4 heads.

@@ -8,7 +8,7 @@ paper row                         config
 ================================  ===================================================================================
 Our Method (default)              ``attention="gmm", normalization="approximate", gate="learned"``
 Our Method+Norm.                  ``normalization="strict"``
-Synthesis Network                 ``normalization="synthesis"``
+Synthesis Network                 ``normalization="unnormalised"`` (Graves' parametrisation, Z = 1)
 Hard-Code Gaussian                ``attention="hard_coded"`` (fixed mean/variance replace dot-product attention)
 Localness Gaussian                ``attention="localness"`` (learned Gaussian bias added to the logits)
 Share Mean / Variance / Weight    ``share_mean=True`` / ``share_variance=True`` / ``share_weight=True``
@@ -35,14 +35,13 @@ from mma_nmt.config_types import Implementation
 from mma_nmt.modules.heads import init_attention_projections, joint_projection, merge_heads, split_heads
 from mma_nmt.ops.fused_attention import fused_attention
 from mma_nmt.ops.gmm_attention import DEFAULT_SIGMA_FLOOR, gmm_attention
+from mma_nmt.ops.gmm_normalization import GMM_NORMALIZATIONS, GmmNormalization
 from mma_nmt.ops.padding import resolve_key_lengths
 from mma_nmt.modules.gmm_predictors import MixturePredictor, MixtureParams
 from mma_nmt.reference.attention import attention_reference
 from mma_nmt.reference.gmm_attention import gmm_attention_reference
 
 AttentionKind = Literal["gmm", "dot", "mixture", "hard_coded", "localness"]
-NormalizationKind = Literal["approximate", "strict", "synthesis"]
-_OP_NORMALIZATION = {"approximate": "approximate", "strict": "strict", "synthesis": "unnormalised"}
 
 
 @dataclass
@@ -51,7 +50,8 @@ class GmmAttentionConfig:
     num_heads: int
     num_components: int = 4  # K; the paper's best is 4
     attention: AttentionKind = "gmm"
-    normalization: NormalizationKind = "approximate"
+    # the mixture's normalisation, which also picks the conversion of the predictors' outputs (gmm_normalization)
+    normalization: GmmNormalization = "approximate"
     gate: Literal["learned", "average"] = "learned"
     share_mean: bool = False
     share_variance: bool = False
@@ -169,7 +169,7 @@ class GmmCrossAttention(nn.Module):
         c = self.config
         kwargs = dict(omega=params.omega, mu=params.mu, sigma=params.sigma, gate=params.gate, key_lengths=lengths,
                       local_center=params.local_center, local_width=params.local_width,
-                      normalization=_OP_NORMALIZATION[params.normalization], sigma_floor=c.sigma_floor)
+                      normalization=params.normalization, sigma_floor=c.sigma_floor)
         if c.implementation == "reference":
             out, alpha, beta, gamma = gmm_attention_reference(q, k, v, **kwargs)
         else:
@@ -185,7 +185,7 @@ def _validate(c: GmmAttentionConfig) -> None:
     if c.num_components < 1:
         raise ValueError(f"num_components must be >= 1, got {c.num_components}")
     choices = {"attention": ("gmm", "dot", "mixture", "hard_coded", "localness"),
-               "normalization": ("approximate", "strict", "synthesis"), "gate": ("learned", "average"),
+               "normalization": GMM_NORMALIZATIONS, "gate": ("learned", "average"),
                "implementation": ("fused", "reference")}
     for name, allowed in choices.items():
         if getattr(c, name) not in allowed:

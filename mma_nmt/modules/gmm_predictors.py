@@ -11,6 +11,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from mma_nmt.ops import gmm_conversion
+from mma_nmt.ops.gmm_normalization import GmmNormalization
 
 
 class MixtureParams(NamedTuple):
@@ -20,7 +21,7 @@ class MixtureParams(NamedTuple):
     gate: torch.Tensor  # (B, H, T)
     local_center: torch.Tensor | None  # (B, H, T), localness variant only
     local_width: torch.Tensor | None  # (B, H, T), localness variant only
-    normalization: str  # "approximate", "strict" or "synthesis"
+    normalization: GmmNormalization  # the operator's: "approximate", "strict" or "unnormalised"
 
 
 class FeedForwardHead(nn.Module):
@@ -90,6 +91,7 @@ class MixturePredictor(nn.Module):
             return gmm_conversion.approximate_mixture(w_hat, mu_hat, sigma_hat, source_lengths=lengths)
         if norm == "strict":
             return gmm_conversion.strict_mixture(w_hat, mu_hat, sigma_hat, source_lengths=lengths)
+        # "unnormalised": Graves' synthesis network
         previous = state.get("previous_mu") if state is not None else None
         omega, mu, sigma = gmm_conversion.synthesis_mixture(w_hat, mu_hat, sigma_hat, previous_mu=previous)
         if state is not None:

@@ -12,6 +12,7 @@ from torch import nn
 from mma_nmt.config_io import check_choices
 from mma_nmt.config_types import Implementation
 from mma_nmt.modules.heads import init_attention_projections, joint_projection, merge_heads, split_heads
+from mma_nmt.ops.argument_defaults import draw_dropout_seed
 from mma_nmt.ops.fused_attention import fused_attention
 from mma_nmt.ops.head_spec import format_head_spec, parse_head_spec
 from mma_nmt.ops.padding import resolve_key_lengths
@@ -110,7 +111,7 @@ class MixedMultiheadAttention(nn.Module):
         c = self.config
         dropout = c.dropout if self.training else 0.0
         if c.implementation == "reference":
-            seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout > 0 else 0
+            seed = draw_dropout_seed(dropout)
             out, probs = attention_reference(q, k, v, head_kinds=self.head_kinds, key_lengths=key_lengths,
                                              window=c.window, query_offset=query_offset, dropout_p=dropout, seed=seed)
             return out, (probs if need_weights else None)

@@ -24,6 +24,7 @@ from mma_nmt.config_io import check_choices
 from mma_nmt.config_types import Implementation
 from mma_nmt.modules.mixed_multihead_attention import MixedAttentionConfig, MixedMultiheadAttention
 from mma_nmt.modules.heads import init_attention_projections, merge_heads, split_heads
+from mma_nmt.ops.argument_defaults import draw_dropout_seed
 from mma_nmt.ops.fused_attention import fused_attention
 from mma_nmt.ops.padding import resolve_key_lengths
 from mma_nmt.ops.second_hop import multihop_second_hop
@@ -130,7 +131,7 @@ class MultiHopSelfAttention(nn.Module):
         """Scaled dot-product attention per head on (B, H, L, D) tensors; returns (a (B, H, T, D), weights or None)."""
         dropout = self.config.dropout if self.training else 0.0
         if self.config.implementation == "reference":
-            seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout > 0 else 0
+            seed = draw_dropout_seed(dropout)
             out, probs = attention_reference(q, k, v, head_kinds=[0] * q.shape[1], key_lengths=key_lengths,
                                              dropout_p=dropout, seed=seed)
             return out, (probs if need_weights else None)

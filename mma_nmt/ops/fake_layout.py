@@ -1,4 +1,4 @@
-"""The memory layout of the operators' results, as the fake (meta) kernels must report it.
+"""The memory layout and dtype of the operators' results, as the fake (meta) kernels must report them.
 
 ``torch.compile`` plans a graph from the fake kernels alone: AOTAutograd and inductor take the strides of every fake
 result as the real kernel's and assert them at run time. A fake kernel that keeps an input's strides where the real one
@@ -12,12 +12,19 @@ of the allocation its C++ kernel makes:
 - :func:`position_major` and :func:`projection_gradient_like`: the multi-hop operators' results and their projections'
   gradients (``position_major`` and ``gradient_like`` in csrc/multihop/cpu/multihop_cpu.cpp; contiguous on CUDA).
 
-Forward results made with ``new_empty(shape)`` are contiguous, as the kernels' ``at::empty(shape)``.
+Forward results made with ``new_empty(shape)`` are contiguous, as the kernels' ``at::empty(shape)``. Statistics saved
+for the backward (log-sum-exp, the GMM's log mass and contexts) have :func:`statistics_dtype`.
 """
 
 from __future__ import annotations
 
 import torch
+
+
+def statistics_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the kernels accumulate and store statistics in for inputs like ``x``: float32 for float16 and bfloat16
+    inputs, else ``x``'s own dtype."""
+    return torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
 
 
 def contiguous_like(x: torch.Tensor) -> torch.Tensor:

@@ -1,14 +1,15 @@
 """The fused operators are differentiable once: their backward operators have no derivative of their own, and no
 forward-mode (JVP) formula exists. Without a guard PyTorch answers such requests silently wrong: a double backward
 through a backward operator gives exactly zero (with only a one-time warning), ``torch.func.jvp`` a zero tangent. These
-two guards, used by every operator, turn both into an error that names the operator.
+two guards turn both into an error that names the operator; :func:`mma_nmt.ops.registration.register_operator` applies
+both to every operator.
 
-- :func:`first_order_only` decorates an operator's autograd backward: run with ``create_graph=True`` (grad mode is on
+- :func:`first_order_only` wraps an operator's autograd backward: run with ``create_graph=True`` (grad mode is on
   inside the backward and something it reads requires grad), it raises instead of returning gradients whose own
   gradient would be zero. ``torch.autograd.gradgradcheck``, ``torch.autograd.functional.hessian`` and gradient
   penalties all ask for that graph first.
-- :func:`refuse_forward_ad` is called by every operator's Python function on its tensor arguments: a tangent attached
-  to any of them (``torch.autograd.forward_ad`` or ``torch.func.jvp``) raises.
+- :func:`refuse_forward_ad` is called on the tensor arguments of every call of an operator: a tangent attached to any
+  of them (``torch.autograd.forward_ad`` or ``torch.func.jvp``) raises.
 
 Training, ``torch.compile`` (whose traced backward runs without grad mode), ``gradcheck`` and ``opcheck`` are
 unaffected.

@@ -6,19 +6,18 @@ The kernels live in ``csrc/attention/``; this file adds the functional API, the 
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Sequence
 
 import torch
 
-from mma_nmt._extension import require_device_support
 from mma_nmt.ops.argument_checks import check_int64
-from mma_nmt.ops.fake_layout import contiguous_like
-from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
+from mma_nmt.ops.argument_defaults import default_scale, draw_dropout_seed
+from mma_nmt.ops.device_checks import check_same_device
+from mma_nmt.ops.fake_layout import contiguous_like, statistics_dtype
 from mma_nmt.ops.head_spec import parse_head_spec
-from mma_nmt.ops.padding import check_padding_mask_shape, resolve_key_lengths
+from mma_nmt.ops.padding import operator_key_lengths
+from mma_nmt.ops.registration import register_operator
 
-_OP = torch.ops.mma_nmt.attention
 _BACKWARD_OP = torch.ops.mma_nmt.attention_backward
 
 
@@ -55,19 +54,16 @@ def fused_attention(
         seed: dropout seed; drawn from torch's default generator when None and dropout is on.
         return_probs: also return the (B, H, T, S) weights (for analysis; not differentiable).
     """
-    require_device_support(q, "mma_nmt.attention")
-    refuse_forward_ad("mma_nmt.attention", (q, k, v))
     # With q of the wrong rank the operator itself raises the error that names q; give it placeholders until then.
     kinds = parse_head_spec(head_kinds, q.shape[1]) if q.dim() == 4 else []
     check_int64("mma_nmt.attention", window=window, query_offset=query_offset, seed=seed)
-    if q.dim() == 4 and k.dim() == 4:  # otherwise the operator names q or k
-        check_padding_mask_shape("mma_nmt.attention", key_padding_mask, q.shape[0], k.shape[2])
-    lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device, op="mma_nmt.attention")
+    lengths = operator_key_lengths("mma_nmt.attention", q, k, key_lengths, key_padding_mask)
     if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1]) if q.dim() > 0 and q.shape[-1] > 0 else 1.0
+        scale = default_scale(q.shape[-1] if q.dim() > 0 else 0)
     if seed is None:
-        seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
-    out, lse, probs = _OP(q, k, v, lengths, kinds, window, float(scale), query_offset, float(dropout_p), seed, return_probs)
+        seed = draw_dropout_seed(dropout_p)
+    out, lse, probs = _OPERATOR(q, k, v, lengths, kinds, window, float(scale), query_offset, float(dropout_p), seed,
+                                return_probs)
     return AttentionResult(out, lse, probs if return_probs else None)
 
 
@@ -97,29 +93,22 @@ def _check_fake_layout(op, q, k, v, key_lengths, head_kinds, **more):
         torch._check_value(key_lengths.shape[0] == batch, message)
 
 
-@torch.library.register_fake("mma_nmt::attention")
 def _attention_fake(q, k, v, key_lengths, head_kinds, window, scale, query_offset=0, dropout_p=0.0, seed=0,
                     return_probs=False):
-    for name, tensor in (("k", k), ("v", v), ("key_lengths", key_lengths)):
-        if tensor is not None and tensor.device != q.device:
-            raise ValueError(f"mma_nmt.attention: {name} is on {tensor.device} but q is on {q.device}")
+    check_same_device("mma_nmt.attention", "q", q, k=k, v=v, key_lengths=key_lengths)
     _check_fake_layout("mma_nmt.attention", q, k, v, key_lengths, head_kinds)
     batch, heads, query_len, _ = q.shape
     key_len, value_dim = k.shape[2], v.shape[3]
-    lse_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     out = q.new_empty((batch, heads, query_len, value_dim))
-    lse = q.new_empty((batch, heads, query_len), dtype=lse_dtype)
+    lse = q.new_empty((batch, heads, query_len), dtype=statistics_dtype(q))
     probs = q.new_empty((batch, heads, query_len, key_len)) if return_probs else q.new_empty((0,))
     return out, lse, probs
 
 
-@torch.library.register_fake("mma_nmt::attention_backward")
 def _attention_backward_fake(grad_out, q, k, v, out, lse, key_lengths, head_kinds, window, scale, query_offset,
                              dropout_p, seed):
-    for name, tensor in (("grad_out", grad_out), ("k", k), ("v", v), ("out", out), ("lse", lse),
-                         ("key_lengths", key_lengths)):
-        if tensor is not None and tensor.device != q.device:
-            raise ValueError(f"mma_nmt.attention_backward: {name} is on {tensor.device} but q is on {q.device}")
+    check_same_device("mma_nmt.attention_backward", "q", q, grad_out=grad_out, k=k, v=v, out=out, lse=lse,
+                      key_lengths=key_lengths)
     out_shape = lambda q, k, v: (q.shape[0], q.shape[1], q.shape[2], v.shape[3])  # noqa: E731
     _check_fake_layout("mma_nmt.attention_backward", q, k, v, key_lengths, head_kinds, grad_out=(grad_out, out_shape),
                        out=(out, out_shape), lse=(lse, lambda q, k, v: tuple(q.shape[:3])))
@@ -134,11 +123,11 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse, probs)
 
 
-@first_order_only("mma_nmt.attention")
 def _backward(ctx, grad_out, _grad_lse, _grad_probs):
     q, k, v, out, lse, key_lengths = ctx.saved_tensors
     grad_q, grad_k, grad_v = _BACKWARD_OP(grad_out.contiguous(), q, k, v, out, lse, key_lengths, *ctx.options)
     return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None
 
 
-torch.library.register_autograd("mma_nmt::attention", _backward, setup_context=_setup_context)
+_OPERATOR = register_operator("attention", fake=_attention_fake, backward_fake=_attention_backward_fake,
+                              setup_context=_setup_context, backward=_backward)

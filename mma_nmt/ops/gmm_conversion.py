@@ -43,7 +43,8 @@ def strict_mixture(w_hat: torch.Tensor, mu_hat: torch.Tensor, sigma_hat: torch.T
 def synthesis_mixture(w_hat: torch.Tensor, mu_hat: torch.Tensor, sigma_hat: torch.Tensor, *,
                       previous_mu: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Graves' synthesis network: ``omega = exp(w^)``, ``mu_i = mu_{i-1} + exp(mu^_i)`` along the target steps (dim 2),
-    ``sigma = sqrt(exp(-sigma^) / 2)``; used with ``normalization="unnormalised"`` (Z = 1).
+    ``sigma = sqrt(exp(-sigma^) / 2)``; used with ``normalization="unnormalised"`` (Z = 1, see
+    :mod:`mma_nmt.ops.gmm_normalization`).
 
     ``previous_mu`` (B, H, 1, K) is the mean of the step before the first one given (incremental decoding); 0 if None.
     """

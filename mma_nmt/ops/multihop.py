@@ -19,12 +19,10 @@ from typing import NamedTuple
 
 import torch
 
-from mma_nmt._extension import require_device_support
 from mma_nmt.ops.device_checks import check_same_device
 from mma_nmt.ops.fake_layout import contiguous_like, position_major, projection_gradient_like
-from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
+from mma_nmt.ops.registration import register_operator
 
-_OP = torch.ops.mma_nmt.multihop_gate
 _BACKWARD_OP = torch.ops.mma_nmt.multihop_gate_backward
 
 
@@ -46,13 +44,10 @@ def multihop_gate(query_proj: torch.Tensor, head_proj: torch.Tensor, value_proj:
     The CPU kernels read ``query_proj``, ``head_proj`` and ``value_proj`` through their strides (only the last dimension
     must be contiguous), so slices and transposed views of larger projections are not copied.
     """
-    require_device_support(query_proj, "mma_nmt.multihop_gate")
-    refuse_forward_ad("mma_nmt.multihop_gate", (query_proj, head_proj, value_proj, v_b))
-    out, gate = _OP(query_proj, head_proj, value_proj, v_b)
+    out, gate = _OPERATOR(query_proj, head_proj, value_proj, v_b)
     return HeadGateResult(out, gate)
 
 
-@torch.library.register_fake("mma_nmt::multihop_gate")
 def _multihop_gate_fake(query_proj, head_proj, value_proj, v_b):
     check_same_device("mma_nmt.multihop_gate", "query_proj", query_proj, head_proj=head_proj, value_proj=value_proj,
                       v_b=v_b)
@@ -63,7 +58,6 @@ def _multihop_gate_fake(query_proj, head_proj, value_proj, v_b):
     return out, query_proj.new_empty((batch, heads, query_len))
 
 
-@torch.library.register_fake("mma_nmt::multihop_gate_backward")
 def _multihop_gate_backward_fake(grad_out, grad_gate, query_proj, head_proj, value_proj, v_b, gate):
     check_same_device("mma_nmt.multihop_gate_backward", "query_proj", query_proj, grad_out=grad_out,
                       grad_gate=grad_gate, head_proj=head_proj, value_proj=value_proj, v_b=v_b, gate=gate)
@@ -76,7 +70,6 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(query_proj, head_proj, value_proj, v_b, gate)
 
 
-@first_order_only("mma_nmt.multihop_gate")
 def _backward(ctx, grad_out, grad_gate):
     query_proj, head_proj, value_proj, v_b, gate = ctx.saved_tensors
     if grad_out is None:
@@ -89,4 +82,5 @@ def _backward(ctx, grad_out, grad_gate):
     return grad_pre, grad_pre, grad_value_proj, grad_v_b
 
 
-torch.library.register_autograd("mma_nmt::multihop_gate", _backward, setup_context=_setup_context)
+_OPERATOR = register_operator("multihop_gate", fake=_multihop_gate_fake, backward_fake=_multihop_gate_backward_fake,
+                              setup_context=_setup_context, backward=_backward)

@@ -9,18 +9,16 @@ adds the functional API, the fake (meta) kernels and autograd, whose backward is
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple, Sequence
 
 import torch
 
-from mma_nmt._extension import require_device_support
 from mma_nmt.ops.argument_checks import check_optional_tensor
+from mma_nmt.ops.argument_defaults import default_scale
 from mma_nmt.ops.device_checks import check_same_device
-from mma_nmt.ops.fake_layout import contiguous_like
-from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
+from mma_nmt.ops.fake_layout import contiguous_like, statistics_dtype
+from mma_nmt.ops.registration import register_operator
 
-_OP = torch.ops.mma_nmt.multilayer_attention
 _BACKWARD_OP = torch.ops.mma_nmt.multilayer_attention_backward
 # Sources of at most this many tokens fit one key tile of the CPU kernel (kKeyTile, csrc/attention/cpu/
 # attention_blocks.h), which then writes the weights without recomputing the logits. Training keeps them for the
@@ -57,16 +55,14 @@ def multilayer_attention(q: Sequence[torch.Tensor], k: Sequence[torch.Tensor], v
     if not q:  # the dispatcher needs a tensor to pick a device ("There were no tensor arguments to this function")
         raise ValueError("mma_nmt.multilayer_attention: q must hold one tensor per encoder layer, got none")
     check_optional_tensor("mma_nmt.multilayer_attention", "key_lengths", key_lengths, "a (batch,) int64 tensor")
-    refuse_forward_ad("mma_nmt.multilayer_attention", (*q, *k, *v))
-    if q:
-        require_device_support(q[0], "mma_nmt.multilayer_attention")
     if scale is None:
-        embed = q[0].shape[-1] if q and q[0].dim() == 3 else 0
-        scale = 1.0 / math.sqrt(embed // num_heads) if num_heads > 0 and embed >= num_heads else 1.0
+        embed = q[0].shape[-1] if q[0].dim() == 3 else 0
+        scale = default_scale(embed // num_heads if num_heads > 0 else 0)
     training = torch.is_grad_enabled() and any(x.requires_grad for x in (*q, *k, *v))
     save_weights = (training and q and q[0].device.type == "cpu" and k and k[0].dim() == 3
                     and k[0].shape[1] <= _SAVED_WEIGHTS_MAX_KEYS)
-    out, lse, probs = _OP(q, k, v, key_lengths, num_heads, float(scale), layer_specific, return_probs or save_weights)
+    out, lse, probs = _OPERATOR(q, k, v, key_lengths, num_heads, float(scale), layer_specific,
+                                return_probs or save_weights)
     return MultilayerAttentionResult(out, lse, probs if return_probs else None)
 
 
@@ -108,19 +104,16 @@ def _fake_sizes(op, q, k, v, key_lengths, num_heads, layer_specific):
     return batch, query_len, key_len, sets * value_embed, heads
 
 
-@torch.library.register_fake("mma_nmt::multilayer_attention")
 def _multilayer_fake(q, k, v, key_lengths, num_heads, scale, layer_specific, return_probs=False):
     batch, query_len, key_len, width, heads = _fake_sizes("mma_nmt.multilayer_attention", q, k, v, key_lengths,
                                                           num_heads, layer_specific)
     q0 = q[0]
-    lse_dtype = torch.float32 if q0.dtype in (torch.float16, torch.bfloat16) else q0.dtype
     out = q0.new_empty((batch, query_len, width))
-    lse = q0.new_empty((batch, heads, query_len), dtype=lse_dtype)
+    lse = q0.new_empty((batch, heads, query_len), dtype=statistics_dtype(q0))
     probs = q0.new_empty((batch, heads, query_len, key_len)) if return_probs else q0.new_empty((0,))
     return out, lse, probs
 
 
-@torch.library.register_fake("mma_nmt::multilayer_attention_backward")
 def _multilayer_backward_fake(grad_out, q, k, v, out, lse, probs, key_lengths, num_heads, scale, layer_specific):
     op = "mma_nmt.multilayer_attention_backward"
     batch, query_len, key_len, width, heads = _fake_sizes(op, q, k, v, key_lengths, num_heads, layer_specific)
@@ -145,7 +138,6 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse, probs)
 
 
-@first_order_only("mma_nmt.multilayer_attention")
 def _backward(ctx, grad_out, _grad_lse, _grad_probs):
     n_q, n_k = ctx.counts
     *projections, out, lse, probs, key_lengths = ctx.saved_tensors
@@ -157,4 +149,5 @@ def _backward(ctx, grad_out, _grad_lse, _grad_probs):
     return (grad_q, grad_k, grad_v) + (None,) * (len(ctx.needs_input_grad) - 3)
 
 
-torch.library.register_autograd("mma_nmt::multilayer_attention", _backward, setup_context=_setup_context)
+_OPERATOR = register_operator("multilayer_attention", fake=_multilayer_fake, backward_fake=_multilayer_backward_fake,
+                              setup_context=_setup_context, backward=_backward)

@@ -62,6 +62,16 @@ def resolve_key_lengths(
     return key_lengths.to(device=device, dtype=torch.int64)
 
 
+def operator_key_lengths(op: str, q: torch.Tensor, k: torch.Tensor, key_lengths: torch.Tensor | None,
+                         key_padding_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """The ``key_lengths`` argument of operator ``op`` (``"mma_nmt.attention"``) with queries ``q`` (B, H, T, D) and
+    per-head keys ``k`` (B, H, S, D): :func:`resolve_key_lengths` on ``q``'s device, a mask checked against (B, S)
+    first. With ``q`` or ``k`` of another rank the operator itself then names that tensor."""
+    if q.dim() == 4 and k.dim() == 4:
+        check_padding_mask_shape(op, key_padding_mask, q.shape[0], k.shape[2])
+    return resolve_key_lengths(key_lengths, key_padding_mask, q.device, op=op)
+
+
 def padding_mask_from_lengths(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     """``(batch, max_len)`` bool mask, True at padding."""
     return torch.arange(max_len, device=lengths.device).unsqueeze(0) >= lengths.unsqueeze(1)

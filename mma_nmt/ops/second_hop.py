@@ -20,12 +20,10 @@ from typing import NamedTuple
 
 import torch
 
-from mma_nmt._extension import require_device_support
 from mma_nmt.ops.device_checks import check_same_device
 from mma_nmt.ops.fake_layout import contiguous_like, position_major, projection_gradient_like
-from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
+from mma_nmt.ops.registration import register_operator
 
-_OP = torch.ops.mma_nmt.multihop_second_hop
 _BACKWARD_OP = torch.ops.mma_nmt.multihop_second_hop_backward
 
 
@@ -46,13 +44,10 @@ def multihop_second_hop(q: torch.Tensor, a: torch.Tensor, w_b: torch.Tensor, u_b
 
     ``q`` and ``a`` are read through their strides (only the last dimension must be contiguous on the CPU).
     """
-    require_device_support(q, "mma_nmt.multihop_second_hop")
-    refuse_forward_ad("mma_nmt.multihop_second_hop", (q, a, w_b, u_b, u_c, v_b))
-    out, gate, _ = _OP(q, a, w_b, u_b, u_c, v_b)
+    out, gate, _ = _OPERATOR(q, a, w_b, u_b, u_c, v_b)
     return SecondHopResult(out, gate)
 
 
-@torch.library.register_fake("mma_nmt::multihop_second_hop")
 def _second_hop_fake(q, a, w_b, u_b, u_c, v_b):
     check_same_device("mma_nmt.multihop_second_hop", "q", q, a=a, w_b=w_b, u_b=u_b, u_c=u_c, v_b=v_b)
     torch._check(q.dim() == 4 and w_b.dim() == 2, lambda: "q must be (batch, heads, query_len, head_dim), w_b 2-d")
@@ -61,7 +56,6 @@ def _second_hop_fake(q, a, w_b, u_b, u_c, v_b):
     return (position_major(q, value_dim), q.new_empty((batch, heads, query_len)), position_major(q, w_b.shape[0]))
 
 
-@torch.library.register_fake("mma_nmt::multihop_second_hop_backward")
 def _second_hop_backward_fake(grad_out, grad_gate, q, a, w_b, u_b, u_c, v_b, gate, hidden):
     check_same_device("mma_nmt.multihop_second_hop_backward", "q", q, grad_out=grad_out, grad_gate=grad_gate, a=a,
                       w_b=w_b, u_b=u_b, u_c=u_c, v_b=v_b, gate=gate, hidden=hidden)
@@ -78,7 +72,6 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, a, w_b, u_b, u_c, v_b, gate, hidden)
 
 
-@first_order_only("mma_nmt.multihop_second_hop")
 def _backward(ctx, grad_out, grad_gate, _grad_hidden):
     q, a, w_b, u_b, u_c, v_b, gate, hidden = ctx.saved_tensors
     if grad_out is None:
@@ -90,4 +83,5 @@ def _backward(ctx, grad_out, grad_gate, _grad_hidden):
     return grad_q, grad_a, grad_w_b, grad_u_b, (grad_u_c if ctx.has_u_c else None), grad_v_b
 
 
-torch.library.register_autograd("mma_nmt::multihop_second_hop", _backward, setup_context=_setup_context)
+_OPERATOR = register_operator("multihop_second_hop", fake=_second_hop_fake, backward_fake=_second_hop_backward_fake,
+                              setup_context=_setup_context, backward=_backward)

@@ -10,13 +10,11 @@ from typing import NamedTuple
 
 import torch
 
-from mma_nmt._extension import require_device_support
 from mma_nmt.ops.device_checks import check_same_device
-from mma_nmt.ops.fake_layout import contiguous_like
-from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
-from mma_nmt.ops.padding import check_padding_mask_shape, resolve_key_lengths
+from mma_nmt.ops.fake_layout import contiguous_like, statistics_dtype
+from mma_nmt.ops.padding import operator_key_lengths
+from mma_nmt.ops.registration import register_operator
 
-_OP = torch.ops.mma_nmt.shared_value_attention
 _BACKWARD_OP = torch.ops.mma_nmt.shared_value_attention_backward
 
 
@@ -46,29 +44,22 @@ def shared_value_attention(
         scale: logit scale; Luong's "general" score is unscaled (1.0, the default).
         return_probs: also return the (B, H, T, S) weights.
     """
-    require_device_support(q, "mma_nmt.shared_value_attention")
-    refuse_forward_ad("mma_nmt.shared_value_attention", (q, k, v))
-    if q.dim() == 4 and k.dim() == 4:  # otherwise the operator names q or k
-        check_padding_mask_shape("mma_nmt.shared_value_attention", key_padding_mask, q.shape[0], k.shape[2])
-    lengths = resolve_key_lengths(key_lengths, key_padding_mask, q.device, op="mma_nmt.shared_value_attention")
-    out, lse, probs = _OP(q, k, v, lengths, float(scale), return_probs)
+    lengths = operator_key_lengths("mma_nmt.shared_value_attention", q, k, key_lengths, key_padding_mask)
+    out, lse, probs = _OPERATOR(q, k, v, lengths, float(scale), return_probs)
     return SharedValueResult(out, lse, probs if return_probs else None)
 
 
-@torch.library.register_fake("mma_nmt::shared_value_attention")
 def _shared_value_fake(q, k, v, key_lengths, scale, return_probs=False):
     check_same_device("mma_nmt.shared_value_attention", "q", q, k=k, v=v, key_lengths=key_lengths)
     torch._check(q.dim() == 4 and k.dim() == 4 and v.dim() == 3,
                  lambda: "q, k must be (batch, heads, len, dim) and v (batch, key_len, value_dim)")
     batch, heads, query_len, _ = q.shape
-    lse_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
     out = q.new_empty((batch, heads, query_len, v.shape[2]))
-    lse = q.new_empty((batch, heads, query_len), dtype=lse_dtype)
+    lse = q.new_empty((batch, heads, query_len), dtype=statistics_dtype(q))
     probs = q.new_empty((batch, heads, query_len, k.shape[2])) if return_probs else q.new_empty((0,))
     return out, lse, probs
 
 
-@torch.library.register_fake("mma_nmt::shared_value_attention_backward")
 def _shared_value_backward_fake(grad_out, q, k, v, out, lse, key_lengths, scale):
     check_same_device("mma_nmt.shared_value_attention_backward", "q", q, grad_out=grad_out, k=k, v=v, out=out, lse=lse,
                       key_lengths=key_lengths)
@@ -83,11 +74,12 @@ def _setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(lse, probs)
 
 
-@first_order_only("mma_nmt.shared_value_attention")
 def _backward(ctx, grad_out, _grad_lse, _grad_probs):
     q, k, v, out, lse, key_lengths = ctx.saved_tensors
     grad_q, grad_k, grad_v = _BACKWARD_OP(grad_out.contiguous(), q, k, v, out, lse, key_lengths, ctx.scale)
     return grad_q, grad_k, grad_v, None, None, None
 
 
-torch.library.register_autograd("mma_nmt::shared_value_attention", _backward, setup_context=_setup_context)
+_OPERATOR = register_operator("shared_value_attention", fake=_shared_value_fake,
+                              backward_fake=_shared_value_backward_fake, setup_context=_setup_context,
+                              backward=_backward)

@@ -8,6 +8,8 @@ import math
 
 import torch
 
+from mma_nmt.ops.gmm_normalization import GmmNormalization, check_normalization
+
 
 def _real_keys(key_lengths: torch.Tensor | None, batch: int, key_len: int, device) -> torch.Tensor:
     """(B, 1, 1, S) bool: True at the real keys of each sentence."""
@@ -31,10 +33,12 @@ def dot_product_weights(q, k, real, *, scale: float, local_center=None, local_wi
     return torch.softmax(logits, dim=-1) * real
 
 
-def mixture_weights(omega, mu, sigma, real, *, normalization: str = "approximate",
+def mixture_weights(omega, mu, sigma, real, *, normalization: GmmNormalization = "approximate",
                     sigma_floor: float = 1e-2) -> torch.Tensor:
     """beta (B, H, T, S) = sum_k omega_k / Z_k exp(-(j - mu_k)^2 / (2 sigma_k^2)) on real keys, 0 on padding;
-    divided by its sum over the sentence when ``normalization == "strict"``; ``Z = 1`` when ``"unnormalised"``."""
+    divided by its sum over the sentence when ``normalization == "strict"``; ``Z = 1`` when ``"unnormalised"``
+    (:mod:`mma_nmt.ops.gmm_normalization`)."""
+    check_normalization(normalization)
     key_len = real.shape[-1]
     j = torch.arange(key_len, device=mu.device, dtype=mu.dtype).view(-1, 1)  # (S, 1)
     sigma = sigma.clamp_min(sigma_floor).unsqueeze(-2)  # (B, H, T, 1, K)
@@ -71,7 +75,7 @@ def gmm_attention_reference(
     key_lengths: torch.Tensor | None = None,
     local_center: torch.Tensor | None = None,
     local_width: torch.Tensor | None = None,
-    normalization: str = "approximate",
+    normalization: GmmNormalization = "approximate",
     sigma_floor: float = 1e-2,
     scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from mma_nmt.data.fileio import atomic_write_with
+from mma_nmt.models.config import upgrade_stored_model_config
 
 FORMAT_VERSION = 1
 
@@ -70,7 +71,10 @@ def _differences(saved, wanted, prefix: str = "") -> list[str]:
 
 
 def check_same_model(saved: dict | None, wanted: dict, path) -> None:
-    diffs = _differences(saved or {}, wanted)
+    """Raises :class:`CheckpointError` listing the fields in which model config ``saved`` (a checkpoint's) and
+    ``wanted`` differ; the names of earlier versions count as today's (a checkpoint written before a rename still
+    resumes)."""
+    diffs = _differences(upgrade_stored_model_config(saved or {}), upgrade_stored_model_config(wanted))
     if diffs:
         raise CheckpointError(f"checkpoint {path} was written for a different model config: " + "; ".join(diffs[:8]))
 

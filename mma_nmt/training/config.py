@@ -9,7 +9,7 @@ from typing import Any, Literal
 from mma_nmt.config_io import (apply_overrides, check_choices, deep_merge, from_dict, load_file, require_at_least,
                                to_dict)
 from mma_nmt.decoding.search import SearchConfig
-from mma_nmt.models.config import MODEL_CONFIGS, ModelConfig
+from mma_nmt.models.config import MODEL_CONFIGS, ModelConfig, upgrade_stored_model_config
 from mma_nmt.models.presets import preset
 from mma_nmt.training.early_stopping import BestMetric
 from mma_nmt.training.optim import OptimConfig
@@ -105,8 +105,9 @@ class RunConfig:
 
 def model_config_from_dict(data: dict) -> ModelConfig:
     """``{"preset": name, ...fields}`` -> config: the preset's values with the given fields on top. Without a
-    ``preset`` key the base is ``transformer_tiny``; ``preset = ""`` starts from the dataclass defaults."""
-    data = dict(data)
+    ``preset`` key the base is ``transformer_tiny``; ``preset = ""`` starts from the dataclass defaults. Names of
+    earlier versions (a stored config's) are read as today's (:func:`upgrade_stored_model_config`)."""
+    data = dict(upgrade_stored_model_config(data))
     name = data.pop("preset", DEFAULT_PRESET)
     base = to_dict(preset(name)) if name else {}
     merged = deep_merge(base, data)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from mma_nmt.ops import gmm_conversion
+from mma_nmt.ops.gmm_normalization import GmmNormalization
 
 
 @dataclass(frozen=True)
@@ -22,10 +23,11 @@ class Shape:
     lengths: tuple[int, ...] | None = (7, 3)  # None: no padding
 
 
-def make_inputs(shape: Shape, *, normalization: str = "approximate", local: bool = False, dtype=torch.float64,
-                seed: int = 0) -> dict:
+def make_inputs(shape: Shape, *, normalization: GmmNormalization = "approximate", local: bool = False,
+                dtype=torch.float64, seed: int = 0) -> dict:
     """Keyword arguments of ``gmm_attention`` / ``gmm_attention_reference`` (differentiable leaves where they should
-    be). ``normalization`` is the operator's: approximate, strict or unnormalised (synthesis conversion)."""
+    be). ``normalization`` is the operator's (mma_nmt.ops.gmm_normalization); network outputs go through its
+    conversion (the synthesis network's for "unnormalised")."""
     gen = torch.Generator().manual_seed(seed)
     B, H, T, S = shape.batch, shape.heads, shape.query_len, shape.key_len
 

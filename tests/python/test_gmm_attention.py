@@ -7,12 +7,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from gmm_cases import Shape, grads_of, make_inputs
 from mma_nmt.ops import gmm_attention, gmm_conversion
+from mma_nmt.ops.gmm_normalization import GMM_NORMALIZATIONS
 from mma_nmt.reference import gmm_attention_reference
-
-NORMALIZATIONS = ("approximate", "strict", "unnormalised")
 SHAPES = {
     "padded": Shape(),
     "odd_no_padding": Shape(batch=1, heads=3, query_len=7, key_len=13, head_dim=5, value_dim=3, lengths=None),
@@ -37,7 +37,7 @@ def assert_close_grads(inputs, fused_out, ref_out, *, rtol, atol, seed=1):
         torch.testing.assert_close(fused[name], ref[name], rtol=rtol, atol=atol, msg=lambda m: f"grad of {name}: {m}")
 
 
-@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("normalization", GMM_NORMALIZATIONS)
 @pytest.mark.parametrize("components", [1, 2, 4])
 @pytest.mark.parametrize("shape_name", list(SHAPES))
 def test_gmm_attention_matches_reference(shape_name, components, normalization):
@@ -52,7 +52,7 @@ def test_gmm_attention_matches_reference(shape_name, components, normalization):
 
 
 @settings(max_examples=25, deadline=None)
-@given(data=st.data(), normalization=st.sampled_from(NORMALIZATIONS), local=st.booleans())
+@given(data=st.data(), normalization=st.sampled_from(GMM_NORMALIZATIONS), local=st.booleans())
 def test_random_shapes_match_reference(data, normalization, local):
     sizes = {name: data.draw(st.integers(1, high), label=name) for name, high in
              [("batch", 3), ("heads", 3), ("query_len", 9), ("key_len", 140), ("head_dim", 17), ("value_dim", 9),
@@ -66,7 +66,7 @@ def test_random_shapes_match_reference(data, normalization, local):
 
 
 @pytest.mark.parametrize("isa", ["default", "avx2", "avx512"])
-@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("normalization", GMM_NORMALIZATIONS)
 def test_every_cpu_build_matches_reference_in_float32(isa, normalization, monkeypatch):
     monkeypatch.setenv("MMA_NMT_CPU_ISA", isa)
     shape = Shape(batch=2, heads=2, query_len=21, key_len=140, head_dim=16, value_dim=8, components=4,
@@ -77,9 +77,34 @@ def test_every_cpu_build_matches_reference_in_float32(isa, normalization, monkey
     assert_close_grads(inputs, fused.out, ref_out, rtol=2e-3, atol=2e-4)
 
 
+class _KernelResults(TorchDispatchMode):
+    """Records the results of every ``mma_nmt::gmm_attention`` kernel call (below autograd)."""
+
+    def __init__(self):
+        super().__init__()
+        self.results = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.mma_nmt.gmm_attention.default:
+            self.results.append(out)
+        return out
+
+
 def test_fast_path_returns_no_weights():
-    result = gmm_attention(**make_inputs(Shape()))
+    """An eager call that needs gradients takes the eager fast path of mma_nmt/ops/registration.py (an
+    autograd.Function around the kernel, not torch.library's wrapper), and without ``return_weights`` the kernel
+    builds no (B, H, T, S) weights: its alpha and beta results are empty and the result holds None."""
+    inputs = make_inputs(Shape())
+    with _KernelResults() as kernel:
+        result = gmm_attention(**inputs)
+    assert type(result.out.grad_fn).__name__ == "Eager_gmm_attentionBackward"
+    (outputs,) = kernel.results
+    assert [tuple(weights.shape) for weights in outputs[5:]] == [(0,), (0,)]
     assert result.alpha is None and result.beta is None and result.gamma is None
+    with _KernelResults() as kernel:
+        gmm_attention(**inputs, return_weights=True)
+    assert [tuple(weights.shape) for weights in kernel.results[0][5:]] == [(2, 2, 5, 7)] * 2
 
 
 def test_padding_keys_get_no_weight_and_no_gradient():
@@ -90,7 +115,7 @@ def test_padding_keys_get_no_weight_and_no_gradient():
     assert torch.all(grads["k"][1, :, 3:] == 0) and torch.all(grads["v"][1, :, 3:] == 0)
 
 
-@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("normalization", GMM_NORMALIZATIONS)
 @pytest.mark.parametrize("local", [False, True])
 def test_gradcheck_float64(normalization, local):
     inputs = make_inputs(Shape(batch=1, heads=2, query_len=3, key_len=4, head_dim=3, value_dim=2, lengths=(3,)),
@@ -125,7 +150,7 @@ def _extreme_inputs(normalization: str) -> dict:
     return inputs
 
 
-@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+@pytest.mark.parametrize("normalization", GMM_NORMALIZATIONS)
 def test_extreme_parameters_stay_finite(normalization):
     inputs = _extreme_inputs(normalization)
     result = gmm_attention(**inputs, return_weights=True)

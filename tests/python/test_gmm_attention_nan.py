@@ -10,13 +10,14 @@ import torch
 
 from gmm_cases import Shape, make_inputs
 from mma_nmt.ops import gmm_attention
+from mma_nmt.ops.gmm_normalization import GMM_NORMALIZATIONS
 from mma_nmt.reference import gmm_attention_reference
 
 NAN_AT = (0, 1, 2)  # (batch, head, query row)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("normalization", ["approximate", "strict", "unnormalised"])
+@pytest.mark.parametrize("normalization", GMM_NORMALIZATIONS)
 @pytest.mark.parametrize("name", ["sigma", "local_width", "mu", "omega", "local_center", "gate"])
 def test_nan_input_gives_nan_output_where_the_reference_does(name, normalization, dtype):
     inputs = make_inputs(Shape(lengths=(7, 5)), normalization=normalization, local=True, dtype=dtype, seed=3)

@@ -39,8 +39,9 @@ CASES = {
                                                   encoder__multihop_hidden=3),
     **{f"mlmha/{v}/n2": (lambda v=v: _transformer("mlmha", decoder__mlmha_n=2, decoder__mlmha_variant=v))
        for v in ("M-00", "M-01", "M-10", "M-11")},
-    "gmm/approx/[1]": lambda: _transformer("gmm", decoder__gmm_layers=[1]),
-    "gmm/synthesis/[0]": lambda: _transformer("gmm", decoder__gmm_layers=[0], decoder__gmm_variant="synthesis"),
+    "gmm/approximate/[1]": lambda: _transformer("gmm", decoder__gmm_layers=[1]),
+    "gmm/unnormalised/[0]": lambda: _transformer("gmm", decoder__gmm_layers=[0],
+                                                 decoder__gmm_variant="unnormalised"),
     "gmm/hard/all": lambda: _transformer("gmm", decoder__gmm_variant="hard"),
     **{f"aggregation/{kind}": (lambda kind=kind: _transformer("standard", encoder__layer_aggregation=kind))
        for kind in ("linear", "iterative", "transparent")},
@@ -72,7 +73,7 @@ def test_each_kind_is_built_where_the_config_puts_it():
                                                                                 MultiHopEncoderSelfAttention)
     mlmha = _build("mlmha/M-10/n2").decoder_layers
     assert all(isinstance(layer.cross_attn, MultiLayerCrossAttention) for layer in mlmha)
-    dec = _build("gmm/approx/[1]").decoder_layers
+    dec = _build("gmm/approximate/[1]").decoder_layers
     assert not isinstance(dec[0].cross_attn, GmmCrossAttentionAdapter)
     assert isinstance(dec[1].cross_attn, GmmCrossAttentionAdapter) and dec[1].cross_attn.attn.enabled
     fused = _build("lstm/fused-luong/h2").decoder.attention
@@ -130,7 +131,7 @@ def test_fused_and_reference_give_same_loss_and_gradients(name):
         torch.testing.assert_close(grads_f[n], grads_r[n], rtol=1e-8, atol=1e-10, msg=n)
 
 
-@pytest.mark.parametrize("name", ["multihop[1]", "mlmha/M-01/n2", "mlmha/M-10/n2", "gmm/approx/[1]"])
+@pytest.mark.parametrize("name", ["multihop[1]", "mlmha/M-01/n2", "mlmha/M-10/n2", "gmm/approximate/[1]"])
 @pytest.mark.parametrize("implementation", ["fused", "reference"])
 def test_need_weights_gives_per_head_weights(name, implementation):
     model = _build(name, implementation=implementation).eval()
@@ -152,6 +153,18 @@ def test_unknown_gmm_variant_is_a_clear_error():
         build_model(_transformer("gmm", decoder__gmm_variant="nope"))
 
 
+@pytest.mark.parametrize("stored,variant", [("approx", "approximate"), ("synthesis", "unnormalised")])
+def test_gmm_variant_names_of_an_earlier_version_still_load(stored, variant):
+    """Stored configs (checkpoints, experiment records) of the version before the normalisation variants took the names
+    of their normalisations say "approx" or "synthesis": they load as today's names, with the same module."""
+    from mma_nmt.models.attention_adapters import gmm_attention_config
+    from mma_nmt.training.config import model_config_from_dict
+
+    config = model_config_from_dict({"decoder": {"cross_attention": "gmm", "gmm_variant": stored}})
+    assert config.decoder.gmm_variant == variant
+    assert gmm_attention_config(config).normalization == variant
+
+
 def test_mlmha_preset_reads_all_encoder_layers_by_default():
     config = preset("transformer_mlmha_iwslt_m11", src_vocab_size=37, tgt_vocab_size=41)
     assert (config.d_model, config.ffn_dim, config.heads, config.encoder.layers, config.decoder.layers) == \
@@ -166,7 +179,8 @@ def test_multihop_and_gmm_presets():
     multihop = preset("transformer_multihop_base")
     assert (multihop.encoder.attention, multihop.encoder.multihop_layers, multihop.d_model) == ("multihop", [3], 512)
     gmm = preset("transformer_gmm_iwslt_small")
-    assert (gmm.decoder.cross_attention, gmm.decoder.gmm_variant, gmm.decoder.gmm_components) == ("gmm", "approx", 4)
+    assert (gmm.decoder.cross_attention, gmm.decoder.gmm_variant, gmm.decoder.gmm_components) == \
+        ("gmm", "approximate", 4)
 
 
 def test_gmm_module_is_reordered_by_the_generic_function():
@@ -194,7 +208,7 @@ def test_gmm_variant_and_components_reach_the_module():
     assert hard.config.attention == "hard_coded"
 
 
-@pytest.mark.parametrize("name", ["multihop[1]", "mlmha/M-10/n2", "gmm/synthesis/[0]", "gmm/hard/all",
+@pytest.mark.parametrize("name", ["multihop[1]", "mlmha/M-10/n2", "gmm/unnormalised/[0]", "gmm/hard/all",
                                   "lstm/fused-luong/h2"])
 def test_beam_search_runs_and_beam_one_equals_greedy(name):
     from mma_nmt.decoding.search import SearchConfig, beam_search, greedy_search

@@ -38,7 +38,7 @@ KINDS = {
     "mlmha/M-11": lambda: _transformer(decoder__cross_attention="mlmha", decoder__mlmha_variant="M-11"),
     "mlmha/M-01/n1": lambda: _transformer(decoder__cross_attention="mlmha", decoder__mlmha_variant="M-01",
                                           decoder__mlmha_n=1),
-    "gmm/approx": lambda: _transformer(decoder__cross_attention="gmm", decoder__gmm_components=3),
+    "gmm/approximate": lambda: _transformer(decoder__cross_attention="gmm", decoder__gmm_components=3),
     "gmm/strict/[1]": lambda: _transformer(decoder__cross_attention="gmm", decoder__gmm_variant="strict",
                                            decoder__gmm_layers=[1]),
     "lstm/reference": lambda: _lstm("reference"),
@@ -132,13 +132,13 @@ def test_mlmha_per_layer_weights_and_their_mean():
     assert joint.sentence(0).layer_weights[1].shape == (1, 4, 5, 7)
 
 
-@pytest.mark.parametrize("kind", ["gmm/approx", "gmm/strict/[1]"])
+@pytest.mark.parametrize("kind", ["gmm/approximate", "gmm/strict/[1]"])
 def test_gmm_components_reproduce_the_recorded_weights(kind):
     model = _model(kind)
     record = force_decode(model, *_pairs())
-    layers = [0, 1] if kind == "gmm/approx" else [1]
+    layers = [0, 1] if kind == "gmm/approximate" else [1]
     assert sorted(record.gmm) == layers
-    normalization = "approximate" if kind == "gmm/approx" else "strict"
+    normalization = "approximate" if kind == "gmm/approximate" else "strict"
     K = model.config.decoder.gmm_components
     real = (torch.arange(7).view(1, 1, 1, -1) < record.src_lengths.view(-1, 1, 1, 1))  # (B, 1, 1, S)
     for layer in layers:
@@ -162,7 +162,7 @@ def test_gmm_components_reproduce_the_recorded_weights(kind):
     assert cut.gmm[layers[-1]]["mu"].shape == (4, 2, K) and cut.gmm[layers[-1]]["beta"].shape == (4, 2, 5)
 
 
-@pytest.mark.parametrize("kind", ["mma/GLFB", "multihop[1]", "mlmha/M-11", "gmm/approx", "lstm/fused"])
+@pytest.mark.parametrize("kind", ["mma/GLFB", "multihop[1]", "mlmha/M-11", "gmm/approximate", "lstm/fused"])
 def test_reference_record_equals_the_fused_path_weights(kind):
     model = _model(kind)
     sources, targets = _pairs(seed=1)
@@ -178,7 +178,7 @@ def test_reference_record_equals_the_fused_path_weights(kind):
             torch.testing.assert_close(ours.gmm[layer][name], fused.gmm[layer][name])
 
 
-@pytest.mark.parametrize("kind", ["mma/GLFB", "gmm/approx", "mlmha/M-11", "lstm/fused"])
+@pytest.mark.parametrize("kind", ["mma/GLFB", "gmm/approximate", "mlmha/M-11", "lstm/fused"])
 def test_record_mode_computes_the_same_logits_and_leaves_the_model_as_it_was(kind):
     model = _model(kind)
     sources, targets = _pairs()

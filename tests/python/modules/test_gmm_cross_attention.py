@@ -8,13 +8,16 @@ import copy
 import pytest
 import torch
 
+from gmm_cases import Shape, make_inputs
 from mma_nmt.models import reorder_incremental_state
 from mma_nmt.modules import GmmAttentionConfig, GmmCrossAttention
+from mma_nmt.ops import gmm_attention
+from mma_nmt.reference import gmm_attention_reference
 
 VARIANTS = {
     "default": {},
     "strict": {"normalization": "strict"},
-    "synthesis": {"normalization": "synthesis"},
+    "unnormalised": {"normalization": "unnormalised"},
     "hard_coded": {"attention": "hard_coded"},
     "localness": {"attention": "localness"},
     "share_mean": {"share_mean": True},
@@ -73,7 +76,7 @@ def test_layer_subset_builds_predictors_only_where_listed():
     assert sum(p.numel() for p in layers[1].parameters()) > baseline
 
 
-@pytest.mark.parametrize("variant", ["default", "synthesis", "hard_coded", "localness", "dot_only"])
+@pytest.mark.parametrize("variant", ["default", "unnormalised", "hard_coded", "localness", "dot_only"])
 def test_incremental_decoding_matches_full_forward(variant):
     fused, _ = make_pair(variant)
     query, memory, lengths = make_batch(target_len=4)
@@ -85,7 +88,7 @@ def test_incremental_decoding_matches_full_forward(variant):
 
 
 def test_reorder_incremental_state_follows_the_beam():
-    fused, _ = make_pair("synthesis")
+    fused, _ = make_pair("unnormalised")
     query, memory, lengths = make_batch(target_len=2)
     state: dict = {}
     fused(query[:, :1], memory, key_lengths=lengths, cache=state)
@@ -94,6 +97,19 @@ def test_reorder_incremental_state_follows_the_beam():
     step, _ = fused(query[order, 1:2], None, cache=state)
     full, _ = fused(query[order], memory[order], key_lengths=lengths[order])
     torch.testing.assert_close(step, full[:, 1:2])
+
+
+@pytest.mark.parametrize("normalization", ["approx", "synthesis"])
+def test_normalization_takes_only_the_names_of_gmm_normalization(normalization):
+    """One vocabulary (mma_nmt.ops.gmm_normalization): the module, the operator and the reference all refuse the names
+    that modules and model variants had before."""
+    inputs = {**make_inputs(Shape()), "normalization": normalization}
+    with pytest.raises(ValueError, match="normalization"):
+        GmmCrossAttention(GmmAttentionConfig(embed_dim=16, num_heads=2, normalization=normalization))
+    with pytest.raises(ValueError, match="normalization"):
+        gmm_attention(**inputs)
+    with pytest.raises(ValueError, match="normalization"):
+        gmm_attention_reference(**inputs)
 
 
 def test_config_errors_name_the_field():

@@ -3,7 +3,7 @@ and bad calls of the forward and backward operators that test_gmm_attention_op.p
 
 Hypothesis draws the case: batch in {1, 2, 3, 5} (or 0), heads in {1, 2, 3} (or 0), query lengths in {1, primes, 16,
 17} (or 0), key lengths in {1, primes, 16, 17, 31} (or 0), head and value dims likewise, K in 1..6 components, the three
-normalisations (each with its conversion of network outputs: approximate, strict, synthesis), no padding, random
+normalisations (approximate, strict, unnormalised, each with its conversion of network outputs), no padding, random
 lengths or lengths with a 0 and a 1 (length-1 sources), network outputs of size 1, 3 or 30 (means at either end of the
 sentence, sigma tiny or huge, one-hot or flat omega, the gate at 0 or 1 in float32), sigma forced below the floor or
 to 1e4, q and k multiplied by up to 1e3 (logits up to ~1e6), the localness bias or none, the sigma floor, the scale,
@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from gmm_cases import Shape
 from gmm_cases import make_inputs as make_gmm_inputs
 from mma_nmt.ops import gmm_attention, gmm_conversion
+from mma_nmt.ops.gmm_normalization import GMM_NORMALIZATIONS, GmmNormalization
 from mma_nmt.reference import gmm_attention_reference
 from property_harness import (OperatorUnderTest, assert_strategy_reaches, check_against_reference,
                               sentences_without_keys, size_and_length_labels, softmax_gradient_terms)
@@ -45,7 +46,7 @@ class GmmCase:
     head_dim: int
     value_dim: int
     components: int
-    normalization: str
+    normalization: GmmNormalization
     key_lengths: tuple[int, ...] | None
     hat_size: float  # network outputs are N(0, 1) times this (30: saturated sigmoids and softmaxes)
     sigma_override: str  # "none", "below floor" (1e-4) or "huge" (1e4), for some entries
@@ -81,7 +82,7 @@ def gmm_cases(draw) -> GmmCase:
         head_dim=0 if zero == "head_dim" else draw(st.sampled_from(DIMS)),
         value_dim=0 if zero == "value_dim" else draw(st.sampled_from(DIMS)),
         components=draw(st.integers(1, 6)),
-        normalization=draw(st.sampled_from(["approximate", "strict", "unnormalised"])),
+        normalization=draw(st.sampled_from(GMM_NORMALIZATIONS)),
         key_lengths=key_lengths,
         hat_size=draw(st.sampled_from([1.0, 1.0, 3.0, 30.0])),
         sigma_override=draw(st.sampled_from(["none", "none", "below floor", "huge"])),
@@ -451,7 +452,7 @@ def test_strict_reference_agrees_with_the_operator_when_every_term_underflows():
     torch.testing.assert_close(fused_beta, want)
 
 
-@pytest.mark.parametrize("normalization", ["approximate", "strict", "unnormalised"])
+@pytest.mark.parametrize("normalization", GMM_NORMALIZATIONS)
 def test_zero_head_or_value_dim_keeps_weights_statistics_and_gradients(normalization):
     """Regression: with value dim 0 the CPU op skipped the kernel (lse and log_mass -inf, weights 0); with head dim 0
     the backward skipped it (gradients of v, the mixture and the gate 0)."""

@@ -99,3 +99,33 @@ def test_model_round_trips_through_a_checkpoint(tmp_path):
     assert loaded_config == config
     src, lengths, prev, _ = random_batch()
     torch.testing.assert_close(loaded(src, lengths, prev), model(src, lengths, prev))
+
+
+def test_checkpoint_with_gmm_variant_names_of_an_earlier_version_still_loads_and_resumes(tmp_path):
+    """Every Transformer checkpoint written before the GMM normalisation variants took the names of their
+    normalisations holds ``decoder.gmm_variant = "approx"`` (the default then), a synthesis-network one "synthesis":
+    it builds today's model and matches today's config of the same model (a run resumes); another variant still
+    does not."""
+    from mma_nmt.config_io import to_dict
+    from mma_nmt.models import build_model
+    from nmt_fixtures import random_batch, tiny_transformer
+
+    config = tiny_transformer()
+    config.decoder.cross_attention, config.decoder.gmm_variant = "gmm", "unnormalised"
+    torch.manual_seed(0)
+    model = build_model(config).eval()
+    stored = to_dict(config)
+    stored["decoder"]["gmm_variant"] = "synthesis"
+    path = save_checkpoint({"model_config": stored, "model": model.state_dict()}, tmp_path / "m.pt")
+    loaded, loaded_config = load_model(path)
+    assert loaded_config == config
+    src, lengths, prev, _ = random_batch()
+    torch.testing.assert_close(loaded(src, lengths, prev), model(src, lengths, prev))
+    load_checkpoint(path, model_config=to_dict(config))
+    config.decoder.gmm_variant = "approximate"
+    with pytest.raises(CheckpointError, match="gmm_variant: checkpoint 'unnormalised' vs config 'approximate'"):
+        load_checkpoint(path, model_config=to_dict(config))
+    stored["decoder"].update(cross_attention="standard", gmm_variant="approx")  # a model without GMM, default variant
+    config.decoder.cross_attention = "standard"
+    load_checkpoint(save_checkpoint({"model_config": stored, "model": {}}, tmp_path / "s.pt"),
+                    model_config=to_dict(config))

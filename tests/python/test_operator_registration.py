@@ -1,0 +1,139 @@
+"""Every operator is registered through one helper (``mma_nmt/ops/registration.py``, issue 23): eager calls that need
+gradients take its fast path (the registered ``setup_context`` and backward as an ``autograd.Function`` around the op
+below autograd), calls of the operator itself (``torch.compile``, ``opcheck``) its ``register_autograd`` formula, and
+calls without gradients go straight to the kernel. All three give the same results and gradients, bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from mma_nmt.ops import (fused_attention, gmm_attention, multihop_gate, multihop_second_hop, multilayer_attention,
+                         shared_value_attention)
+from mma_nmt.ops.registration import REGISTERED_OPERATORS
+
+
+def _leaves(*shapes, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_() for shape in shapes]
+
+
+def _attention():
+    lengths = torch.tensor([5, 2])
+    return (lambda q, k, v: fused_attention(q, k, v, head_kinds="GL", key_lengths=lengths).out,
+            _leaves((2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 3), seed=1))
+
+
+def _gmm():
+    def call(q, k, v, omega, mu, sigma, gate, center, width):
+        return gmm_attention(q, k, v, omega=omega.softmax(-1), mu=mu.abs() * 2, sigma=sigma.abs() + 0.5,
+                             gate=gate.sigmoid(), local_center=center.abs(), local_width=width.abs() + 1,
+                             key_lengths=torch.tensor([5, 2]), normalization="strict").out
+
+    rows = (2, 2, 3)
+    return call, _leaves((*rows, 4), (2, 2, 5, 4), (2, 2, 5, 3), (*rows, 2), (*rows, 2), (*rows, 2), rows, rows, rows,
+                         seed=2)
+
+
+def _shared_value():
+    return (lambda q, k, v: shared_value_attention(q, k, v, key_lengths=torch.tensor([5, 1])).out,
+            _leaves((2, 2, 3, 4), (2, 2, 5, 4), (2, 5, 6), seed=3))
+
+
+def _multilayer():
+    def call(q0, q1, k0, k1, v):  # two layers of (B, T, E), E = 2 heads x 3, joint weights (one summed v)
+        return multilayer_attention([q0, q1], [k0, k1], [v], num_heads=2, key_lengths=torch.tensor([4, 2])).out
+
+    return call, _leaves((2, 3, 6), (2, 3, 6), (2, 4, 6), (2, 4, 6), (2, 4, 6), seed=4)
+
+
+def _head_gate():
+    return (lambda query_proj, head_proj, value_proj, v_b: tuple(multihop_gate(query_proj, head_proj, value_proj, v_b)),
+            _leaves((2, 3, 4, 5), (2, 3, 4, 5), (2, 3, 4, 6), (5,), seed=5))
+
+
+def _second_hop():
+    return (lambda q, a, w_b, u_b, u_c, v_b: tuple(multihop_second_hop(q, a, w_b, u_b, u_c, v_b)),
+            _leaves((2, 3, 4, 5), (2, 3, 4, 5), (6, 5), (3, 6, 5), (3, 7, 5), (6,), seed=6))
+
+
+CASES = {"attention": _attention, "gmm_attention": _gmm, "shared_value_attention": _shared_value,
+         "multilayer_attention": _multilayer, "multihop_gate": _head_gate, "multihop_second_hop": _second_hop}
+
+
+def _as_tuple(outputs) -> tuple[torch.Tensor, ...]:
+    return outputs if isinstance(outputs, tuple) else (outputs,)
+
+
+class _RecordSchemaArguments(TorchDispatchMode):
+    """Records the arguments of every mma_nmt operator call (below autograd, where dispatch modes see them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "mma_nmt":
+            self.calls.append(args)
+        return func(*args, **(kwargs or {}))
+
+
+def _fresh_leaves(args: tuple) -> tuple:
+    """``args`` with every tensor replaced by a copy that is a leaf (requiring grad where the tensor did)."""
+    def fresh(x):
+        if isinstance(x, list):
+            return [fresh(t) for t in x]
+        return x.detach().clone().requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+    return tuple(fresh(x) for x in args)
+
+
+def _leaf_tensors(args: tuple) -> list[torch.Tensor]:
+    flat = [t for x in args for t in (x if isinstance(x, list) else [x])]
+    return [t for t in flat if isinstance(t, torch.Tensor) and t.requires_grad]
+
+
+def test_every_operator_is_registered_through_the_helper():
+    assert sorted(REGISTERED_OPERATORS) == sorted(CASES)
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_eager_calls_with_gradients_take_the_fast_path(op):
+    call, leaves = CASES[op]()
+    out = _as_tuple(call(*leaves))[0]
+    assert type(out.grad_fn).__name__ == f"Eager_{op}Backward"
+    assert all(leaf.grad is None for leaf in leaves)
+    out.backward(torch.ones_like(out))
+    assert all(leaf.grad is not None for leaf in leaves), "every leaf gets a gradient (Tensor[] arguments included)"
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_fast_path_matches_the_registered_autograd_bit_for_bit(op):
+    call, leaves = CASES[op]()
+    with _RecordSchemaArguments() as recorded:
+        call(*leaves)
+    (schema_args,) = recorded.calls
+    operator = REGISTERED_OPERATORS[op]
+    fast_args, registered_args = _fresh_leaves(schema_args), _fresh_leaves(schema_args)
+    fast, registered = operator(*fast_args), operator.op(*registered_args)
+    assert type(registered[0].grad_fn).__name__.startswith("GeneratedBackwardFor_mma_nmt_"), "torch.library's path"
+    g = torch.Generator().manual_seed(7)
+    cotangents = [torch.randn(out.shape, generator=g, dtype=out.dtype) for out in fast if out.requires_grad]
+    fast_grads = torch.autograd.grad([out for out in fast if out.requires_grad], _leaf_tensors(fast_args), cotangents)
+    registered_grads = torch.autograd.grad([out for out in registered if out.requires_grad],
+                                           _leaf_tensors(registered_args), cotangents)
+    assert len(fast_grads) == len(registered_grads) > 0
+    for a, b in zip((*fast, *fast_grads), (*registered, *registered_grads)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_calls_without_gradients_skip_autograd_with_the_same_results(op):
+    call, leaves = CASES[op]()
+    eager = _as_tuple(call(*leaves))
+    with torch.no_grad():
+        no_grad = _as_tuple(call(*leaves))
+    detached = _as_tuple(call(*(leaf.detach() for leaf in leaves)))
+    for with_grad, without, plain in zip(eager, no_grad, detached):
+        assert without.grad_fn is None and plain.grad_fn is None
+        assert torch.equal(with_grad, without) and torch.equal(with_grad, plain)
