@@ -1,5 +1,5 @@
-"""Property-based tests of ``mma_nmt::gmm_attention`` (forward and backward) against the reference of SPEC section 5,
-and bad calls of the forward and backward operators that test_gmm_attention_op.py does not make.
+"""Property-based tests of ``mma_nmt::gmm_attention`` (forward and backward) against the reference of SPEC section 5
+(bad calls: test_gmm_attention_errors.py).
 
 Hypothesis draws the case: batch in {1, 2, 3, 5} (or 0), heads in {1, 2, 3} (or 0), query lengths in {1, primes, 16,
 17} (or 0), key lengths in {1, primes, 16, 17, 31} (or 0), head and value dims likewise, K in 1..6 components, the three
@@ -25,15 +25,19 @@ from gmm_cases import make_inputs as make_gmm_inputs
 from mma_nmt.ops import gmm_attention, gmm_conversion
 from mma_nmt.ops.gmm_normalization import GMM_NORMALIZATIONS, GmmNormalization
 from mma_nmt.reference import gmm_attention_reference
-from property_harness import (OperatorUnderTest, assert_strategy_reaches, check_against_reference,
-                              sentences_without_keys, size_and_length_labels, softmax_gradient_terms)
+from property_harness import (
+    OperatorUnderTest,
+    assert_strategy_reaches,
+    check_against_reference,
+    sentences_without_keys,
+    size_and_length_labels,
+    softmax_gradient_terms,
+)
 
 MAX_EXAMPLES = 200
 QUERY_LENGTHS = [1, 2, 3, 5, 7, 13, 16, 17]
 KEY_LENGTHS = [1, 2, 3, 5, 7, 13, 16, 17, 31]
 DIMS = [1, 2, 3, 5, 8, 13]
-FORWARD = torch.ops.mma_nmt.gmm_attention.default
-BACKWARD = torch.ops.mma_nmt.gmm_attention_backward.default
 
 
 @dataclass(frozen=True)
@@ -276,162 +280,6 @@ def test_case_strategy_reaches_the_edges():
                "gate at 0 or 1", "extreme logits", "local", "torch.float32", "torch.float64"}
               | {f"K{k}" for k in range(1, 7)})
     assert_strategy_reaches(gmm_cases(), label, wanted, 5 * MAX_EXAMPLES)
-
-
-# ---- bad calls not made by test_gmm_attention_op.py ----
-
-def _good(local=True):
-    i = make_gmm_inputs(Shape(), local=local, dtype=torch.float32)
-    t = {n: (x.detach() if isinstance(x, torch.Tensor) else x) for n, x in i.items()}
-    return dict(q=t["q"], k=t["k"], v=t["v"], key_lengths=t["key_lengths"], omega=t["omega"], mu=t["mu"],
-                sigma=t["sigma"], gate=t["gate"], local_center=t.get("local_center"),
-                local_width=t.get("local_width"), scale=0.35, normalization=1, sigma_floor=1e-2, return_weights=False)
-
-
-def _good_backward():
-    args = _good()
-    out, lse, log_mass, alpha_context, beta_context, _, _ = FORWARD(*args.values())
-    return dict(grad_out=torch.randn_like(out), q=args["q"], k=args["k"], v=args["v"],
-                key_lengths=args["key_lengths"], omega=args["omega"], mu=args["mu"], sigma=args["sigma"],
-                gate=args["gate"], local_center=args["local_center"], local_width=args["local_width"], lse=lse,
-                log_mass=log_mass, alpha_context=alpha_context, beta_context=beta_context, scale=0.35,
-                normalization=1, sigma_floor=1e-2)
-
-
-META = dict(device="meta")
-F64 = dict(dtype=torch.float64)
-
-# Shapes of _good(): B=2, H=2, T=5, S=7, D=8, Dv=6, K=2, key_lengths (7, 3).
-FORWARD_BAD = [
-    (dict(q=torch.zeros(())), "q must have shape"),
-    (dict(q=torch.zeros(2, 2, 5, 8, 1)), "q must have shape"),
-    (dict(v=torch.zeros(2, 2, 7)), "v must have shape"),
-    (dict(omega=torch.zeros(2, 2, 5, 2, 1)), "omega must have shape"),
-    (dict(gate=torch.zeros(2, 2, 5, 1)), "gate must have shape"),
-    (dict(local_width=torch.zeros(2, 2)), "local_width must have shape"),
-    (dict(k=torch.zeros(3, 2, 7, 8)), "k must have shape"),
-    (dict(v=torch.zeros(2, 3, 7, 6)), "v must have shape"),
-    (dict(v=torch.zeros(2, 2, 6, 6)), "v must have shape"),
-    (dict(omega=torch.zeros(2, 2, 5, 0), mu=torch.zeros(2, 2, 5, 0), sigma=torch.zeros(2, 2, 5, 0)), "omega"),
-    (dict(omega=torch.zeros(2, 2, 4, 2)), "omega must have shape"),
-    (dict(omega=torch.zeros(2, 1, 5, 2)), "omega must have shape"),
-    (dict(mu=torch.zeros(2, 2, 5, 1)), "mu must have shape"),
-    (dict(gate=torch.zeros(1, 2, 5)), "gate must have shape"),
-    (dict(local_center=torch.zeros(2, 2, 4)), "local_center must have shape"),
-    (dict(local_width=None), "local_center and local_width"),
-    (dict(local_center=None), "local_center and local_width"),
-    (dict(v=torch.zeros(2, 2, 7, 6, **F64)), "v must have dtype"),
-    (dict(omega=torch.zeros(2, 2, 5, 2, **F64)), "omega must have dtype"),
-    (dict(mu=torch.zeros(2, 2, 5, 2, dtype=torch.int64)), "mu must have dtype"),
-    (dict(gate=torch.zeros(2, 2, 5, **F64)), "gate must have dtype"),
-    (dict(local_width=torch.zeros(2, 2, 5, **F64)), "local_width must have dtype"),
-    (dict(q=torch.zeros(2, 2, 5, 8, dtype=torch.int64)), "floating-point"),
-    (dict(q=torch.zeros(2, 2, 5, 8, dtype=torch.bfloat16)), "k must have dtype"),
-    (dict(k=torch.zeros(2, 2, 7, 8, **META)), "k is on meta"),
-    (dict(mu=torch.zeros(2, 2, 5, 2, **META)), "mu is on meta"),
-    (dict(gate=torch.zeros(2, 2, 5, **META)), "gate is on meta"),
-    (dict(local_center=torch.zeros(2, 2, 5, **META)), "local_center is on meta"),
-    (dict(key_lengths=torch.tensor([7, 3], **META)), "key_lengths is on meta"),
-    (dict(key_lengths=torch.tensor([-1, 3])), "key_lengths must lie in"),
-    (dict(key_lengths=torch.tensor([2**63 - 1, 3])), "key_lengths must lie in"),
-    (dict(key_lengths=torch.tensor([7, 3], dtype=torch.int32)), "key_lengths must be int64"),
-    (dict(key_lengths=torch.tensor([7])), "key_lengths must have shape"),
-    (dict(key_lengths=torch.tensor(7)), "key_lengths must have shape"),
-    (dict(scale=0.0), "scale must be positive"),
-    (dict(scale=float("nan")), "scale must be positive"),
-    (dict(normalization=3), "normalization must be"),
-    (dict(normalization=-1), "normalization must be"),
-    (dict(sigma_floor=-1e-2), "sigma_floor must be positive"),
-    (dict(sigma_floor=float("inf")), "sigma_floor must be positive"),
-]
-
-
-@pytest.mark.parametrize("changes, match", FORWARD_BAD)
-def test_forward_rejects_bad_input(changes, match):
-    args = {**_good(), **changes}
-    with pytest.raises((ValueError, TypeError, RuntimeError), match=match):
-        FORWARD(*args.values())
-
-
-def test_functional_api_rejects_bad_padding_and_meta_lengths():
-    args = _good()
-    tensors = {n: args[n] for n in ("q", "k", "v", "omega", "mu", "sigma", "gate")}
-    with pytest.raises(ValueError, match="either"):
-        gmm_attention(**tensors, key_lengths=args["key_lengths"], key_padding_mask=torch.zeros(2, 7, dtype=torch.bool))
-    with pytest.raises(ValueError, match="key_padding_mask"):
-        gmm_attention(**tensors, key_padding_mask=torch.tensor([[False, True] * 3 + [False]] * 2))
-    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(batch, key_len\) = \(2, 7\)"):
-        gmm_attention(**tensors, key_padding_mask=torch.zeros(2, 6, dtype=torch.bool))  # regression: was accepted
-    with pytest.raises(ValueError, match="key_padding_mask is on meta"):
-        gmm_attention(**tensors, key_padding_mask=torch.zeros(2, 7, dtype=torch.bool, device="meta"))
-    with pytest.raises(TypeError, match="key_lengths"):
-        gmm_attention(**tensors, key_lengths=torch.tensor([7.0, 3.0]))
-
-
-def test_backward_accepts_good_arguments_and_matches_reference_gradients():
-    args = _good_backward()
-    grads = BACKWARD(*args.values())
-    names = ("q", "k", "v", "omega", "mu", "sigma", "gate", "local_center", "local_width")
-    leaves = {n: args[n].double().requires_grad_() for n in names}
-    out, _, _, _ = gmm_attention_reference(**leaves, key_lengths=args["key_lengths"], normalization="strict",
-                                           sigma_floor=1e-2, scale=0.35)
-    want = torch.autograd.grad(out, list(leaves.values()), args["grad_out"].double())
-    for name, got, expected in zip(names, grads, want):
-        torch.testing.assert_close(got.double(), expected, rtol=1e-4, atol=1e-5, msg=lambda m: f"{name}: {m}")
-
-
-BACKWARD_BAD = [
-    (dict(grad_out=torch.zeros(2, 2, 5)), "grad_out must have shape"),
-    (dict(grad_out=torch.zeros(2, 2, 5, 8)), "grad_out must have shape"),
-    (dict(grad_out=torch.zeros(2, 2, 5, 6, **F64)), "grad_out must have dtype"),
-    (dict(grad_out=torch.zeros(2, 2, 5, 6, **META)), "grad_out is on meta"),
-    (dict(lse=torch.zeros(2, 2)), "lse must have shape"),
-    (dict(lse=torch.zeros(2, 2, 5, **F64)), "lse must have dtype"),
-    (dict(lse=torch.zeros(2, 2, 5, **META)), "lse is on meta"),
-    (dict(log_mass=torch.zeros(2, 2, 4)), "log_mass must have shape"),
-    (dict(log_mass=torch.zeros(2, 2, 5, **META)), "log_mass is on meta"),
-    (dict(alpha_context=torch.zeros(2, 2, 5, 5)), "alpha_context must have shape"),
-    (dict(alpha_context=torch.zeros(2, 2, 5, 6, **META)), "alpha_context is on meta"),
-    (dict(beta_context=torch.zeros(2, 2, 5, 6, dtype=torch.int64)), "beta_context must have dtype"),
-    (dict(beta_context=torch.zeros(2, 2, 5)), "beta_context must have shape"),
-    (dict(q=torch.zeros(2, 2, 5)), "q must have shape"),
-    (dict(k=torch.zeros(2, 2, 7, 7)), "k must have shape"),
-    (dict(omega=torch.zeros(2, 2, 5, 3)), "must have shape"),
-    (dict(sigma=torch.zeros(2, 2, 5, 2, **META)), "sigma is on meta"),
-    (dict(gate=torch.zeros(2, 2, 6)), "gate must have shape"),
-    (dict(local_center=None), "local_center and local_width"),
-    (dict(key_lengths=torch.tensor([8, 3])), "key_lengths must lie in"),
-    (dict(key_lengths=torch.tensor([-5, 3])), "key_lengths must lie in"),
-    (dict(key_lengths=torch.tensor([7, 3], **META)), "key_lengths is on meta"),
-    (dict(scale=-1.0), "scale must be positive"),
-    (dict(normalization=7), "normalization must be"),
-    (dict(sigma_floor=0.0), "sigma_floor must be positive"),
-]
-
-
-@pytest.mark.parametrize("changes, match", BACKWARD_BAD)
-def test_backward_rejects_bad_input(changes, match):
-    args = {**_good_backward(), **changes}
-    with pytest.raises((ValueError, TypeError, RuntimeError), match=match):
-        BACKWARD(*args.values())
-
-
-@pytest.mark.parametrize("shape", [
-    Shape(batch=0, lengths=None), Shape(heads=0, lengths=None), Shape(query_len=0), Shape(key_len=0, lengths=(0, 0)),
-    Shape(head_dim=0), Shape(value_dim=0), Shape(key_len=1, lengths=(1, 0)),
-])
-def test_forward_and_backward_on_empty_and_single_key_tensors(shape):
-    i = make_gmm_inputs(shape, local=True, dtype=torch.float32)
-    t = {n: (x.detach() if isinstance(x, torch.Tensor) else x) for n, x in i.items()}
-    args = (t["q"], t["k"], t["v"], t["key_lengths"], t["omega"], t["mu"], t["sigma"], t["gate"], t["local_center"],
-            t["local_width"], 1.0, 0, 1e-2)
-    out, lse, log_mass, alpha_context, beta_context, _, _ = FORWARD(*args, False)
-    grads = BACKWARD(torch.randn_like(out), *args[:10], lse, log_mass, alpha_context, beta_context, *args[10:])
-    for name, grad, like in zip(("q", "k", "v", "omega", "mu", "sigma", "gate", "local_center", "local_width"), grads,
-                                args[:3] + args[4:10]):
-        assert grad.shape == like.shape, name
-        assert torch.isfinite(grad).all(), name
-    assert torch.isfinite(out).all()
 
 
 # ---- regressions found by the property test ----

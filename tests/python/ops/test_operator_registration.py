@@ -9,8 +9,14 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mma_nmt.ops import (fused_attention, gmm_attention, multihop_gate, multihop_second_hop, multilayer_attention,
-                         shared_value_attention)
+from mma_nmt.ops import (
+    fused_attention,
+    gmm_attention,
+    multihop_gate,
+    multihop_second_hop,
+    multilayer_attention,
+    shared_value_attention,
+)
 from mma_nmt.ops.registration import REGISTERED_OPERATORS
 
 

@@ -1,5 +1,9 @@
-"""The fused GMM cross-attention operator against the plain-PyTorch reference of SPEC section 5: forward, every
-gradient, gradcheck, opcheck, extreme inputs and error messages."""
+"""The fused GMM cross-attention operator ``mma_nmt::gmm_attention`` against the plain-PyTorch reference of SPEC
+section 5: forward, every gradient, gradcheck, opcheck, extreme inputs, empty and one-key tensors, and error messages.
+NaN in, NaN out: a NaN in any mixture or localness input reaches the output rows the reference makes NaN, and no
+others (issue 19, item 3; the floor of sigma and local_width compared ``sigma >= floor``, false for NaN, and so
+replaced a NaN by the floor, hiding a diverged predictor from the trainer's bad-step check). Random cases and more bad
+calls: test_properties_gmm_attention.py, test_gmm_attention_errors.py."""
 
 from __future__ import annotations
 
@@ -13,6 +17,11 @@ from gmm_cases import Shape, grads_of, make_inputs
 from mma_nmt.ops import gmm_attention, gmm_conversion
 from mma_nmt.ops.gmm_normalization import GMM_NORMALIZATIONS
 from mma_nmt.reference import gmm_attention_reference
+
+FORWARD = torch.ops.mma_nmt.gmm_attention.default
+BACKWARD = torch.ops.mma_nmt.gmm_attention_backward.default
+
+
 SHAPES = {
     "padded": Shape(),
     "odd_no_padding": Shape(batch=1, heads=3, query_len=7, key_len=13, head_dim=5, value_dim=3, lengths=None),
@@ -86,7 +95,7 @@ class _KernelResults(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if func is torch.ops.mma_nmt.gmm_attention.default:
+        if func is FORWARD:
             self.results.append(out)
         return out
 
@@ -134,7 +143,7 @@ def test_opcheck(local, lengths, weights):
     i = make_inputs(Shape(lengths=lengths), local=local, dtype=torch.float32)
     args = (i["q"], i["k"], i["v"], i["key_lengths"], i["omega"], i["mu"], i["sigma"], i["gate"],
             i.get("local_center"), i.get("local_width"), 0.35, 1, 1e-2, weights)
-    torch.library.opcheck(torch.ops.mma_nmt.gmm_attention.default, args)
+    torch.library.opcheck(FORWARD, args)
 
 
 def _extreme_inputs(normalization: str) -> dict:
@@ -232,3 +241,48 @@ def test_conversions_follow_the_papers_table_1_and_stay_finite():
     torch.testing.assert_close(sigma, torch.sqrt(torch.exp(-hats[2]) / 2))
     huge = [torch.full((1, 1, 3, 2), value, dtype=torch.float32) for value in (1e4, 1e4, -1e4)]
     assert all(torch.isfinite(t).all() for t in gmm_conversion.synthesis_mixture(*huge))
+
+
+NAN_AT = (0, 1, 2)  # (batch, head, query row)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("normalization", GMM_NORMALIZATIONS)
+@pytest.mark.parametrize("name", ["sigma", "local_width", "mu", "omega", "local_center", "gate"])
+def test_nan_input_gives_nan_output_where_the_reference_does(name, normalization, dtype):
+    inputs = make_inputs(Shape(lengths=(7, 5)), normalization=normalization, local=True, dtype=dtype, seed=3)
+    with torch.no_grad():
+        inputs[name][NAN_AT] = float("nan")  # the whole row's value (gate, local_*) or its first component
+    fused = gmm_attention(**inputs).out
+    reference = gmm_attention_reference(**inputs)[0]
+    nan_rows = reference.isnan().any(-1)
+    assert nan_rows[NAN_AT] and int(nan_rows.sum()) == 1  # the reference: exactly that query row
+    assert torch.equal(fused.isnan(), reference.isnan())
+    torch.testing.assert_close(fused[~nan_rows], reference[~nan_rows].detach())
+
+
+@pytest.mark.parametrize("name", ["sigma", "local_width"])
+def test_nan_below_the_floor_does_not_become_the_floor(name):
+    """The floor applies to small values only: a NaN sigma or width is not "below the floor"."""
+    inputs = make_inputs(Shape(lengths=None), local=True, seed=4)
+    with torch.no_grad():
+        inputs[name].fill_(float("nan"))
+    assert gmm_attention(**inputs, sigma_floor=0.5).out.isnan().all()
+
+
+@pytest.mark.parametrize("shape", [
+    Shape(batch=0, lengths=None), Shape(heads=0, lengths=None), Shape(query_len=0), Shape(key_len=0, lengths=(0, 0)),
+    Shape(head_dim=0), Shape(value_dim=0), Shape(key_len=1, lengths=(1, 0)),
+])
+def test_forward_and_backward_on_empty_and_single_key_tensors(shape):
+    i = make_inputs(shape, local=True, dtype=torch.float32)
+    t = {n: (x.detach() if isinstance(x, torch.Tensor) else x) for n, x in i.items()}
+    args = (t["q"], t["k"], t["v"], t["key_lengths"], t["omega"], t["mu"], t["sigma"], t["gate"], t["local_center"],
+            t["local_width"], 1.0, 0, 1e-2)
+    out, lse, log_mass, alpha_context, beta_context, _, _ = FORWARD(*args, False)
+    grads = BACKWARD(torch.randn_like(out), *args[:10], lse, log_mass, alpha_context, beta_context, *args[10:])
+    for name, grad, like in zip(("q", "k", "v", "omega", "mu", "sigma", "gate", "local_center", "local_width"), grads,
+                                args[:3] + args[4:10]):
+        assert grad.shape == like.shape, name
+        assert torch.isfinite(grad).all(), name
+    assert torch.isfinite(out).all()
