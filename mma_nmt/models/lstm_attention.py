@@ -76,6 +76,13 @@ def load_reference_layout(attention: LuongMultiheadAttention, state_dict: dict, 
         state_dict.update(zip((prefix + name for name in MODULE_NAMES), converted))
 
 
+def holds_reference_layout(state_dict: dict) -> bool:
+    """Whether a model state dict holds an LSTM attention in the earlier layout (a checkpoint written before the LSTM
+    used :class:`LuongMultiheadAttention`). Its weights load (:func:`load_reference_layout`), but optimizer moments
+    saved beside them have the earlier shapes."""
+    return any(key.endswith("." + REFERENCE_NAMES[1]) for key in state_dict)
+
+
 def luong_reference_to_module(score: torch.Tensor, w_softmax: torch.Tensor, w_feed: torch.Tensor, heads: int
                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Earlier layout (score (h*dh, dh), w_softmax (h, 2dh, sm/h), w_feed (h, 2dh, fd/h)) -> module layout

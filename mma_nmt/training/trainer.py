@@ -21,8 +21,9 @@ from mma_nmt.data import ParallelDataset, TokenBatchSampler, collate
 from mma_nmt.decoding.translate import translate_dataset
 from mma_nmt.evaluation.scoring import corpus_bleu
 from mma_nmt.models import build_model
+from mma_nmt.models.lstm_attention import holds_reference_layout
 from mma_nmt.training import distributed as dist
-from mma_nmt.training.checkpoint import CheckpointManager, load_checkpoint, tokenizer_fingerprints
+from mma_nmt.training.checkpoint import CheckpointError, CheckpointManager, load_checkpoint, tokenizer_fingerprints
 from mma_nmt.training.early_stopping import EarlyStopping
 from mma_nmt.training.config import LossNormalization, RunConfig
 from mma_nmt.training.logging import JsonLinesLogger
@@ -205,6 +206,11 @@ class Trainer:
     def load(self, path: Path) -> None:
         """Restores everything needed to continue exactly: weights, optimizer, schedule, data position, RNG."""
         payload = load_checkpoint(path, model_config=to_dict(self.model_config), map_location=self.device)
+        if holds_reference_layout(payload["model"]):
+            raise CheckpointError(
+                f"{path} holds the LSTM attention in its earlier layout (written before the LSTM used "
+                "LuongMultiheadAttention): its weights load for translation and evaluation, but its optimizer state "
+                "has the earlier shapes, so training cannot resume from it; train in a new train.save_dir")
         self.model.load_state_dict(payload["model"])
         self.optimizer.load_state_dict(payload["optimizer"])
         self.schedule.load_state_dict(payload["schedule"])

@@ -12,11 +12,15 @@ from mma_nmt.decoding.search import SearchConfig, beam_search, greedy_search
 from mma_nmt.models import build_model, preset
 from mma_nmt.models.lstm_attention import (
     build_luong_attention,
+    holds_reference_layout,
     luong_module_to_reference,
     luong_reference_to_module,
 )
 from mma_nmt.modules import LuongAttentionConfig, LuongMultiheadAttention
-from nmt_fixtures import random_batch
+from mma_nmt.training.checkpoint import CheckpointError, save_checkpoint
+from mma_nmt.training.config import load_run_config
+from mma_nmt.training.trainer import Trainer
+from nmt_fixtures import random_batch, tiny_data, tiny_overrides  # noqa: F401  (fixture)
 
 
 def tiny_lstm(**overrides):
@@ -201,3 +205,15 @@ def test_param_init_draws_every_weight_from_the_uniform_range():
         assert float(embedding.weight.detach()[model.config.pad_id].abs().max()) == 0.0
     with pytest.raises(ValueError, match="param_init"):
         tiny_lstm(param_init=-0.1)
+
+
+def test_training_refuses_to_resume_from_a_checkpoint_in_the_earlier_layout(tmp_path, tiny_data):  # noqa: F811
+    """Its weights load, but its Adam moments have the earlier shapes: resuming says so instead of a shape error."""
+    overrides = tiny_overrides(tiny_data, tmp_path, "train.save_every=2", model=["model.preset=lstm_tiny"])
+    Trainer(load_run_config(None, [*overrides, "train.max_steps=2"])).train()
+    payload = torch.load(tmp_path / "last.pt", weights_only=True)
+    payload["model"] = _earlier_layout(payload["model"], softmax_dim=tiny_lstm().softmax_dim)
+    assert holds_reference_layout(payload["model"])
+    save_checkpoint({k: v for k, v in payload.items() if k != "format_version"}, tmp_path / "last.pt")
+    with pytest.raises(CheckpointError, match="earlier layout.*cannot resume"):
+        Trainer(load_run_config(None, [*overrides, "train.max_steps=4"])).train()
