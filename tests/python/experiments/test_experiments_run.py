@@ -161,7 +161,7 @@ def test_interrupted_run_resumes_from_its_last_checkpoint(toy, workdir):
 def test_a_failing_run_loses_nothing_else(toy, workdir):
     text = (toy / "experiment.toml").read_text()
     broken = text.replace('[systems.mma]', '[systems.broken]\nlabel = "Broken"\n'
-                          'set = { "model.encoder.attention" = "unknown" }\n[systems.mma]')  # fails building the model
+                          'set = { "train.max_len" = 1 }\n[systems.mma]')  # valid config; training fails at start
     broken = broken.replace('rows = ["baseline", "mma"]', 'rows = ["baseline", "mma", "broken"]')
     (toy / "experiment.toml").write_text(broken)
     with pytest.raises(RuntimeError, match="broken on de_en"):
@@ -177,7 +177,7 @@ def test_a_failed_rerun_never_erases_a_published_number(toy, workdir):
     text = (toy / "experiment.toml").read_text()
     # the MMA system's config changes (so its published run no longer matches) and the new run fails
     mma_set = '"model.encoder.attention" = "mma", "model.encoder.head_spec" = "GLFB"'
-    (toy / "experiment.toml").write_text(text.replace(mma_set, '"model.encoder.attention" = "unknown"'))  # fails
+    (toy / "experiment.toml").write_text(text.replace(mma_set, '"train.max_len" = 1'))  # valid config; training fails
     with pytest.raises(RuntimeError, match="not rewritten: it publishes mma on de_en"):
         run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments")
     assert md.read_text() == published
