@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "attention/attention_outputs.h"
 #include "attention/head_mask.h"
@@ -53,6 +55,17 @@ SdpaVisibility sdpa_visibility(const AttentionParams& p, const at::Tensor& q,
   const at::Tensor empty = visible.any(-1, /*keepdim=*/true).logical_not_();  // (B or 1, 1, T, 1)
   return {visible | empty, false, empty.squeeze(-1)};
 }
+
+// SDPA's kernels take one head size for q, k and v: the narrower side is padded with zero columns, which change neither
+// the logits (q . k) nor the output's first value_dim columns (weights times v's columns), and whose gradients are
+// dropped. Multi-layer attention's joint weights need it (q and k n D wide against D for v).
+int64_t common_head_dim(const AttentionParams& p) { return std::max(p.head_dim, p.value_dim); }
+
+at::Tensor widened(const at::Tensor& x, int64_t dim) {
+  return x.size(-1) == dim ? x : at::constant_pad_nd(x, {0, dim - x.size(-1)}, 0.0);
+}
+
+at::Tensor first_columns(const at::Tensor& x, int64_t dim) { return x.narrow(-1, 0, dim).contiguous(); }
 
 // --- torch's fused kernels; the only device-specific code of this file ------------------------------------------
 // at::_fused_sdp_choice's answer (sdp::SDPBackend in ATen/native/transformers/sdp_utils_cpp.h).
@@ -134,13 +147,67 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> fused_backward(con
 }
 // --- end of the device-specific code ------------------------------------------------------------------------------
 
+// The heads of one kind, as runs of consecutive head indices [begin, begin + size).
+struct HeadRun {
+  int64_t begin, size;
+};
+struct HeadGroup {
+  int64_t kind;
+  std::vector<HeadRun> runs;
+  int64_t heads = 0;
+};
+
+// Groups in order of each kind's first head.
+std::vector<HeadGroup> heads_by_kind(const AttentionParams& p) {
+  std::vector<HeadGroup> groups;
+  for (int64_t h = 0; h < p.heads; ++h) {
+    const int64_t kind = p.head_kinds[h];
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const HeadGroup& g) { return g.kind == kind; });
+    if (group == groups.end()) group = groups.insert(groups.end(), HeadGroup{kind, {}});
+    if (!group->runs.empty() && group->runs.back().begin + group->runs.back().size == h) {
+      ++group->runs.back().size;
+    } else {
+      group->runs.push_back({h, 1});
+    }
+    ++group->heads;
+  }
+  return groups;
+}
+
+// x (B, H, ...) -> (B, group's heads, ...): a view for one run, the runs' concatenation otherwise. No index tensor, so
+// nothing is copied from the host (safe under CUDA graph capture).
+at::Tensor take_heads(const at::Tensor& x, const HeadGroup& g) {
+  if (g.runs.size() == 1) return x.narrow(1, g.runs[0].begin, g.runs[0].size);
+  std::vector<at::Tensor> pieces;
+  for (const HeadRun& run : g.runs) pieces.push_back(x.narrow(1, run.begin, run.size));
+  return at::cat(pieces, 1);
+}
+
+// The inverse of take_heads: writes the group's results (B, group's heads, ...) into their heads of `all` (B, H, ...).
+void put_heads(at::Tensor& all, const at::Tensor& group_result, const HeadGroup& g) {
+  int64_t taken = 0;
+  for (const HeadRun& run : g.runs) {
+    all.narrow(1, run.begin, run.size).copy_(group_result.narrow(1, taken, run.size));
+    taken += run.size;
+  }
+}
+
+AttentionParams group_params(const AttentionParams& p, const HeadGroup& g) {
+  AttentionParams group = p;
+  group.heads = g.heads;
+  group.head_kinds.assign(g.heads, g.kind);
+  return group;
+}
+
 }  // namespace
 
-bool composable(const AttentionParams& p, bool return_probs) {
+bool splittable(const AttentionParams& p, bool return_probs) {
   if (return_probs || p.dropout_p > 0.0 || p.head_kinds.empty()) return false;
-  if (p.head_dim != p.value_dim || p.head_dim == 0 || p.query_len == 0 || p.key_len == 0 || p.batch == 0) {
-    return false;
-  }
+  return p.head_dim != 0 && p.value_dim != 0 && p.query_len != 0 && p.key_len != 0 && p.batch != 0;
+}
+
+bool composable(const AttentionParams& p, bool return_probs) {
+  if (!splittable(p, return_probs)) return false;
   for (const int64_t kind : p.head_kinds) {
     if (kind != p.head_kinds[0]) return false;
   }
@@ -148,13 +215,14 @@ bool composable(const AttentionParams& p, bool return_probs) {
   return p.head_kinds[0] != kLocal;
 }
 
-std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> attention_forward_by_sdpa(
+std::optional<AttentionTriple> attention_forward_by_sdpa(
     const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const std::optional<at::Tensor>& key_lengths) {
   const SdpaVisibility visibility = sdpa_visibility(p, q, key_lengths);
-  const auto result = fused_forward({q, k, v, visibility, p.scale});
+  const int64_t dim = common_head_dim(p);
+  const auto result = fused_forward({widened(q, dim), widened(k, dim), widened(v, dim), visibility, p.scale});
   if (!result.has_value()) return std::nullopt;
-  at::Tensor out = result->first.contiguous();                            // (B, H, T, Dv)
+  at::Tensor out = first_columns(result->first, p.value_dim);             // (B, H, T, Dv)
   at::Tensor lse = result->second.to(stats_dtype(q.scalar_type())).contiguous();  // (B, H, T)
   if (visibility.empty_rows.defined()) {
     out.masked_fill_(visibility.empty_rows.unsqueeze(-1), 0.0);
@@ -163,7 +231,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> attention_forward_
   return std::make_tuple(out, lse, at::empty({0}, q.options()));
 }
 
-std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> attention_backward_by_sdpa(
+std::optional<AttentionTriple> attention_backward_by_sdpa(
     const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
     const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths) {
   const SdpaVisibility visibility = sdpa_visibility(p, q, key_lengths);
@@ -172,10 +240,66 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> attention_backward
     grad = grad_out.masked_fill(visibility.empty_rows.unsqueeze(-1), 0.0);
     row_lse = lse.masked_fill(visibility.empty_rows, std::numeric_limits<double>::infinity());
   }
-  const auto grads = fused_backward({q, k, v, visibility, p.scale}, grad, out, row_lse);
+  const int64_t dim = common_head_dim(p);
+  const auto grads = fused_backward({widened(q, dim), widened(k, dim), widened(v, dim), visibility, p.scale},
+                                    widened(grad, dim), widened(out, dim), row_lse);
   if (!grads.has_value()) return std::nullopt;
   const auto& [grad_q, grad_k, grad_v] = *grads;
-  return std::make_tuple(grad_q.contiguous(), grad_k.contiguous(), grad_v.contiguous());
+  return std::make_tuple(first_columns(grad_q, p.head_dim), first_columns(grad_k, p.head_dim),
+                         first_columns(grad_v, p.value_dim));
+}
+
+AttentionTriple attention_forward_by_kind(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
+                                          const AttentionKernels& kernels) {
+  const auto run_group = [&](const AttentionParams& gp, const at::Tensor& gq, const at::Tensor& gk,
+                             const at::Tensor& gv) -> AttentionTriple {
+    if (composable(gp, false)) {
+      if (auto result = attention_forward_by_sdpa(gp, gq, gk, gv, key_lengths)) return *result;
+    }
+    return kernels.forward(gp, gq, gk, gv, key_lengths);
+  };
+  const std::vector<HeadGroup> groups = heads_by_kind(p);
+  if (groups.size() == 1) return run_group(p, q, k, v);
+  at::Tensor out = at::empty({p.batch, p.heads, p.query_len, p.value_dim}, q.options());
+  at::Tensor lse = at::empty({p.batch, p.heads, p.query_len}, q.options().dtype(stats_dtype(q.scalar_type())));
+  for (const HeadGroup& g : groups) {
+    const auto [group_out, group_lse, unused_probs] =
+        run_group(group_params(p, g), take_heads(q, g), take_heads(k, g), take_heads(v, g));
+    put_heads(out, group_out, g);
+    put_heads(lse, group_lse, g);
+  }
+  return std::make_tuple(out, lse, at::empty({0}, q.options()));
+}
+
+AttentionTriple attention_backward_by_kind(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
+                                           const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                           const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
+                                           const AttentionKernels& kernels) {
+  const auto run_group = [&](const AttentionParams& gp, const at::Tensor& g_grad_out, const at::Tensor& gq,
+                             const at::Tensor& gk, const at::Tensor& gv, const at::Tensor& g_out,
+                             const at::Tensor& g_lse) -> AttentionTriple {
+    if (composable(gp, false)) {
+      if (auto grads = attention_backward_by_sdpa(gp, g_grad_out, gq, gk, gv, g_out, g_lse, key_lengths)) {
+        return *grads;
+      }
+    }
+    return kernels.backward(gp, g_grad_out, gq, gk, gv, g_out, g_lse, key_lengths);
+  };
+  const std::vector<HeadGroup> groups = heads_by_kind(p);
+  if (groups.size() == 1) return run_group(p, grad_out, q, k, v, out, lse);
+  at::Tensor grad_q = at::empty_like(q, at::MemoryFormat::Contiguous);
+  at::Tensor grad_k = at::empty_like(k, at::MemoryFormat::Contiguous);
+  at::Tensor grad_v = at::empty_like(v, at::MemoryFormat::Contiguous);
+  for (const HeadGroup& g : groups) {
+    const auto [gq, gk, gv] =
+        run_group(group_params(p, g), take_heads(grad_out, g), take_heads(q, g), take_heads(k, g), take_heads(v, g),
+                  take_heads(out, g), take_heads(lse, g));
+    put_heads(grad_q, gq, g);
+    put_heads(grad_k, gk, g);
+    put_heads(grad_v, gv, g);
+  }
+  return std::make_tuple(grad_q, grad_k, grad_v);
 }
 
 }  // namespace mma_nmt::attention

@@ -1,7 +1,8 @@
 // CUDA implementation of mma_nmt::attention and mma_nmt::attention_backward: argument checks and the device guard, then
-// PyTorch's fused SDPA kernels where every head has one kind (attention_composition.h), else the hand-written kernels
-// (attention_cuda.h); MMA_NMT_CUDA_KERNELS=handwritten forces those (common/cuda_dispatch.h). Plain C++ (no device
-// code), so only the two kernel files go through nvcc.
+// the heads grouped by kind, PyTorch's fused SDPA kernels for every group but the local heads
+// (attention_composition.h), and the hand-written kernels (attention_cuda.h) for those, for dropout and for weights;
+// MMA_NMT_CUDA_KERNELS=handwritten forces the hand-written kernels everywhere (common/cuda_dispatch.h). Plain C++ (no
+// device code), so only the two kernel files go through nvcc.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -30,6 +31,20 @@ void check_cuda_limits(const char* op, const AttentionParams& p, const at::Tenso
                     "sentence), got ", p.batch);
 }
 
+// The hand-written kernels, for the heads the SDPA composition leaves to them.
+const AttentionKernels& handwritten_kernels() {
+  static const AttentionKernels kernels{
+      [](const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+         const std::optional<at::Tensor>& key_lengths) {
+        return attention_forward(p, q, k, v, key_lengths, /*return_probs=*/false);
+      },
+      [](const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+         const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths) {
+        return attention_backward(p, grad_out, q, k, v, out, lse, key_lengths);
+      }};
+  return kernels;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& q, const at::Tensor& k,
                                                               const at::Tensor& v,
                                                               const std::optional<at::Tensor>& key_lengths,
@@ -41,8 +56,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
       check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
-  if (!handwritten_cuda_kernels_only() && composable(p, return_probs)) {
-    if (auto result = attention_forward_by_sdpa(p, q, k, v, key_lengths)) return *result;
+  if (!handwritten_cuda_kernels_only() && splittable(p, return_probs)) {
+    return attention_forward_by_kind(p, q, k, v, key_lengths, handwritten_kernels());
   }
   return attention_forward(p, q, k, v, key_lengths, return_probs);
 }
@@ -58,8 +73,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
   // Either backend's lse serves either backward (attention_composition.h), so the choice is made again here.
-  if (!handwritten_cuda_kernels_only() && composable(p, /*return_probs=*/false)) {
-    if (auto grads = attention_backward_by_sdpa(p, grad_out, q, k, v, out, lse, key_lengths)) return *grads;
+  if (!handwritten_cuda_kernels_only() && splittable(p, /*return_probs=*/false)) {
+    return attention_backward_by_kind(p, grad_out, q, k, v, out, lse, key_lengths, handwritten_kernels());
   }
   return attention_backward(p, grad_out, q, k, v, out, lse, key_lengths);
 }
