@@ -78,6 +78,13 @@ def _write_table(out_dir: Path, data: dict, command: str) -> tuple[Path | None, 
     return atomic_write_text(out_dir / f"{name}.md", markdown), None
 
 
+def _run_order(experiment, tables: list[str]):
+    """Seed by seed, and within a seed the rows a table compares over seeds (its baseline and proposed system) before
+    the rows trained once, so that each finished pair of runs is a comparison as early as possible."""
+    compared = {row for name in tables for row in experiment.tables[name].seed_rows}
+    return lambda cell: (cell.seed, cell.system.name not in compared)
+
+
 def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "mini", jobs: int = 1,
                    runs_dir: str | Path = "runs/experiments", results_dir: str | Path | None = None,
                    bootstrap_samples: int = 1000, command: str | None = None,
@@ -99,7 +106,7 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
             raise ExperimentError(f"no dataset {unknown} in {experiment.name}; datasets: {sorted(experiment.datasets)}")
         pending = [cell for cell in cells if cell.identity not in records
                    and (not datasets or cell.dataset.role in datasets)]
-        pending.sort(key=lambda cell: cell.seed)  # seed by seed: each finished pair of runs is a comparison
+        pending.sort(key=_run_order(experiment, chosen))
         if pending:
             _, failures = run_cells(experiment, pending, Path(runs_dir), jobs=jobs,
                                     on_finished=lambda cell, run_dir, result: write_record(cell, run_dir, result,

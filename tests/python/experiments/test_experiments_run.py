@@ -143,6 +143,27 @@ def test_seeds_give_mean_std_and_per_seed_significance(toy, workdir):
     assert "across 2 seeds" in md.read_text()
 
 
+def test_runs_go_seed_by_seed_with_the_compared_rows_first(toy, workdir, monkeypatch):
+    text = (toy / "experiment.toml").read_text()
+    text = text.replace('[tables.t]', '[systems.local]\nlabel = "Local"\nset = { "model.encoder.attention" = "mma", '
+                        '"model.encoder.head_spec" = "L" }\n[tables.t]')
+    text = text.replace('rows = ["baseline", "mma"]', 'rows = ["baseline", "local", "mma"]')
+    text = text.replace('baseline = "baseline"\n', 'baseline = "baseline"\nseeds = { smoke = [1, 2] }\n'
+                        'seed_rows = ["baseline", "mma"]\n')
+    (toy / "experiment.toml").write_text(text)
+    import mma_nmt.experiments.command as command
+
+    submitted = []
+
+    def record_order(experiment, cells, *args, **kwargs):
+        submitted.extend((cell.system.name, cell.seed) for cell in cells)
+        return {}, []  # nothing trained, nothing failed
+
+    monkeypatch.setattr(command, "run_cells", record_order)
+    run_experiment(str(toy), scale="smoke", runs_dir="runs/nowhere")
+    assert submitted == [("baseline", 1), ("mma", 1), ("local", 1), ("baseline", 2), ("mma", 2)]
+
+
 def test_interrupted_run_resumes_from_its_last_checkpoint(toy, workdir):
     run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments")
     run_dir = run_dir_of(toy, workdir, "mma")
