@@ -1,11 +1,15 @@
 // CUDA implementation of mma_nmt::gmm_attention and mma_nmt::gmm_attention_backward (float32, float16, bfloat16 and
-// float64; accumulation in float, or double for float64): argument checks and the device guard, then the launches of
-// gmm_launch.cuh on the current stream.
+// float64; accumulation in float, or double for float64): argument checks and the device guard, then PyTorch's fused
+// SDPA kernels and batched GEMMs where the call is composable (gmm_composition.h), else the launches of
+// gmm_launch.cuh on the current stream; MMA_NMT_CUDA_KERNELS=handwritten forces those (common/cuda_dispatch.h).
 #include "gmm/cuda/gmm_launch.cuh"  // first: it includes common/cuda_compat.h
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+
+#include "common/cuda_dispatch.h"
+#include "gmm/gmm_composition.h"
 
 namespace mma_nmt::gmm::cuda {
 namespace {
@@ -33,6 +37,11 @@ GmmForwardResult gmm_attention_cuda(const at::Tensor& q, const at::Tensor& k, co
       check_gmm_args(op, q, k, v, key_lengths, omega, mu, sigma, gate, local, scale, normalization, sigma_floor);
   check_cuda_limits(op, p, q);
   const c10::cuda::CUDAGuard guard(q.device());
+  if (!handwritten_cuda_kernels_only()) {
+    if (auto result = gmm_forward_by_composition(p, q, k, v, key_lengths, omega, mu, sigma, gate, return_weights)) {
+      return *result;
+    }
+  }
   return run_gmm_forward(p, contiguous_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local), return_weights,
                          current_launch());
 }
@@ -51,6 +60,13 @@ GmmBackwardResult gmm_attention_backward_cuda(
   check_cuda_limits(op, p, q);
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
   const c10::cuda::CUDAGuard guard(q.device());
+  // Either backend's saved statistics serve either backward (gmm_composition.h), so the choice is made again here.
+  if (!handwritten_cuda_kernels_only()) {
+    if (auto grads = gmm_backward_by_composition(p, grad_out, q, k, v, key_lengths, omega, mu, sigma, gate, lse,
+                                                 alpha_context, beta_context)) {
+      return *grads;
+    }
+  }
   Inputs in = contiguous_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local);
   in.dout = grad_out.contiguous();
   return run_gmm_backward(p, in, {lse, log_mass, alpha_context, beta_context}, current_launch());
