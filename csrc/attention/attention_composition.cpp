@@ -8,6 +8,7 @@
 
 #include "attention/attention_outputs.h"
 #include "attention/head_mask.h"
+#include "common/key_padding.h"
 
 namespace mma_nmt::attention {
 namespace {
@@ -48,9 +49,7 @@ SdpaVisibility sdpa_visibility(const AttentionParams& p, const at::Tensor& q,
   const auto index = q.options().dtype(at::kLong);
   at::Tensor visible = kind_rule(p, kind, index).view({1, 1, p.query_len, p.key_len});  // (1, 1, T, S)
   if (padded) {
-    // Clamped as the kernels clamp them (keys_of_sentence): the CUDA op does not read lengths on the host.
-    const at::Tensor lengths = key_lengths->to(index).clamp(0, p.key_len).view({p.batch, 1, 1, 1});
-    visible = visible & (at::arange(p.key_len, index).view({1, 1, 1, p.key_len}) < lengths);  // (B, 1, T, S)
+    visible = visible & keys_past_sentence(*key_lengths, p.key_len).logical_not();  // (B, 1, T, S)
   }
   const at::Tensor empty = visible.any(-1, /*keepdim=*/true).logical_not_();  // (B or 1, 1, T, 1)
   return {visible | empty, false, empty.squeeze(-1)};

@@ -7,6 +7,7 @@
 
 #include "attention/attention_composition.h"
 #include "attention/head_mask.h"
+#include "common/key_padding.h"
 #include "gmm/gmm_math.h"
 
 // The mixture half is gmm_math.h's arithmetic written over whole tensors: the same floor, log-coefficients, strict
@@ -42,10 +43,8 @@ KeyGrid key_grid(const GmmParams& p, const std::optional<at::Tensor>& key_length
     g.key_count = at::full({p.batch, 1, 1, 1}, static_cast<double>(p.key_len), acc);
     return g;
   }
-  // The CUDA op does not read the lengths on the host: clamped here, on the device.
-  const at::Tensor lengths = key_lengths->clamp(0, p.key_len).view({p.batch, 1, 1, 1});
-  g.key_count = lengths.to(acc.dtype());
-  g.padding = at::arange(p.key_len, lengths.options()).view({1, 1, 1, p.key_len}) >= lengths;
+  g.padding = keys_past_sentence(*key_lengths, p.key_len);
+  g.key_count = g.padding.logical_not().sum(-1, /*keepdim=*/true).to(acc.dtype());  // the clamped lengths
   return g;
 }
 

@@ -5,20 +5,21 @@
 
 #include <limits>
 
+#include "common/key_padding.h"
+
 namespace mma_nmt::luong {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 // q k^T * scale (B, H, T, S) in the accumulation type (float for half inputs), -inf past each sentence's
-// key_lengths[b] keys (clamped as the kernels clamp them: the CUDA op does not read lengths on the host).
+// key_lengths[b] keys.
 at::Tensor masked_logits(const SharedValueParams& p, const at::Tensor& q, const at::Tensor& k,
                          const std::optional<at::Tensor>& key_lengths) {
   const at::ScalarType acc = at::toOpMathType(q.scalar_type());
   at::Tensor logits = at::matmul(q.to(acc), k.to(acc).transpose(-1, -2)).mul_(p.scale);  // (B, H, T, S)
   if (key_lengths.has_value()) {
-    const at::Tensor lengths = key_lengths->clamp(0, p.key_len).view({p.batch, 1, 1, 1});
-    logits.masked_fill_(at::arange(p.key_len, lengths.options()).view({1, 1, 1, p.key_len}) >= lengths, -kInfinity);
+    logits.masked_fill_(keys_past_sentence(*key_lengths, p.key_len), -kInfinity);
   }
   return logits;
 }

@@ -18,6 +18,14 @@ from cuda_cases import CASES, inputs_on, output_and_grads
 FLOORS = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 
 
+def _inputs_and_grad_out(case, *, seed):
+    """The case's inputs and an output gradient of the fused output's shape, in float64, from one generator."""
+    gen = torch.Generator().manual_seed(seed)
+    inputs = case.make_inputs(gen)
+    probe = case.fused(**inputs_on(inputs, (), "cpu", torch.float64))
+    return inputs, torch.randn(probe.shape, generator=gen, dtype=torch.float64)
+
+
 def _cpu_float64(case, inputs, grad_out):
     return output_and_grads(case.fused, inputs_on(inputs, case.differentiable, "cpu", torch.float64),
                             case.differentiable, grad_out)
@@ -26,10 +34,7 @@ def _cpu_float64(case, inputs, grad_out):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_case_fused_and_reference_agree_on_cpu(case):
     """Not a CUDA test: the cases themselves (inputs, calls, gradients) are right, so a GPU failure is the kernel's."""
-    gen = torch.Generator().manual_seed(2)
-    inputs = case.make_inputs(gen)
-    probe = case.fused(**inputs_on(inputs, (), "cpu", torch.float64))
-    grad_out = torch.randn(probe.shape, generator=gen, dtype=torch.float64)
+    inputs, grad_out = _inputs_and_grad_out(case, seed=2)
     fused = _cpu_float64(case, inputs, grad_out)
     reference = output_and_grads(case.reference, inputs_on(inputs, case.differentiable, "cpu", torch.float64),
                                  case.differentiable, grad_out)
@@ -41,10 +46,7 @@ def test_case_fused_and_reference_agree_on_cpu(case):
 @pytest.mark.cuda
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_cuda_operator_matches_cpu_operator_in_float64(case):
-    gen = torch.Generator().manual_seed(0)
-    inputs = case.make_inputs(gen)
-    probe = case.fused(**inputs_on(inputs, (), "cpu", torch.float64))
-    grad_out = torch.randn(probe.shape, generator=gen, dtype=torch.float64)
+    inputs, grad_out = _inputs_and_grad_out(case, seed=0)
     expected = _cpu_float64(case, inputs, grad_out)
     got = output_and_grads(case.fused, inputs_on(inputs, case.differentiable, "cuda", torch.float64),
                            case.differentiable, grad_out)
@@ -56,10 +58,7 @@ def test_cuda_operator_matches_cpu_operator_in_float64(case):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_cuda_operator_low_precision_error_within_twice_plain_pytorch(case, dtype):
-    gen = torch.Generator().manual_seed(1)
-    inputs = case.make_inputs(gen)
-    probe = case.fused(**inputs_on(inputs, (), "cpu", torch.float64))
-    grad_out = torch.randn(probe.shape, generator=gen, dtype=torch.float64)
+    inputs, grad_out = _inputs_and_grad_out(case, seed=1)
     exact = _cpu_float64(case, inputs, grad_out)
     on_gpu = inputs_on(inputs, case.differentiable, "cuda", dtype)
     kernel = output_and_grads(case.fused, on_gpu, case.differentiable, grad_out)
