@@ -14,18 +14,12 @@ record mode and writes next to the table:
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
-import torch
-
 from mma_nmt.analysis import head_distance_entropy, head_labels, plot_distance_entropy, plot_sentence_attention
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
-from mma_nmt.evaluation.force_decode import force_decode_sentences, pieces, sentence_maps
-from mma_nmt.experiments.trained import trained_cell
-
-HERE = Path(__file__).resolve().parent
+from mma_nmt.evaluation.force_decode import pieces, sentence_maps
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded, load_trained,
+                                              output_dir)
 
 
 def per_kind(stats, labels: list[str]) -> dict[str, tuple[float, float]]:
@@ -38,31 +32,18 @@ def per_kind(stats, labels: list[str]) -> dict[str, tuple[float, float]]:
 
 
 def analyse(system: str, args) -> tuple[dict, object, list[str], object]:
-    trained = trained_cell("mma", system, args.dataset, scale=args.scale, runs_dir=args.runs_dir,
-                           results_dir=args.results_dir)
-    test = trained.dataset()
-    count = min(args.sentences, len(test))
-    records = list(force_decode_sentences(trained.model, test.src[:count], test.tgt[:count]))
+    trained = load_trained("mma", system, args)
+    records, test = force_decoded(trained, args.sentences)
     config = trained.model.config
     kinds = config.encoder.head_spec if config.encoder.attention == "mma" else "G"
     labels = head_labels(kinds, config.heads)
     stats = head_distance_entropy([r.encoder_self for r in records])
-    bleu = trained.record["metrics"]["bleu"] if trained.record else None
-    about = {"system": system, "checkpoint": str(trained.checkpoint), "bleu": bleu, "sentences": count,
-             "stopped": trained.record["stopping"] if trained.record else None}
-    return about, stats, labels, (records, test)
+    return {**describe(trained), "sentences": len(records)}, stats, labels, (records, test)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--scale", default="mini")
-    parser.add_argument("--dataset", default="de_en")
-    parser.add_argument("--sentences", type=int, default=300, help="test sentences force-decoded")
-    parser.add_argument("--runs-dir", default="runs/experiments")
-    parser.add_argument("--results-dir", help="default: experiments/mma/results/<scale>")
-    args = parser.parse_args(argv)
-    out = Path(args.results_dir or HERE / "results" / args.scale) / "analysis"
-    torch.manual_seed(0)
+    args = analysis_parser(__doc__, dataset="de_en").parse_args(argv)
+    out = output_dir(args, __file__)
 
     mma, mma_stats, mma_labels, (records, test) = analyse("mma", args)
     index = min(range(len(records)), key=lambda i: abs(records[i].source_length - 12))
@@ -80,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
              f"query row in nats (MLMHA paper eqs. 13-16); averaged over layers and the heads of a kind.", "",
              "| model | test BLEU | kind | mean distance | mean entropy |", "|---|---|---|---|---|"]
     for about, stats, labels in ((mma, mma_stats, mma_labels), (base, base_stats, base_labels)):
-        bleu = f"{about['bleu']:.2f}" if about["bleu"] is not None else "–"
+        bleu = bleu_text(about)
         for kind, (distance, entropy) in per_kind(stats, labels).items():
             lines.append(f"| {about['system']} | {bleu} | {kind} | {distance:.2f} | {entropy:.2f} |")
     lines += ["", f"Checkpoints: `{mma['checkpoint']}`, `{base['checkpoint']}`.", "",

@@ -22,7 +22,8 @@ from mma_nmt.analysis.gmm_analysis import (EntropyByLength, GateDistribution, Ng
                                            entropy_by_source_length, gate_distribution, ngram_precision_gap,
                                            ngram_precisions, plot_entropy_by_source_length, plot_gate_distribution,
                                            plot_ngram_precision_gap)
-from mma_nmt.analysis.relative_position import (RelativePositionResponse, plot_relative_position_response,
+from mma_nmt.analysis.relative_position import (RelativePositionResponse, head_divergence,
+                                                plot_relative_position_panels, plot_relative_position_response,
                                                 relative_position_response)
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "format_layer_masking_table",
     "gate_distribution",
     "head_distance_entropy",
+    "head_divergence",
     "head_labels",
     "layer_masking_table",
     "links_from_attention",
@@ -63,6 +65,7 @@ __all__ = [
     "plot_head_gates",
     "plot_layer_weights",
     "plot_ngram_precision_gap",
+    "plot_relative_position_panels",
     "plot_relative_position_response",
     "plot_sentence_attention",
     "read_gold_alignments",

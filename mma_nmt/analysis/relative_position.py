@@ -14,7 +14,7 @@ also plot the mean weight per pair (:meth:`RelativePositionResponse.mean_per_pai
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
@@ -86,25 +86,53 @@ def relative_position_response(attentions: Iterable[torch.Tensor], *, max_offset
     return RelativePositionResponse(offsets=offsets, response=response, pairs=counts, sentences=len(by_sentence))
 
 
+def head_divergence(result: RelativePositionResponse, *, window: int | None = 10) -> float:
+    """How differently the heads respond: the mean over head pairs of the total-variation distance between their
+    normalised responses within ``[-window, window]`` (0: identical heads, 1: no overlap; NaN for one head)."""
+    keep = torch.ones_like(result.offsets, dtype=torch.bool) if window is None else result.offsets.abs() <= window
+    values = result.response[:, keep]
+    values = values / values.sum(dim=1, keepdim=True).clamp_min(1e-300)  # (H, R')
+    heads = values.shape[0]
+    if heads < 2:
+        return float("nan")
+    pairs = [0.5 * float((values[a] - values[b]).abs().sum()) for a in range(heads) for b in range(a + 1, heads)]
+    return sum(pairs) / len(pairs)
+
+
 def plot_relative_position_response(result: RelativePositionResponse, *, head_labels: Sequence[str] | None = None,
                                     window: int | None = 10, normalize: bool = True, title: str = ""):
     """One line per head: response (normalised per head when ``normalize``) against offset ``s - t``; returns a Figure.
 
     ``window`` limits the x axis to ``[-window, window]`` (None: every offset).
     """
-    values = result.normalized() if normalize else result.response
-    keep = torch.ones_like(result.offsets, dtype=torch.bool)
-    if window is not None:
-        keep = result.offsets.abs() <= window
-    offsets = result.offsets[keep].numpy()
-    fig = new_figure(7.0, 3.6)
-    ax = fig.subplots()
-    for h in range(values.shape[0]):
-        label = head_labels[h] if head_labels is not None else f"head {h}"
-        ax.plot(offsets, values[h, keep].numpy(), marker="o", markersize=3, label=label)
-    ax.axvline(0, color="grey", linewidth=0.8, linestyle=":")
-    ax.set_xlabel("relative source position s - t")
-    ax.set_ylabel("share of attention" if normalize else "summed attention")
-    ax.set_title(title or f"Per-head response by relative position ({result.sentences} sentences)", fontsize=10)
-    ax.legend(fontsize=7, ncol=2)
+    title = title or f"Per-head response by relative position ({result.sentences} sentences)"
+    return plot_relative_position_panels({title: result}, head_labels=head_labels, window=window,
+                                         normalize=normalize)
+
+
+def plot_relative_position_panels(results: Mapping[str, RelativePositionResponse], *,
+                                  head_labels: Sequence[str] | None = None, window: int | None = 10,
+                                  normalize: bool = True, title: str = ""):
+    """:func:`plot_relative_position_response` of several models side by side (panel titles are the keys), on one
+    y scale; returns a Figure."""
+    if not results:
+        raise ValueError("plot_relative_position_panels needs at least one response")
+    fig = new_figure(1.0 + 6.0 * len(results), 3.6 if not title else 4.0)
+    axes = fig.subplots(1, len(results), squeeze=False, sharey=True)[0]
+    for ax, (name, result) in zip(axes, results.items()):
+        values = result.normalized() if normalize else result.response
+        keep = torch.ones_like(result.offsets, dtype=torch.bool)
+        if window is not None:
+            keep = result.offsets.abs() <= window
+        offsets = result.offsets[keep].numpy()
+        for h in range(values.shape[0]):
+            label = head_labels[h] if head_labels is not None else f"head {h}"
+            ax.plot(offsets, values[h, keep].numpy(), marker="o", markersize=3, label=label)
+        ax.axvline(0, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_xlabel("relative source position s - t")
+        ax.set_title(name, fontsize=9)
+        ax.legend(fontsize=7, ncol=2)
+    axes[0].set_ylabel("share of attention" if normalize else "summed attention")
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig

@@ -109,6 +109,11 @@ def build_cross_attention(config: TransformerConfig, layer: int) -> nn.Module:
     return _lookup(CROSS_ATTENTION, config.decoder.cross_attention, "decoder cross-")(config, layer)
 
 
+def reads_lower_layers(config: TransformerConfig) -> bool:
+    """Whether the decoder reads encoder layers below the top one (MLMHA cross-attention or a layer aggregation)."""
+    return config.decoder.cross_attention == "mlmha" or config.encoder.layer_aggregation != "none"
+
+
 def build_layer_aggregation(config: TransformerConfig) -> nn.Module | None:
     """What cross-attention reads instead of the top encoder layer (``encoder.layer_aggregation``), None for
     ``"none"``; the aggregations replace the top layer, so they combine only with standard or GMM cross-attention."""

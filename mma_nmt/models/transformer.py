@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mma_nmt.models.attention_factory import build_layer_aggregation
+from mma_nmt.models.attention_factory import build_layer_aggregation, reads_lower_layers
 from mma_nmt.models.config import TransformerConfig
 from mma_nmt.models.incremental import EncoderOut
 from mma_nmt.models.transformer_layers import DecoderLayer, EncoderLayer, sinusoidal_positions
@@ -68,6 +68,13 @@ class TransformerModel(nn.Module):
         self.aggregation = build_layer_aggregation(config)
         self.encoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else None
         self.decoder_norm = nn.LayerNorm(config.d_model) if config.pre_norm else None
+        # Under pre-norm a layer's own output is the unnormalised residual stream. The multi-layer attention and the
+        # layer aggregations of the MLMHA paper read every layer's output, which post-norm normalises; so each layer
+        # below the top gets its own LayerNorm for them (the top one has encoder_norm).
+        self.lower_layer_norms = None
+        if config.pre_norm and reads_lower_layers(config):
+            self.lower_layer_norms = nn.ModuleList(nn.LayerNorm(config.d_model)
+                                                   for _ in range(config.encoder.layers - 1))
         self.output = None
         if not config.tie_output:
             self.output = nn.Linear(config.d_model, config.tgt_vocab_size, bias=False)
@@ -76,8 +83,9 @@ class TransformerModel(nn.Module):
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor, need_weights: bool = False) -> EncoderOut:
         """src (B, S) token ids, src_lengths (B,). With ``need_weights`` the self-attention weights (B, H, S, S) of
         layer i are in ``extra[f"self_attn.{i}"]``. With ``encoder.layer_aggregation``, ``out`` is the aggregated
-        representation (``layer_states`` stay the layers' own outputs), or for ``"transparent"`` the per-decoder-layer
-        sources are in ``extra[DECODER_SOURCES]`` (B, M, S, E)."""
+        representation (``layer_states`` stay the layers' own outputs, each normalised under pre-norm when the decoder
+        reads them), or for ``"transparent"`` the per-decoder-layer sources are in ``extra[DECODER_SOURCES]``
+        (B, M, S, E)."""
         x = embedded = self.src_embed(src)
         states, extra = [], {}
         for i, layer in enumerate(self.encoder_layers):
@@ -88,6 +96,8 @@ class TransformerModel(nn.Module):
         if self.encoder_norm is not None:
             x = self.encoder_norm(x)
             states[-1] = x
+        if self.lower_layer_norms is not None:
+            states[:-1] = [norm(state) for norm, state in zip(self.lower_layer_norms, states[:-1])]
         if self.aggregation is not None:
             joint = self.aggregation(embedded, states)
             if joint.dim() == 4:

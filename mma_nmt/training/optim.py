@@ -21,7 +21,7 @@ class OptimConfig:
     eps: float = 1e-8
     weight_decay: float = 0.0
     schedule: Literal["inverse_sqrt", "cosine", "plateau", "constant"] = "inverse_sqrt"
-    warmup_steps: int = 4000
+    warmup_steps: int = 4000  # inverse_sqrt and cosine only: the constant and plateau schedules start at lr
     warmup_init_lr: float = 1e-7
     min_lr: float = 0.0  # cosine floor
     total_steps: int = 0  # cosine cycle length; 0 = the run's max_steps

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from mma_nmt.analysis import plot_relative_position_response, relative_position_response, save_figure
+from mma_nmt.analysis import (head_divergence, plot_relative_position_panels, plot_relative_position_response,
+                              relative_position_response, save_figure)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -58,6 +61,29 @@ def test_plot_renders_png_without_display(tmp_path):
     result = relative_position_response([torch.softmax(torch.randn(4, 5, 6), dim=-1)])
     path = save_figure(plot_relative_position_response(result), tmp_path / "rel.png")
     assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_panels_render_several_models_side_by_side(tmp_path):
+    results = {f"seed {k}": relative_position_response([torch.softmax(torch.randn(4, 5, 6), dim=-1)])
+               for k in (1, 2)}
+    figure = plot_relative_position_panels(results, title="two models")
+    assert [ax.get_title() for ax in figure.axes] == ["seed 1", "seed 2"]
+    assert save_figure(figure, tmp_path / "panels.png").read_bytes()[:8] == PNG_MAGIC
+    with pytest.raises(ValueError, match="at least one"):
+        plot_relative_position_panels({})
+
+
+def test_head_divergence_is_zero_for_equal_heads_and_one_for_disjoint_heads():
+    same = torch.stack([looks_ahead(4, 7, 1)] * 3)
+    assert head_divergence(relative_position_response([same])) == pytest.approx(0.0)
+    apart = torch.stack([looks_ahead(4, 7, 2), looks_ahead(4, 7, -2)])  # 2 ahead vs 2 behind (rows 0-1 clamp to 0)
+    result = relative_position_response([apart])
+    # head 1 puts 2 of its 4 steps at offset -2 and 1 each at -1 and 0 (clamped rows): no overlap with head 0's +2
+    assert head_divergence(result) == pytest.approx(1.0)
+    # half of one head's mass moved: total variation 1/2
+    half = torch.stack([looks_ahead(2, 5, 0), torch.stack([looks_ahead(1, 5, 0)[0], looks_ahead(2, 5, 2)[1]])])
+    assert head_divergence(relative_position_response([half])) == pytest.approx(0.5)
+    assert math.isnan(head_divergence(relative_position_response([same[:1]])))  # one head: no pair to compare
 
 
 def test_matches_a_plain_loop_over_every_pair():

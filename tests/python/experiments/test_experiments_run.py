@@ -268,3 +268,36 @@ def test_mma_analysis_draws_the_trained_heads_of_the_main_table(workdir, monkeyp
     table = (out / "mma_heads.md").read_text()
     for part in ("| mma | ", "| L |", "| F |", "| B |", "| baseline |"):
         assert part in table, part
+
+
+ANALYSES = {  # paper: (table, dataset, extra arguments, files written, text the report must hold)
+    "gmm": ("main", "en_de", ["--gold-sentences", "20"], ["gmm_components.png", "gmm_gates.png"],
+            ["| baseline | 1 |", "| ours | 1 |", "20 Europarl sentence pairs", "| mixture |", "layer 1:"]),
+    "lstm_multihead": ("heads", "en_vi", [], ["lstm_head_response.png"], ["| h1 | 1 |", "| h4 | 1 |"]),
+    "mlmha": ("main", "en_de", [], ["baseline_distance_entropy.png", "m10_distance_entropy.png"],
+              ["| baseline |", "| m10 |", "| 6 |"]),
+    "multihop": ("main", "iwslt_de_en", [], ["multihop_head_gate_layer4.png"], ["| 1 |", "| 4 |", "log 4"]),
+}
+
+
+@pytest.mark.parametrize("paper", sorted(ANALYSES))
+def test_paper_analysis_reads_the_trained_models_of_its_table(paper, workdir, monkeypatch):
+    """``experiments/<paper>/analysis.py`` finds the models its table trained and writes its figures and report."""
+    import subprocess
+    import sys
+
+    table, dataset, extra, figures, parts = ANALYSES[paper]
+    monkeypatch.chdir(workdir)
+    run_experiment(paper, tables=[table], scale="smoke", runs_dir="runs/experiments", results_dir=f"results/{paper}",
+                   datasets=[dataset])
+    done = subprocess.run([sys.executable, str(REPO / "experiments" / paper / "analysis.py"), "--scale", "smoke",
+                           "--results-dir", f"results/{paper}", "--sentences", "12", *extra],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = workdir / "results" / paper / "analysis"
+    for name in figures:
+        assert (out / name).stat().st_size > 1000, name
+    (report,) = [path for path in out.glob("*.md")]
+    text = report.read_text()
+    for part in parts:
+        assert part in text, (part, text)

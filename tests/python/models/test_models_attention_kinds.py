@@ -219,3 +219,31 @@ def test_beam_search_runs_and_beam_one_equals_greedy(name):
     assert [h.tokens for h in greedy_search(model, src, lengths, config)] == \
         [hyps[0].tokens for hyps in beam_search(model, src, lengths, config)]
     assert all(hyps for hyps in beam_search(model, src, lengths, replace(config, beam_size=3)))
+
+
+@pytest.mark.parametrize("name", ["mlmha/M-10/n2", "aggregation/linear", "aggregation/transparent"])
+def test_pre_norm_normalises_every_layer_the_decoder_reads(name):
+    """Post-norm hands the MLMHA attention and the aggregations normalised layer outputs; under pre-norm a layer's own
+    output is the residual stream, so each layer below the top gets its own LayerNorm (the top one: encoder_norm)."""
+    model = _build(name, pre_norm=True).eval()
+    src, lengths, prev, _ = random_batch()
+    with torch.no_grad():
+        states = model.encode(src, lengths).layer_states
+        x, raw = model.src_embed(src), []
+        for layer in model.encoder_layers:
+            x, _ = layer(x, lengths)
+            raw.append(x)
+    assert len(model.lower_layer_norms) == len(raw) - 1
+    for state, norm, layer_output in zip(states[:-1], model.lower_layer_norms, raw[:-1]):
+        torch.testing.assert_close(state, norm(layer_output))
+        torch.testing.assert_close(state.mean(-1), torch.zeros_like(state.mean(-1)), atol=1e-5, rtol=0)
+    torch.testing.assert_close(states[-1], model.encoder_norm(raw[-1]))
+    encoder_out, cache = model.encode(src, lengths), {}  # incremental decoding still equals the full forward
+    steps = [model.decode(prev[:, : t + 1], encoder_out, cache)[0] for t in range(prev.shape[1])]
+    torch.testing.assert_close(torch.cat(steps, dim=1), model(src, lengths, prev), rtol=1e-4, atol=1e-5)
+
+
+def test_pre_norm_adds_no_layer_norms_where_the_decoder_reads_only_the_top_layer():
+    plain = _build("gmm/approximate/[1]", pre_norm=True)
+    post = _build("mlmha/M-10/n2")
+    assert plain.lower_layer_norms is None and post.lower_layer_norms is None

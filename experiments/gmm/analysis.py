@@ -1,0 +1,169 @@
+"""GMM's key analysis on the trained models of the main table: the mixture components, the gate per layer, the entropy
+of each kind of attention (paper Table 6) and the alignment quality against the RWTH gold alignments (paper Table 7).
+
+For the proposed system ("ours") and the baseline of every seed trained so far, writes next to the table:
+
+- ``analysis/gmm_components.png``: the Gaussian components (mean +- sigma, shade = weight) of every head of the last
+  decoder layer for one test sentence, over the total attention, with the gate of each target step (seed 1);
+- ``analysis/gmm_gates.png``: the distribution of the gate g (weight of the mixture) per decoder layer (seed 1);
+- ``analysis/gmm_analysis.md``: the alignment error rate, precision and recall of each model on the 508 RWTH
+  German-English gold sentence pairs (force-decoded English -> German, heads averaged, arg-max source word per target
+  word), per decoder layer and seed; and the entropy of dot-product, mixture and total attention by source length.
+
+    python experiments/gmm/analysis.py --scale mini           # after `mma-nmt experiment gmm --table main --scale mini`
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+from mma_nmt.analysis import (align_with_model, entropy_by_source_length, gate_distribution, plot_gate_distribution,
+                              plot_gmm_components, read_gold_alignments)
+from mma_nmt.analysis._figures import save_figure
+from mma_nmt.data.corpora import default_data_dir
+from mma_nmt.data.fileio import atomic_write_text
+from mma_nmt.evaluation.force_decode import alignment_attention_fn, pieces
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded, output_dir,
+                                              trained_seeds)
+
+# Source-length buckets in subword pieces. The paper's (words: up to 20, 21-40, over 40) would leave Multi30k's short
+# captions almost all in the first bucket, so the mini analysis splits where its test set has sentences.
+BUCKETS = ((1, 12), (13, 20), (21, None))
+
+
+def memoized(attention_fn):
+    """``attention_fn`` computed once per sentence pair (every decoder layer is scored from the same pass)."""
+    memo = {}
+
+    def call(source: list[str], target: list[str]):
+        key = (tuple(source), tuple(target))
+        if key not in memo:
+            memo[key] = attention_fn(source, target)
+        return memo[key]
+
+    return call
+
+
+def alignment_rows(trained, gold) -> list[dict]:
+    """AER, precision and recall (percent) of every decoder layer of one model on the gold pairs (English source)."""
+    test = trained.dataset()
+    attention = memoized(alignment_attention_fn(trained.model, test.src_tokenizer, test.tgt_tokenizer))
+    layers = len(trained.model.decoder_layers)
+    rows = []
+    for layer in range(layers):
+        scores = align_with_model(attention, gold, source_language="en", layer=layer)
+        rows.append({**describe(trained), "layer": layer + 1, "layers": layers, "aer": 100 * scores.aer,
+                     "precision": 100 * scores.precision, "recall": 100 * scores.recall})
+    return rows
+
+
+def entropy_samples(records, *, gmm: bool) -> list[dict[str, torch.Tensor]]:
+    """Per sentence: (L, H, T, S) weights of each attention kind (dot / mixture / total for GMM, dot for the baseline)."""
+    if not gmm:
+        return [{"dot": r.cross} for r in records]
+    kinds = {"dot": "alpha", "mixture": "beta", "total": "gamma"}
+    return [{kind: torch.stack([r.gmm[layer][name] for layer in sorted(r.gmm)]) for kind, name in kinds.items()}
+            for r in records]
+
+
+def components_figure(trained, records, test, out) -> None:
+    index = min(range(len(records)), key=lambda i: abs(records[i].source_length - 10))
+    record = records[index]
+    last = max(record.gmm)
+    values = record.gmm[last]
+    figure = plot_gmm_components(values["omega"], values["mu"], values["sigma"], gate=values["gate"],
+                                 background=values["gamma"],
+                                 source_tokens=pieces(test.src_tokenizer, test.src[index]),
+                                 target_tokens=pieces(test.tgt_tokenizer, test.tgt[index]) + ["</s>"],
+                                 title=f"ours (seed {trained.cell.seed}), decoder layer {last + 1}: Gaussian components "
+                                       f"(colour = component, shade = weight) over the total attention")
+    save_figure(figure, out / "gmm_components.png", dpi=80)
+
+
+def gates_figure(trained, records, out) -> list[float]:
+    gates = gate_distribution(torch.stack([r.gmm[layer]["gate"] for layer in sorted(r.gmm)]) for r in records)
+    figure = plot_gate_distribution(gates, title=f"ours (seed {trained.cell.seed}): gate g (weight of the mixture) "
+                                                 f"per decoder layer, {len(records)} test sentences")
+    save_figure(figure, out / "gmm_gates.png", dpi=80)
+    return gates.means.tolist()
+
+
+def mean_sd(values: list[float]) -> str:
+    if len(values) < 2:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def report(args, gold, alignments: dict[str, list[dict]], missing: dict[str, list], entropy: dict,
+           gate_means: list[float], sentences: int) -> str:
+    sure = sum(len(pair.sure) for pair in gold)
+    possible_only = sum(len(pair.possible - pair.sure) for pair in gold)
+    lines = [f"## GMM analysis ({args.scale} scale, {args.dataset})", "",
+             f"`python experiments/gmm/analysis.py --scale {args.scale}`. Models: the main table's baseline and "
+             f"proposed system (\"ours\"), every seed trained so far"
+             + "".join(f"; {system} seeds {seeds} not trained yet" for system, seeds in missing.items() if seeds)
+             + ".", "",
+             "### Alignment quality (paper Table 7)", "",
+             f"RWTH German-English gold alignments ({len(gold)} Europarl sentence pairs, {sure:,} sure / "
+             f"{possible_only:,} possible links), force-decoded English -> German (the direction the models "
+             "translate); each target word aligned to the source word with the largest attention, heads averaged, "
+             "pieces summed into words. The paper reads the penultimate of its six decoder layers; every layer of "
+             "ours is shown. Europarl is far from Multi30k's image captions, so the absolute rates say little; the "
+             "comparison between the models is the point.", "",
+             "| model | seed | test BLEU | decoder layer | AER (%) | precision (%) | recall (%) |",
+             "|---|---|---|---|---|---|---|"]
+    for rows in alignments.values():
+        for row in rows:
+            lines.append(f"| {row['system']} | {row['seed']} | {bleu_text(row)} | {row['layer']} of {row['layers']} "
+                         f"| {row['aer']:.2f} | {row['precision']:.2f} | {row['recall']:.2f} |")
+    lines += ["", "Mean ± sd over seeds:", "", "| model | decoder layer | AER (%) | precision (%) | recall (%) |",
+              "|---|---|---|---|---|"]
+    for system, rows in alignments.items():
+        for layer in sorted({row["layer"] for row in rows}):
+            at = [row for row in rows if row["layer"] == layer]
+            lines.append(f"| {system} | {layer} | " + " | ".join(mean_sd([row[key] for row in at])
+                                                                 for key in ("aer", "precision", "recall")) + " |")
+    lines += ["", f"### Entropy of the attention by source length (paper Table 6; seed 1, first {sentences} test "
+              f"sentences)", "",
+              "Mean entropy (nats) of every (layer, head, target token) row; mixture rows are divided by their sum "
+              "first. Buckets in source subword pieces (Multi30k's captions are short: the paper's buckets of 20 and "
+              "40 words would leave almost every sentence in the first).", ""]
+    for system, result in entropy.items():
+        sizes = ", ".join(f"{label}: {count}" for label, count in zip(result.buckets, result.sentences_per_bucket))
+        lines += [f"**{system}** (sentences per bucket: {sizes})", "", result.table(), ""]
+    lines += ["### Gate", "", "Mean gate g (weight of the mixture) per decoder layer, seed 1: "
+              + ", ".join(f"layer {i + 1}: {g:.3f}" for i, g in enumerate(gate_means)) + ".", "",
+              "![gate per layer](gmm_gates.png)", "", "![components of one sentence](gmm_components.png)"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = analysis_parser(__doc__, dataset="en_de")
+    parser.add_argument("--gold", help="RWTH gold alignment folder (default: <data dir>/rwth_deen_alignment)")
+    parser.add_argument("--gold-sentences", type=int, default=0, help="score only the first N gold pairs (0: all)")
+    args: argparse.Namespace = parser.parse_args(argv)
+    out = output_dir(args, __file__)
+    gold = read_gold_alignments(args.gold or default_data_dir() / "rwth_deen_alignment")
+    gold = gold[:args.gold_sentences] if args.gold_sentences else gold
+
+    alignments, missing, entropy = {}, {}, {}
+    gate_means, sentences = [], 0
+    for system in ("baseline", "ours"):
+        models, missing[system] = trained_seeds("gmm", "main", system, args)
+        alignments[system] = [row for trained in models for row in alignment_rows(trained, gold)]
+        records, test = force_decoded(models[0], args.sentences)
+        sentences = len(records)
+        entropy[system] = entropy_by_source_length(entropy_samples(records, gmm=system == "ours"), buckets=BUCKETS)
+        if system == "ours":
+            components_figure(models[0], records, test, out)
+            gate_means = gates_figure(models[0], records, out)
+    path = atomic_write_text(out / "gmm_analysis.md", report(args, gold, alignments, missing, entropy, gate_means, sentences))
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

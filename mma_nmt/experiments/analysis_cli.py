@@ -1,0 +1,85 @@
+"""What every ``experiments/<paper>/analysis.py`` shares: its command line, the folder it writes to, and the trained
+models of a table it reads (force-decoded on the test set).
+
+    parser = analysis_parser(__doc__, dataset="de_en")
+    args = parser.parse_args(argv)
+    trained = load_trained("mma", "mma", args)
+    records, test = force_decoded(trained, args.sentences)
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from mma_nmt.experiments.trained import TrainedCell, trained_cell
+
+
+def analysis_parser(doc: str, *, dataset: str, sentences: int = 300) -> argparse.ArgumentParser:
+    """``--scale``, ``--dataset``, ``--sentences``, ``--runs-dir`` and ``--results-dir``; ``doc``'s first line is the
+    description."""
+    parser = argparse.ArgumentParser(description=doc.strip().split("\n")[0])
+    parser.add_argument("--scale", default="mini")
+    parser.add_argument("--dataset", default=dataset, help=f"the table column (default {dataset})")
+    parser.add_argument("--sentences", type=int, default=sentences, help="test sentences force-decoded")
+    parser.add_argument("--runs-dir", default="runs/experiments")
+    parser.add_argument("--results-dir", help="default: experiments/<paper>/results/<scale>")
+    return parser
+
+
+def output_dir(args: argparse.Namespace, script: str | Path) -> Path:
+    """``<results dir>/analysis``, the results dir defaulting to ``results/<scale>`` beside the paper's script."""
+    results = Path(args.results_dir) if args.results_dir else Path(script).resolve().parent / "results" / args.scale
+    return results / "analysis"
+
+
+def load_trained(paper: str, system: str, args: argparse.Namespace, *, seed: int | None = None) -> TrainedCell:
+    """The trained model of ``system`` in ``args.dataset``'s column (the table's seed ``seed``, default the recipe's)."""
+    return trained_cell(paper, system, args.dataset, scale=args.scale, seed=seed, runs_dir=args.runs_dir,
+                        results_dir=args.results_dir)
+
+
+def trained_seeds(paper: str, table: str, system: str, args: argparse.Namespace
+                  ) -> tuple[list[TrainedCell], list[int]]:
+    """The trained model of every seed ``table`` trains ``system`` with at ``args.scale``, and the seeds not trained
+    yet (reports name them); raises FileNotFoundError when none is trained."""
+    from mma_nmt.experiments.command import find_experiment
+    from mma_nmt.experiments.spec import load_experiment
+
+    seeds = load_experiment(find_experiment(paper)).tables[table].seeds_at(args.scale, system)
+    found, missing, error = [], [], None
+    for seed in seeds:
+        try:
+            found.append(load_trained(paper, system, args, seed=seed))
+        except FileNotFoundError as absent:
+            missing.append(seed)
+            error = absent
+    if not found:
+        raise error
+    return found, missing
+
+
+def force_decoded(trained: TrainedCell, sentences: int) -> tuple[list, object]:
+    """The :class:`~mma_nmt.models.recording.SentenceRecord` of each of the first ``sentences`` test pairs (the
+    reference teacher-forced) and the test split."""
+    from mma_nmt.evaluation.force_decode import force_decode_sentences
+
+    test = trained.dataset()
+    count = min(sentences, len(test))
+    torch.manual_seed(0)
+    return list(force_decode_sentences(trained.model, test.src[:count], test.tgt[:count])), test
+
+
+def describe(trained: TrainedCell, *, metric: str = "bleu") -> dict:
+    """What a report says about the model it analysed: system, seed, test BLEU (``metric``: the table's, ``"bleu"``
+    for sacreBLEU or ``"tokenized_bleu"``), stopping point, checkpoint."""
+    record = trained.record or {}
+    return {"system": trained.cell.system.name, "seed": trained.cell.seed,
+            "bleu": record.get("metrics", {}).get(metric), "stopped": record.get("stopping"),
+            "checkpoint": str(trained.checkpoint)}
+
+
+def bleu_text(about: dict) -> str:
+    return f"{about['bleu']:.2f}" if about.get("bleu") is not None else "–"
