@@ -42,7 +42,7 @@ def load_trained(paper: str, system: str, args: argparse.Namespace, *, seed: int
 
 
 def trained_seeds(paper: str, table: str, system: str, args: argparse.Namespace
-                  ) -> tuple[list[TrainedCell], list[int]]:
+                  ) -> tuple[list[TrainedCell], list[int | None]]:
     """The trained model of every seed ``table`` trains ``system`` with at ``args.scale``, and the seeds not trained
     yet (reports name them); raises FileNotFoundError when none is trained."""
     from mma_nmt.experiments.command import find_experiment

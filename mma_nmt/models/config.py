@@ -99,7 +99,9 @@ class TransformerConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
-    pre_norm: bool = False  # post-norm as in the papers; True puts LayerNorm before each sublayer
+    # post-norm as in the papers; True puts LayerNorm before each sublayer and after each stack, and after every lower
+    # encoder layer that MLMHA or a layer aggregation reads (TransformerModel.lower_layer_norms)
+    pre_norm: bool = False
     share_embeddings: bool = False  # one embedding table for source and target (needs a joint vocabulary)
     tie_output: bool = True  # output projection shares the target embedding's weight
     max_positions: int = 1024
