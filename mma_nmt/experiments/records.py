@@ -102,8 +102,8 @@ def stopping_point(log_path: Path, checkpoint: str) -> dict:
 
 _METRICS = ("bleu", "bleu_signature", "tokenized_bleu", "chrf", "ter", "sentences", "bleu_by_source_length",
             "multi_reference")
-_TRAINING = ("parameters", "train_tokens_per_s", "train_steps", "train_minutes", "valid_nll", "resumed",
-             "decode_sentences_per_s")
+_TRAINING = ("parameters", "train_tokens_per_s", "train_steps", "train_minutes", "train_segments", "valid_nll",
+             "resumed", "decode_sentences_per_s")
 
 
 def write_record(cell: Cell, run_dir: Path, result: dict, root: Path) -> Path:

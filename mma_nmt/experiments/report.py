@@ -207,7 +207,9 @@ def to_markdown(data: dict, *, command: str = "") -> str:
                   "difference to the row's baseline trained with the same seed. Paired bootstrap resampling "
                   f"(sacreBLEU, {data['bootstrap_samples']} samples) of each seed against that baseline{on}: "
                   f"† p < 0.05, †† p < 0.01; (n.s.) = no significant difference. {CLAIM_RULE}"]
-    lines += ["", "Runs (stop: updates done, why training stopped, the update of the best validation loss):", "",
+    lines += ["", ("Runs (stop: updates done, why training stopped, the update of the best validation loss; train min: "
+               "wall-clock minutes of training, summed over the segments of a resumed run, under whatever load the "
+               "machine had then: not a speed measurement):"), "",
               "| System | Data | seed | #Params | stop | translated with | train min | valid nll | BLEU | tok. BLEU "
               "| chrF | TER | hardware | record |", "|" + "---|" * 14]
     lines += [_run_line(run, columns) for run in data["runs"]]

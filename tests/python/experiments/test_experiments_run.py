@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mma_nmt.experiments.cell import training_minutes, training_segments
 from mma_nmt.experiments.command import run_experiment
 from mma_nmt.experiments.records import load_records
 from mma_nmt.experiments.report import build_table, significance_mark, to_markdown
@@ -174,9 +175,25 @@ def test_interrupted_run_resumes_from_its_last_checkpoint(toy, workdir):
     after = json.loads((run_dir / "result.json").read_text())
     events = [json.loads(line)["event"] for line in (run_dir / "log.jsonl").read_text().splitlines()]
     assert "resume" in events and after["resumed"] >= 1
+    assert [segment["ended"] for segment in after["train_segments"]] == [True, True]
     assert after["train_steps"] == before["train_steps"] == 4
     assert after["bleu"] == before["bleu"]
     assert (run_dir / "translations" / "test.hyp.txt").read_text() == Path(before["hypotheses"]).read_text()
+
+
+def test_training_minutes_count_every_segment_of_a_resumed_run():
+    """A killed segment writes no ``end`` event; its time still counts, to its last logged event."""
+    minute = 60.0
+    events = [{"event": "start", "time": 0.0, "step": 0}, {"event": "train", "time": 10 * minute, "step": 50},
+              {"event": "checkpoint", "time": 12 * minute, "step": 200},  # killed here
+              {"event": "resume", "time": 100 * minute, "step": 200}, {"event": "start", "time": 100 * minute, "step": 200},
+              {"event": "train", "time": 103 * minute, "step": 250},
+              {"event": "end", "time": 105 * minute, "step": 400, "minutes": 5.0}]
+    assert training_minutes(events) == pytest.approx(12.0 + 5.0)
+    assert training_segments(events) == [{"from_update": 0, "to_update": 200, "minutes": 12.0, "ended": False},
+                                         {"from_update": 200, "to_update": 400, "minutes": 5.0, "ended": True}]
+    assert training_minutes(events[:3]) == pytest.approx(12.0)  # a run still open counts to its last event
+    assert training_minutes([]) == 0.0
 
 
 def test_a_failing_run_loses_nothing_else(toy, workdir):
