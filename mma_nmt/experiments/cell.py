@@ -34,13 +34,12 @@ def training_segments(events: list[dict]) -> list[dict]:
     event or, when the process was killed, to its last logged event. Each gives the updates it began and stopped at,
     its wall-clock minutes and whether it ended normally. The updates a killed segment did after its last checkpoint
     are redone by the next one, so a segment may begin below where the previous one stopped."""
-    segments, current = [], None
+    segments, current, last = [], None, None
 
     def close(last: dict, ended: bool) -> None:
         segments.append({"from_update": current["step"], "to_update": last.get("step", current["step"]),
                          "minutes": round((last["time"] - current["time"]) / 60.0, 2), "ended": ended})
 
-    last = None
     for event in events:
         if event["event"] == "resume":  # logged just before the ``start`` of the segment it begins
             continue
