@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from mma_nmt.data.fileio import atomic_write_json
+from mma_nmt.experiments.records import training_minutes, training_segments
 from mma_nmt.training.config import run_config_from_dict
 
 CELL_FILE, RESULT_FILE = "cell.json", "result.json"
@@ -29,38 +30,6 @@ def is_finished(run_dir: Path) -> bool:
     return (Path(run_dir) / RESULT_FILE).is_file()
 
 
-def training_segments(events: list[dict]) -> list[dict]:
-    """The training segments of a run's log: one per process that trained it, from its ``start`` event to its ``end``
-    event or, when the process was killed, to its last logged event. Each gives the updates it began and stopped at,
-    its wall-clock minutes and whether it ended normally. The updates a killed segment did after its last checkpoint
-    are redone by the next one, so a segment may begin below where the previous one stopped."""
-    segments, current, last = [], None, None
-
-    def close(last: dict, ended: bool) -> None:
-        segments.append({"from_update": current["step"], "to_update": last.get("step", current["step"]),
-                         "minutes": round((last["time"] - current["time"]) / 60.0, 2), "ended": ended})
-
-    for event in events:
-        if event["event"] == "resume":  # logged just before the ``start`` of the segment it begins
-            continue
-        if event["event"] == "start":
-            if current is not None:
-                close(last, ended=False)
-            current = event
-        last = event
-        if event["event"] == "end" and current is not None:
-            close(event, ended=True)
-            current = None
-    if current is not None:
-        close(last, ended=False)
-    return segments
-
-
-def training_minutes(events: list[dict]) -> float:
-    """Wall-clock minutes of training summed over every segment of a run's log (killed ones included)."""
-    return sum(segment["minutes"] for segment in training_segments(events))
-
-
 def _training_stats(log_path: Path) -> dict:
     """Parameters, median training tokens/s, steps and training minutes (over every segment, killed ones included)
     from the log."""
@@ -68,11 +37,12 @@ def _training_stats(log_path: Path) -> dict:
     speeds = [e["tokens_per_s"] for e in events if e["event"] == "train" and "tokens_per_s" in e]
     starts = [e for e in events if e["event"] == "start"]
     ends = [e for e in events if e["event"] == "end"]
+    segments = training_segments(events)
     return {"parameters": starts[-1]["parameters"] if starts else None,
             "train_tokens_per_s": statistics.median(speeds) if speeds else None,
             "train_steps": ends[-1]["step"] if ends else None,
-            "train_minutes": round(training_minutes(events), 2),
-            "train_segments": training_segments(events),
+            "train_minutes": round(training_minutes(segments), 2),
+            "train_segments": segments,
             "valid_nll": ends[-1].get("valid_nll") if ends else None,
             "resumed": sum(1 for e in events if e["event"] == "resume")}
 

@@ -92,6 +92,38 @@ def learning_curve(log_path: Path) -> list[dict]:
     return [points[step] for step in sorted(points)]
 
 
+def training_segments(events: list[dict]) -> list[dict]:
+    """The training segments of a run's log: one per process that trained it, from its ``start`` event to its ``end``
+    event or, when the process was killed, to its last logged event. Each gives the updates it began and stopped at,
+    its wall-clock minutes and whether it ended normally. The updates a killed segment did after its last checkpoint
+    are redone by the next one, so a segment may begin below where the previous one stopped."""
+    segments, current, last = [], None, None
+
+    def close(last: dict, ended: bool) -> None:
+        segments.append({"from_update": current["step"], "to_update": last.get("step", current["step"]),
+                         "minutes": round((last["time"] - current["time"]) / 60.0, 2), "ended": ended})
+
+    for event in events:
+        if event["event"] == "resume":  # logged just before the ``start`` of the segment it begins
+            continue
+        if event["event"] == "start":
+            if current is not None:
+                close(last, ended=False)
+            current = event
+        last = event
+        if event["event"] == "end" and current is not None:
+            close(event, ended=True)
+            current = None
+    if current is not None:
+        close(last, ended=False)
+    return segments
+
+
+def training_minutes(segments: list[dict]) -> float:
+    """Wall-clock minutes of training summed over a run's segments (:func:`training_segments`), killed ones included."""
+    return sum(segment["minutes"] for segment in segments)
+
+
 def stopping_point(log_path: Path, checkpoint: str) -> dict:
     """Where and why training ended, from the last ``end`` event of the run's log."""
     ends = log_events(log_path, "end")
@@ -133,4 +165,4 @@ def write_record(cell: Cell, run_dir: Path, result: dict, root: Path) -> Path:
 
 
 __all__ = ["RECORD_FILE", "HYPOTHESES_FILE", "records_dir", "record_dir_for", "load_records", "write_record",
-           "learning_curve", "stopping_point", "hardware", "software"]
+           "learning_curve", "stopping_point", "training_segments", "training_minutes", "hardware", "software"]

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mma_nmt.experiments.cell import training_minutes, training_segments
 from mma_nmt.experiments.command import run_experiment
-from mma_nmt.experiments.records import load_records
+from mma_nmt.experiments.records import load_records, training_minutes, training_segments
 from mma_nmt.experiments.report import build_table, significance_mark, to_markdown
 from mma_nmt.experiments.spec import load_experiment
 
@@ -189,11 +188,11 @@ def test_training_minutes_count_every_segment_of_a_resumed_run():
               {"event": "resume", "time": 100 * minute, "step": 200}, {"event": "start", "time": 100 * minute, "step": 200},
               {"event": "train", "time": 103 * minute, "step": 250},
               {"event": "end", "time": 105 * minute, "step": 400, "minutes": 5.0}]
-    assert training_minutes(events) == pytest.approx(12.0 + 5.0)
+    assert training_minutes(training_segments(events)) == pytest.approx(12.0 + 5.0)
     assert training_segments(events) == [{"from_update": 0, "to_update": 200, "minutes": 12.0, "ended": False},
                                          {"from_update": 200, "to_update": 400, "minutes": 5.0, "ended": True}]
-    assert training_minutes(events[:3]) == pytest.approx(12.0)  # a run still open counts to its last event
-    assert training_minutes([]) == 0.0
+    assert training_minutes(training_segments(events[:3])) == pytest.approx(12.0)  # a run still open counts to its last event
+    assert training_minutes(training_segments([])) == 0.0
 
 
 def test_a_failing_run_loses_nothing_else(toy, workdir):
