@@ -85,14 +85,23 @@ def _run_order(experiment, tables: list[str]):
     return lambda cell: (cell.seed, cell.system.name not in compared)
 
 
+def _check_known(kind: str, asked: list[str] | None, known: set[str], paper: str, tables: list[str]) -> None:
+    unknown = sorted(set(asked or []) - known)
+    if unknown:
+        raise ExperimentError(f"no {kind} {unknown} in {paper}'s table(s) {', '.join(tables)}; {kind}s there: "
+                              f"{', '.join(sorted(known))}")
+
+
 def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "mini", jobs: int = 1,
                    runs_dir: str | Path = "runs/experiments", results_dir: str | Path | None = None,
                    bootstrap_samples: int = 1000, command: str | None = None,
-                   from_records: bool = False, datasets: list[str] | None = None) -> list[Path]:
+                   from_records: bool = False, datasets: list[str] | None = None,
+                   systems: list[str] | None = None) -> list[Path]:
     """Runs ``tables`` (default: all) of experiment ``name`` at ``scale``; returns the Markdown reports written.
     Records go to ``<results_dir>/runs`` (default results dir: ``experiments/<paper>/results/<scale>``). Raises
-    RuntimeError after writing what it can when some run failed or a table was not rewritten. ``datasets`` limits the
-    training to those columns (the tables are still written with every column that has records)."""
+    RuntimeError after writing what it can when some run failed or a table was not rewritten. ``datasets`` and
+    ``systems`` limit the training to those columns and rows (the tables are still written with every cell that has
+    records), e.g. to train the seeds of a table's compared pair before its other rows."""
     experiment = load_experiment(find_experiment(name))
     chosen = tables or [name for name, table in experiment.tables.items() if scale in table.scales]
     cells = [cell for table in chosen for cell in experiment.cells(table, scale)]
@@ -101,11 +110,11 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
     records = collect_records(cells, Path(runs_dir), records_root)
     failures = []
     if not from_records:
-        unknown = sorted(set(datasets or []) - set(experiment.datasets))
-        if unknown:
-            raise ExperimentError(f"no dataset {unknown} in {experiment.name}; datasets: {sorted(experiment.datasets)}")
+        _check_known("dataset", datasets, {cell.dataset.role for cell in cells}, experiment.name, chosen)
+        _check_known("system", systems, {cell.system.name for cell in cells}, experiment.name, chosen)
         pending = [cell for cell in cells if cell.identity not in records
-                   and (not datasets or cell.dataset.role in datasets)]
+                   and (not datasets or cell.dataset.role in datasets)
+                   and (not systems or cell.system.name in systems)]
         pending.sort(key=_run_order(experiment, chosen))
         if pending:
             _, failures = run_cells(experiment, pending, Path(runs_dir), jobs=jobs,

@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from mma_nmt.data.fileio import atomic_write_json
 from mma_nmt.experiments.cell import CELL_FILE, RESULT_FILE, is_finished, read_json, run_cell
+from mma_nmt.experiments.side_by_side import run_side_by_side
 from mma_nmt.experiments.spec import Cell, Experiment, ExperimentError, resolved_run_config
 
 
@@ -62,24 +60,13 @@ def _prepare_all(cells: list[Cell], run_dirs: dict[str, Path]) -> None:
         done.add(key)
 
 
-def _run_in_subprocess(run_dir: Path) -> tuple[dict, float]:
-    """The result and the start time of the run (a pool may start it long after it was submitted)."""
-    started = time.monotonic()
-    log = run_dir / "run.log"
-    with log.open("a", encoding="utf-8") as handle:
-        code = subprocess.call([sys.executable, "-m", "mma_nmt.experiments.cell", str(run_dir)],
-                               stdout=handle, stderr=subprocess.STDOUT)
-    if code != 0:
-        raise RuntimeError(f"run {run_dir} failed with exit code {code}; see {log}")
-    return read_json(run_dir / RESULT_FILE), started
-
-
 def run_cells(experiment: Experiment, cells: list[Cell], runs_dir: Path, *, jobs: int = 1,
               on_finished=None) -> tuple[dict[str, dict], list[str]]:
     """Runs every distinct cell; returns the results of the finished ones by identity and the failures (a failed run
-    does not stop the others). ``jobs > 1`` runs cells in subprocesses (logs in ``<run_dir>/run.log``);
-    ``jobs == 1`` runs them here, with progress bars. ``on_finished(cell, run_dir, result)`` is called as each run
-    finishes (the experiment command writes its record then)."""
+    does not stop the others). ``jobs > 1`` runs cells in subprocesses (logs in ``<run_dir>/run.log``; a runner
+    that is stopped takes them down with it); ``jobs == 1`` runs them here, with progress bars.
+    ``on_finished(cell, run_dir, result)`` is called as each run finishes (the experiment command writes its record
+    then)."""
     unique = list({cell.identity: cell for cell in cells}.values())
     check_prepared_dirs(unique)
     run_dirs = {cell.identity: run_dir_for(cell, runs_dir) for cell in unique}
@@ -112,14 +99,20 @@ def run_cells(experiment: Experiment, cells: list[Cell], runs_dir: Path, *, jobs
             except Exception as error:  # keep going: one failed system must not lose the others
                 report(cell, None, started, error)
     else:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_run_in_subprocess, run_dirs[cell.identity]): cell for cell in pending}
-            for future in as_completed(futures):
-                cell = futures[future]
-                try:
-                    report(cell, *future.result())
-                except Exception as error:
-                    report(cell, None, time.monotonic(), error)
+        cells_by_dir = {run_dirs[cell.identity]: cell for cell in pending}
+
+        def ended(run_dir: Path, code: int | None, started: float, error: Exception | None) -> None:
+            cell = cells_by_dir[run_dir]
+            try:
+                if error is not None:
+                    raise error
+                if code != 0:
+                    raise RuntimeError(f"run {run_dir} failed with exit code {code}; see {run_dir / 'run.log'}")
+                report(cell, read_json(run_dir / RESULT_FILE), started)
+            except Exception as failure:  # keep going, as above
+                report(cell, None, started, failure)
+
+        run_side_by_side(list(cells_by_dir), jobs, ended)
     results = {cell.identity: {**read_json(run_dirs[cell.identity] / RESULT_FILE),
                                "run_dir": str(run_dirs[cell.identity])}
                for cell in unique if is_finished(run_dirs[cell.identity])}

@@ -123,6 +123,29 @@ def test_finished_runs_are_recorded_without_training(toy, workdir, monkeypatch):
     assert all(row["cells"]["de_en"]["bleu"] is not None for row in rows)
 
 
+def test_system_filter_trains_only_the_rows_named(toy, workdir, monkeypatch):
+    """``--system baseline`` trains the baseline alone; the table is written with the other row empty, and a name
+    that is no row of the table is refused before anything trains."""
+    from mma_nmt.experiments.spec import ExperimentError
+
+    trained = []
+    import mma_nmt.experiments.command as command
+
+    real = command.run_cells
+    monkeypatch.setattr(command, "run_cells",
+                        lambda experiment, cells, *a, **k: trained.extend(c.system.name for c in cells)
+                        or real(experiment, cells, *a, **k))
+    (md,) = run_experiment(str(toy), scale="smoke", runs_dir="runs/system_filter", systems=["baseline"])
+    assert trained == ["baseline"]  # a runs directory of its own: no run finished there by another test
+    rows = {row["system"]: row["cells"]["de_en"] for row in json.loads(md.with_suffix(".json").read_text())["rows"]}
+    assert rows["baseline"]["bleu"] is not None and rows["mma"]["bleu"] is None
+    with pytest.raises(ExperimentError, match=r"no system \['mmma'\].*systems there: baseline, mma"):
+        run_experiment(str(toy), scale="smoke", runs_dir="runs/system_filter", systems=["mmma"])
+    with pytest.raises(ExperimentError, match=r"no dataset \['de_fr'\]"):
+        run_experiment(str(toy), scale="smoke", runs_dir="runs/system_filter", datasets=["de_fr"])
+    assert trained == ["baseline"]
+
+
 def test_seeds_give_mean_std_and_per_seed_significance(toy, workdir):
     text = (toy / "experiment.toml").read_text()
     (toy / "experiment.toml").write_text(text.replace('baseline = "baseline"\n', 'baseline = "baseline"\n'
