@@ -92,6 +92,17 @@ def learning_curve(log_path: Path) -> list[dict]:
     return [points[step] for step in sorted(points)]
 
 
+def late_descent(curve: list[dict], window: int = 1000) -> float | None:
+    """How much the validation NLL still fell over the last ``window`` updates before training stopped (last value
+    minus the value ``window`` or more updates earlier; negative while it still falls): how flat the curve was where
+    it stopped. None for a curve shorter than the window."""
+    points = [p for p in curve if p.get("valid_nll") is not None]
+    if not points:
+        return None
+    earlier = [p for p in points if p["step"] <= points[-1]["step"] - window]
+    return points[-1]["valid_nll"] - earlier[-1]["valid_nll"] if earlier else None
+
+
 def training_segments(events: list[dict]) -> list[dict]:
     """The training segments of a run's log: one per process that trained it, from its ``start`` event to its ``end``
     event or, when the process was killed, to its last logged event. Each gives the updates it began and stopped at,
@@ -165,4 +176,4 @@ def write_record(cell: Cell, run_dir: Path, result: dict, root: Path) -> Path:
 
 
 __all__ = ["RECORD_FILE", "HYPOTHESES_FILE", "records_dir", "record_dir_for", "load_records", "write_record",
-           "learning_curve", "stopping_point", "training_segments", "training_minutes", "hardware", "software"]
+           "learning_curve", "late_descent", "stopping_point", "training_segments", "training_minutes", "hardware", "software"]

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from mma_nmt.data.fileio import read_text_lines
+from mma_nmt.experiments.records import late_descent
 from mma_nmt.experiments.spec import Experiment, Table, resolved_run_config
 
 SIGNIFICANT = 0.05
@@ -164,7 +165,8 @@ def _run_line(run: dict, columns: dict) -> str:
     folder = f"runs/{run['dataset']}/{run['system']}-seed{run['seed']}-{run['identity']}"
     return "| " + " | ".join([
         run["row"], columns[run["column"]], str(run["seed"]), params, stopped, stop.get("checkpoint", "–"),
-        _num(training.get("train_minutes"), 1), _num(training.get("valid_nll"), 3), _num(metrics.get("bleu")),
+        _num(training.get("train_minutes"), 1), _num(training.get("valid_nll"), 3),
+        _num(late_descent(run.get("curve") or []), 3, signed=True), _num(metrics.get("bleu")),
         _num(metrics.get("tokenized_bleu")), _num(metrics.get("chrf"), 1), _num(metrics.get("ter"), 1), where,
         f"[record]({folder}/record.json)"]) + " |"
 
@@ -209,9 +211,10 @@ def to_markdown(data: dict, *, command: str = "") -> str:
                   f"† p < 0.05, †† p < 0.01; (n.s.) = no significant difference. {CLAIM_RULE}"]
     lines += ["", ("Runs (stop: updates done, why training stopped, the update of the best validation loss; train min: "
                "wall-clock minutes of training, summed over the segments of a resumed run, under whatever load the "
-               "machine had then: not a speed measurement):"), "",
-              "| System | Data | seed | #Params | stop | translated with | train min | valid nll | BLEU | tok. BLEU "
-              "| chrF | TER | hardware | record |", "|" + "---|" * 14]
+               "machine had then: not a speed measurement; last 1k: how much the validation NLL still fell over the "
+               "last 1,000 updates before the stop, near 0 where the curve had flattened):"), "",
+              "| System | Data | seed | #Params | stop | translated with | train min | valid nll | last 1k | BLEU "
+              "| tok. BLEU | chrF | TER | hardware | record |", "|" + "---|" * 15]
     lines += [_run_line(run, columns) for run in data["runs"]]
     signatures = sorted({run["metrics"]["bleu_signature"] for run in data["runs"]
                          if run.get("metrics", {}).get("bleu_signature")})

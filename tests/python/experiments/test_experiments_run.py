@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mma_nmt.experiments.command import run_experiment
-from mma_nmt.experiments.records import load_records, training_minutes, training_segments
+from mma_nmt.experiments.records import late_descent, load_records, training_minutes, training_segments
 from mma_nmt.experiments.report import build_table, significance_mark, to_markdown
 from mma_nmt.experiments.spec import load_experiment
 
@@ -216,6 +216,16 @@ def test_training_minutes_count_every_segment_of_a_resumed_run():
                                          {"from_update": 200, "to_update": 400, "minutes": 5.0, "ended": True}]
     assert training_minutes(training_segments(events[:3])) == pytest.approx(12.0)  # a run still open counts to its last event
     assert training_minutes(training_segments([])) == 0.0
+
+
+def test_late_descent_is_the_fall_of_the_validation_nll_over_the_last_thousand_updates():
+    curve = [{"step": s, "valid_nll": v} for s, v in [(200, 3.0), (4800, 1.70), (5000, 1.66), (5800, 1.65),
+                                                      (6000, 1.64)]]
+    assert late_descent(curve) == pytest.approx(1.64 - 1.66)  # from update 5000, the last at least 1,000 back
+    assert late_descent(curve, window=200) == pytest.approx(1.64 - 1.65)
+    assert late_descent(curve, window=300) == pytest.approx(1.64 - 1.66)  # 5800 is less than 300 back
+    assert late_descent(curve[:1]) is None and late_descent([]) is None  # shorter than the window
+    assert late_descent([{"step": 200, "valid_loss": 3.0}, {"step": 1400, "valid_loss": 2.0}]) is None  # no NLL
 
 
 def test_a_failing_run_loses_nothing_else(toy, workdir):
