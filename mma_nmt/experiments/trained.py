@@ -33,6 +33,7 @@ class TrainedCell:
 def trained_cell(experiment: str, system: str, dataset: str, *, scale: str = "mini", seed: int | None = None,
                  runs_dir: str | Path = "runs/experiments", results_dir: str | Path | None = None) -> TrainedCell:
     """Loads the model of one cell; raises FileNotFoundError naming the command that trains it when it is absent."""
+    from mma_nmt.experiments.cell import RESULT_FILE, is_finished, read_json
     from mma_nmt.experiments.command import find_experiment
     from mma_nmt.experiments.records import load_records
     from mma_nmt.experiments.runner import run_dir_for
@@ -44,10 +45,15 @@ def trained_cell(experiment: str, system: str, dataset: str, *, scale: str = "mi
     results = Path(results_dir) if results_dir else spec.path.parent / "results" / scale
     record = load_records(results / "runs").get(cell.identity)
     run_dir = run_dir_for(cell, Path(runs_dir))
-    checkpoint = run_dir / (record["stopping"]["checkpoint"] if record else "best.pt")
+    train_it = (f"train it with `mma-nmt experiment {spec.name} --scale {scale} --dataset {dataset}` (the table that "
+                f"holds it)")
+    if record is None and not is_finished(run_dir):  # a run still training has checkpoints, but no final model
+        raise FileNotFoundError(f"no trained model for {system} seed {cell.seed} on {dataset} at scale {scale}: "
+                                f"{run_dir} has not finished (no {RESULT_FILE}, no run record); {train_it}")
+    result = record["stopping"] if record else read_json(run_dir / RESULT_FILE)
+    checkpoint = run_dir / result.get("checkpoint", "best.pt")
     if not checkpoint.is_file():
-        raise FileNotFoundError(
-            f"no trained model for {system} on {dataset} at scale {scale} ({checkpoint} is missing); train it with "
-            f"`mma-nmt experiment {spec.name} --scale {scale} --dataset {dataset}` (the table that holds it)")
+        raise FileNotFoundError(f"no trained model for {system} on {dataset} at scale {scale} ({checkpoint} is "
+                                f"missing); {train_it}")
     model, _ = load_model(checkpoint)
     return TrainedCell(cell=cell, run_dir=run_dir, checkpoint=checkpoint, model=model.eval(), record=record)

@@ -319,6 +319,26 @@ def test_mma_analysis_draws_the_trained_heads_of_the_main_table(workdir, monkeyp
         assert part in table, part
 
 
+def test_analyses_read_finished_runs_only(toy, workdir):
+    """A run still training has checkpoints but no final model: the analyses must not pass it off as trained."""
+    from mma_nmt.experiments.trained import trained_cell
+
+    run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments")
+    finished = run_dir_of(toy, workdir, "mma")
+    training = workdir / "runs" / "training" / "smoke" / finished.parent.name / finished.name
+    shutil.rmtree(training.parent.parent, ignore_errors=True)
+    shutil.copytree(finished, training)
+    (training / "result.json").unlink()
+    with pytest.raises(FileNotFoundError, match="has not finished"):
+        trained_cell(str(toy), "mma", "de_en", scale="smoke", runs_dir="runs/training", results_dir="results/none")
+    shutil.copy(finished / "result.json", training / "result.json")
+    loaded = trained_cell(str(toy), "mma", "de_en", scale="smoke", runs_dir="runs/training",
+                          results_dir="results/none")
+    assert loaded.record is None and loaded.run_dir.resolve() == training
+    recorded = trained_cell(str(toy), "mma", "de_en", scale="smoke", runs_dir="runs/experiments")
+    assert recorded.record["system"] == "mma" and recorded.checkpoint.is_file()
+
+
 ANALYSES = {  # paper: (table, dataset, extra arguments, files written, text the report must hold)
     "gmm": ("main", "en_de", ["--gold-sentences", "20"], ["gmm_components.png", "gmm_gates.png"],
             ["| baseline | 1 |", "| ours | 1 |", "20 Europarl sentence pairs", "| mixture |", "layer 1:"]),
