@@ -9,9 +9,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Callable
 
 CELL_COMMAND = [sys.executable, "-m", "mma_nmt.experiments.cell"]  # + the run directory
 TERMINATE_GRACE_S = 30.0
