@@ -47,7 +47,14 @@ def run_dirs(tmp_path: Path, *names: str) -> list[Path]:
     return dirs
 
 
-def test_an_error_in_the_runner_terminates_running_cells_and_starts_no_queued_one(tmp_path):
+def kill_leftovers(*cells: Path) -> None:
+    """Cleans up after a failed test: no stand-in cell may sleep on after it."""
+    for cell in cells:
+        if (cell / "pid").is_file() and alive(pid := int((cell / "pid").read_text())):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_an_error_in_the_runner_terminates_every_cell_it_started(tmp_path):
     quick, slow, queued = run_dirs(tmp_path, "quick", "slow", "queued")
     ended = []
 
@@ -56,12 +63,16 @@ def test_an_error_in_the_runner_terminates_running_cells_and_starts_no_queued_on
         wait_for(lambda: (slow / "pid").is_file())
         raise ValueError("the runner failed while recording a result")
 
-    with pytest.raises(ValueError, match="while recording"):
-        run_side_by_side([quick, slow, queued], 2, on_end, CellProcesses([sys.executable, "-c", FAKE_CELL]))
-    assert ended == [("quick", 0, None)]
-    assert not alive(int((slow / "pid").read_text()))
-    assert not (queued / "pid").exists()
-    assert (slow / "run.log").is_file()
+    try:
+        with pytest.raises(ValueError, match="while recording"):
+            run_side_by_side([quick, slow, queued], 2, on_end, CellProcesses([sys.executable, "-c", FAKE_CELL]))
+        assert ended == [("quick", 0, None)]
+        assert not alive(int((slow / "pid").read_text()))
+        # the queued cell may have taken quick's slot before the error: then it was terminated too
+        assert not (queued / "pid").exists() or not alive(int((queued / "pid").read_text()))
+        assert (slow / "run.log").is_file()
+    finally:
+        kill_leftovers(slow, queued)
 
 
 def test_exit_codes_and_output_of_cells_reach_the_runner(tmp_path):
@@ -74,9 +85,12 @@ def test_exit_codes_and_output_of_cells_reach_the_runner(tmp_path):
     assert (bad / "run.log").read_text() == "training bad\n"
 
 
+# The runner in a process of its own. SIGINT gets Python's default handler (KeyboardInterrupt, as under Ctrl-C in a
+# terminal): a process started in the background by a non-interactive shell inherits SIGINT ignored.
 RUNNER = textwrap.dedent("""
-    import sys
+    import signal, sys
     from pathlib import Path
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from mma_nmt.experiments.side_by_side import CellProcesses, run_side_by_side
     dirs = [Path(p) for p in sys.argv[2:]]
     run_side_by_side(dirs, 2, lambda *ended: None, CellProcesses([sys.executable, "-c", sys.argv[1]]))
@@ -94,6 +108,9 @@ def test_a_killed_runner_takes_its_cells_down(tmp_path, signum):
         _, stderr = runner.communicate(timeout=60)
     finally:
         runner.kill()
+        runner.wait()
+        if runner.returncode == -signal.SIGKILL:
+            kill_leftovers(first, second, queued)
     assert runner.returncode != 0
     assert "RunnerStopped" in stderr or "KeyboardInterrupt" in stderr, stderr[-2000:]
     for cell in (first, second):
