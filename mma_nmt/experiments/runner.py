@@ -103,11 +103,12 @@ def run_cells(experiment: Experiment, cells: list[Cell], runs_dir: Path, *, jobs
 
         def ended(run_dir: Path, code: int | None, started: float, error: Exception | None) -> None:
             cell = cells_by_dir[run_dir]
+            if error is None and code != 0:
+                error = RuntimeError(f"run {run_dir} failed with exit code {code}; see {run_dir / 'run.log'}")
+            if error is not None:
+                report(cell, None, started, error)
+                return
             try:
-                if error is not None:
-                    raise error
-                if code != 0:
-                    raise RuntimeError(f"run {run_dir} failed with exit code {code}; see {run_dir / 'run.log'}")
                 report(cell, read_json(run_dir / RESULT_FILE), started)
             except Exception as failure:  # keep going, as above
                 report(cell, None, started, failure)

@@ -50,8 +50,8 @@ def trained_cell(experiment: str, system: str, dataset: str, *, scale: str = "mi
     if record is None and not is_finished(run_dir):  # a run still training has checkpoints, but no final model
         raise FileNotFoundError(f"no trained model for {system} seed {cell.seed} on {dataset} at scale {scale}: "
                                 f"{run_dir} has not finished (no {RESULT_FILE}, no run record); {train_it}")
-    result = record["stopping"] if record else read_json(run_dir / RESULT_FILE)
-    checkpoint = run_dir / result.get("checkpoint", "best.pt")
+    translated_with = (record["stopping"] if record else read_json(run_dir / RESULT_FILE)).get("checkpoint", "best.pt")
+    checkpoint = run_dir / translated_with
     if not checkpoint.is_file():
         raise FileNotFoundError(f"no trained model for {system} on {dataset} at scale {scale} ({checkpoint} is "
                                 f"missing); {train_it}")
