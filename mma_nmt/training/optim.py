@@ -21,7 +21,7 @@ class OptimConfig:
     eps: float = 1e-8
     weight_decay: float = 0.0
     schedule: Literal["inverse_sqrt", "cosine", "plateau", "constant"] = "inverse_sqrt"
-    warmup_steps: int = 4000  # inverse_sqrt and cosine only: the constant and plateau schedules start at lr
+    warmup_steps: int = 4000  # every schedule warms up linearly from warmup_init_lr to lr first; 0 = start at lr
     warmup_init_lr: float = 1e-7
     min_lr: float = 0.0  # cosine floor
     total_steps: int = 0  # cosine cycle length; 0 = the run's max_steps
@@ -93,7 +93,9 @@ class LRSchedule:
             return inverse_sqrt_lr(step, c)
         if c.schedule == "cosine":
             return cosine_lr(step, c, self.total_steps)
-        return c.lr * self.scale
+        # constant (fairseq's "fixed" with --warmup-updates) and plateau: warm up, then lr cut by the plateau decays
+        peak = warmup_lr(step, c) if step < c.warmup_steps else c.lr
+        return peak * self.scale
 
     def step(self, num_updates: int) -> float:
         self.num_updates = num_updates

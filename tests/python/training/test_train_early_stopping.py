@@ -58,7 +58,8 @@ def test_checkpoints_from_before_early_stopping_load():
 def _frozen_run(data, save_dir, *extra):
     """lr 0: the validation loss never changes, so only the first validation is a new best."""
     return load_run_config(None, tiny_overrides(data, save_dir, "train.validate_every=2", "train.patience=3",
-                                                "train.optim.schedule=constant", "train.optim.lr=0.0", *extra))
+                                                "train.optim.schedule=constant", "train.optim.lr=0.0",
+                                                "train.optim.warmup_steps=0", *extra))
 
 
 def _events(save_dir, kind):

@@ -36,8 +36,25 @@ def test_cosine_reaches_min_lr_at_the_end():
     assert s.step(100) == pytest.approx(1e-5)
 
 
+@pytest.mark.parametrize("schedule", ["constant", "plateau"])
+def test_constant_and_plateau_warm_up_too(schedule):
+    """A warmup asked for is a warmup given (it used to be ignored by these two schedules, silently)."""
+    s = _schedule(lr=1e-3, warmup_steps=10, warmup_init_lr=0.0, schedule=schedule)
+    assert [s.step(k) for k in (0, 5, 10, 50)] == pytest.approx([0.0, 5e-4, 1e-3, 1e-3])
+    assert _schedule(lr=1e-3, warmup_steps=0, schedule=schedule).step(0) == pytest.approx(1e-3)
+
+
+def test_plateau_decay_applies_during_warmup():
+    s = _schedule(optimizer="sgd", lr=0.1, warmup_steps=10, warmup_init_lr=0.0, schedule="plateau")
+    s.step(4)
+    s.on_validation(50.0)
+    s.on_validation(51.0)  # no new best: halve
+    assert s.step(5) == pytest.approx(0.025)  # half of the warmup's 0.05
+    assert s.step(20) == pytest.approx(0.05)
+
+
 def test_plateau_halves_when_validation_does_not_improve():
-    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau")
+    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", warmup_steps=0)
     for ppl, lr in [(50.0, 0.1), (40.0, 0.1), (41.0, 0.05), (39.0, 0.05), (39.5, 0.025)]:
         s.on_validation(ppl)
         assert s.optimizer.param_groups[0]["lr"] == pytest.approx(lr)
@@ -56,27 +73,28 @@ def _lrs_over_epochs(schedule: LRSchedule, perplexities: list[float]) -> list[fl
 # decay switches on for good once epoch >= start_decay_at (default 8) or once validation perplexity rises, and then the
 # lr is multiplied by learning_rate_decay (0.5) after every epoch.
 def test_decay_start_epoch_halves_every_epoch_from_that_epoch():
-    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", decay_start_epoch=8, decay_stays_on=True)
+    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", warmup_steps=0, decay_start_epoch=8, decay_stays_on=True)
     lrs = _lrs_over_epochs(s, [100.0 - epoch for epoch in range(11)])  # always improving
     assert lrs == pytest.approx([0.1] * 7 + [0.05, 0.025, 0.0125, 0.00625])
 
 
 def test_decay_stays_on_after_the_first_epoch_without_improvement():
-    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", decay_start_epoch=8, decay_stays_on=True)
+    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", warmup_steps=0, decay_start_epoch=8, decay_stays_on=True)
     lrs = _lrs_over_epochs(s, [50.0, 40.0, 41.0, 30.0, 29.0])
     assert lrs == pytest.approx([0.1, 0.1, 0.05, 0.025, 0.0125])
-    plain = _schedule(optimizer="sgd", lr=0.1, schedule="plateau")  # the plateau rule alone: only epoch 3 cuts
+    # the plateau rule alone: only epoch 3 cuts
+    plain = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", warmup_steps=0)
     assert _lrs_over_epochs(plain, [50.0, 40.0, 41.0, 30.0, 29.0]) == pytest.approx([0.1, 0.1, 0.05, 0.05, 0.05])
 
 
 def test_decay_start_epoch_without_stays_on_keeps_the_plateau_rule_before_it():
-    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", decay_start_epoch=4)
+    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", warmup_steps=0, decay_start_epoch=4)
     lrs = _lrs_over_epochs(s, [50.0, 51.0, 40.0, 39.0, 38.0])
     assert lrs == pytest.approx([0.1, 0.05, 0.05, 0.025, 0.0125])
 
 
 def test_decay_state_survives_a_resume():
-    config = dict(optimizer="sgd", lr=0.1, schedule="plateau", decay_start_epoch=8, decay_stays_on=True)
+    config = dict(optimizer="sgd", lr=0.1, schedule="plateau", warmup_steps=0, decay_start_epoch=8, decay_stays_on=True)
     first = _schedule(**config)
     _lrs_over_epochs(first, [50.0, 51.0])  # epoch 2 switched the decay on
     resumed = _schedule(**config)
