@@ -53,21 +53,17 @@ def build_optimizer(params, config: OptimConfig) -> torch.optim.Optimizer:
 
 
 def warmup_lr(step: int, config: OptimConfig) -> float:
-    """Linear from ``warmup_init_lr`` to ``lr`` over ``warmup_steps``."""
+    """Linear from ``warmup_init_lr`` to ``lr`` over ``warmup_steps``; every schedule starts with it."""
     return config.warmup_init_lr + (config.lr - config.warmup_init_lr) * step / max(1, config.warmup_steps)
 
 
 def inverse_sqrt_lr(step: int, config: OptimConfig) -> float:
-    """Warmup, then ``lr * sqrt(warmup / step)``."""
-    if step < config.warmup_steps:
-        return warmup_lr(step, config)
+    """After the warmup: ``lr * sqrt(warmup / step)``."""
     return config.lr * math.sqrt(max(1, config.warmup_steps) / max(1, step))
 
 
 def cosine_lr(step: int, config: OptimConfig, total_steps: int) -> float:
-    """Warmup, then one half-cosine from ``lr`` down to ``min_lr`` at ``total_steps``."""
-    if step < config.warmup_steps:
-        return warmup_lr(step, config)
+    """After the warmup: one half-cosine from ``lr`` down to ``min_lr`` at ``total_steps``."""
     span = max(1, total_steps - config.warmup_steps)
     progress = min(1.0, (step - config.warmup_steps) / span)
     return config.min_lr + 0.5 * (config.lr - config.min_lr) * (1.0 + math.cos(math.pi * progress))
@@ -88,14 +84,15 @@ class LRSchedule:
         self.step(0)
 
     def lr_at(self, step: int) -> float:
+        """Warmup, then the schedule; ``scale`` holds the plateau cuts (1 for the other schedules)."""
         c = self.config
+        if step < c.warmup_steps:
+            return warmup_lr(step, c) * self.scale
         if c.schedule == "inverse_sqrt":
             return inverse_sqrt_lr(step, c)
         if c.schedule == "cosine":
             return cosine_lr(step, c, self.total_steps)
-        # constant (fairseq's "fixed" with --warmup-updates) and plateau: warm up, then lr cut by the plateau decays
-        peak = warmup_lr(step, c) if step < c.warmup_steps else c.lr
-        return peak * self.scale
+        return c.lr * self.scale  # constant (fairseq's "fixed" with --warmup-updates) and plateau
 
     def step(self, num_updates: int) -> float:
         self.num_updates = num_updates

@@ -18,8 +18,9 @@ from nmt_fixtures import tiny_data, tiny_overrides  # noqa: F401  (fixture)
 
 
 def _schedule(**fields) -> LRSchedule:
+    """No warmup unless asked for (OpenNMT-py's plateau decay has none)."""
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    return LRSchedule(optimizer, OptimConfig(**fields), total_steps=100)
+    return LRSchedule(optimizer, OptimConfig(**{"warmup_steps": 0, **fields}), total_steps=100)
 
 
 def test_inverse_sqrt_warms_up_linearly_then_decays():
@@ -54,7 +55,7 @@ def test_plateau_decay_applies_during_warmup():
 
 
 def test_plateau_halves_when_validation_does_not_improve():
-    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", warmup_steps=0)
+    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau")
     for ppl, lr in [(50.0, 0.1), (40.0, 0.1), (41.0, 0.05), (39.0, 0.05), (39.5, 0.025)]:
         s.on_validation(ppl)
         assert s.optimizer.param_groups[0]["lr"] == pytest.approx(lr)
@@ -73,28 +74,27 @@ def _lrs_over_epochs(schedule: LRSchedule, perplexities: list[float]) -> list[fl
 # decay switches on for good once epoch >= start_decay_at (default 8) or once validation perplexity rises, and then the
 # lr is multiplied by learning_rate_decay (0.5) after every epoch.
 def test_decay_start_epoch_halves_every_epoch_from_that_epoch():
-    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", warmup_steps=0, decay_start_epoch=8, decay_stays_on=True)
+    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", decay_start_epoch=8, decay_stays_on=True)
     lrs = _lrs_over_epochs(s, [100.0 - epoch for epoch in range(11)])  # always improving
     assert lrs == pytest.approx([0.1] * 7 + [0.05, 0.025, 0.0125, 0.00625])
 
 
 def test_decay_stays_on_after_the_first_epoch_without_improvement():
-    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", warmup_steps=0, decay_start_epoch=8, decay_stays_on=True)
+    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", decay_start_epoch=8, decay_stays_on=True)
     lrs = _lrs_over_epochs(s, [50.0, 40.0, 41.0, 30.0, 29.0])
     assert lrs == pytest.approx([0.1, 0.1, 0.05, 0.025, 0.0125])
-    # the plateau rule alone: only epoch 3 cuts
-    plain = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", warmup_steps=0)
+    plain = _schedule(optimizer="sgd", lr=0.1, schedule="plateau")  # the plateau rule alone: only epoch 3 cuts
     assert _lrs_over_epochs(plain, [50.0, 40.0, 41.0, 30.0, 29.0]) == pytest.approx([0.1, 0.1, 0.05, 0.05, 0.05])
 
 
 def test_decay_start_epoch_without_stays_on_keeps_the_plateau_rule_before_it():
-    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", warmup_steps=0, decay_start_epoch=4)
+    s = _schedule(optimizer="sgd", lr=0.1, schedule="plateau", decay_start_epoch=4)
     lrs = _lrs_over_epochs(s, [50.0, 51.0, 40.0, 39.0, 38.0])
     assert lrs == pytest.approx([0.1, 0.05, 0.05, 0.025, 0.0125])
 
 
 def test_decay_state_survives_a_resume():
-    config = dict(optimizer="sgd", lr=0.1, schedule="plateau", warmup_steps=0, decay_start_epoch=8, decay_stays_on=True)
+    config = dict(optimizer="sgd", lr=0.1, schedule="plateau", decay_start_epoch=8, decay_stays_on=True)
     first = _schedule(**config)
     _lrs_over_epochs(first, [50.0, 51.0])  # epoch 2 switched the decay on
     resumed = _schedule(**config)
