@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--system", action="append",
                    help="train only this row (repeatable), e.g. a table's baseline and proposed system over all their "
                         "seeds before its other rows; default: every row")
+    p.add_argument("--seed", action="append", type=int,
+                   help="train only this seed (repeatable), e.g. one seed of a table's compared pair; default: every "
+                        "seed of the table")
     p.add_argument("--from-records", action="store_true",
                    help="train nothing: rebuild the tables from the committed run records")
     p = _command(sub, "demo", "prepare Multi30k De-En, train the tiny MMA Transformer, translate, score")
@@ -256,7 +259,8 @@ def _run(args) -> int:
 
         run_experiment(args.paper, tables=args.table, scale=args.scale, jobs=args.jobs, runs_dir=args.runs_dir,
                        results_dir=args.results_dir, bootstrap_samples=args.bootstrap_samples,
-                       from_records=args.from_records, datasets=args.dataset, systems=args.system)
+                       from_records=args.from_records, datasets=args.dataset, systems=args.system,
+                       seeds=args.seed)
     elif args.command == "demo":
         demo(args)
     return 0

@@ -85,23 +85,24 @@ def _run_order(experiment, tables: list[str]):
     return lambda cell: (cell.seed, cell.system.name not in compared)
 
 
-def _check_known(kind: str, asked: list[str] | None, known: set[str], paper: str, tables: list[str]) -> None:
+def _check_known(kind: str, asked: list | None, known: set, paper: str, tables: list[str]) -> None:
     unknown = sorted(set(asked or []) - known)
     if unknown:
         raise ExperimentError(f"no {kind} {unknown} in {paper}'s table(s) {', '.join(tables)}; {kind}s there: "
-                              f"{', '.join(sorted(known))}")
+                              f"{', '.join(str(k) for k in sorted(known))}")
 
 
 def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "mini", jobs: int = 1,
                    runs_dir: str | Path = "runs/experiments", results_dir: str | Path | None = None,
                    bootstrap_samples: int = 1000, command: str | None = None,
                    from_records: bool = False, datasets: list[str] | None = None,
-                   systems: list[str] | None = None) -> list[Path]:
+                   systems: list[str] | None = None, seeds: list[int] | None = None) -> list[Path]:
     """Runs ``tables`` (default: all) of experiment ``name`` at ``scale``; returns the Markdown reports written.
     Records go to ``<results_dir>/runs`` (default results dir: ``experiments/<paper>/results/<scale>``). Raises
     RuntimeError after writing what it can when some run failed or a table was not rewritten. ``datasets`` and
     ``systems`` limit the training to those columns and rows (the tables are still written with every cell that has
-    records), e.g. to train the seeds of a table's compared pair before its other rows."""
+    records), e.g. to train the seeds of a table's compared pair before its other rows; ``seeds`` likewise limits it
+    to those seeds (e.g. one seed's baseline and proposed system on one machine, the next seed's on another)."""
     experiment = load_experiment(find_experiment(name))
     chosen = tables or [name for name, table in experiment.tables.items() if scale in table.scales]
     cells = [cell for table in chosen for cell in experiment.cells(table, scale)]
@@ -112,9 +113,11 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
     if not from_records:
         _check_known("dataset", datasets, {cell.dataset.role for cell in cells}, experiment.name, chosen)
         _check_known("system", systems, {cell.system.name for cell in cells}, experiment.name, chosen)
+        _check_known("seed", seeds, {cell.seed for cell in cells}, experiment.name, chosen)
         pending = [cell for cell in cells if cell.identity not in records
                    and (not datasets or cell.dataset.role in datasets)
-                   and (not systems or cell.system.name in systems)]
+                   and (not systems or cell.system.name in systems)
+                   and (not seeds or cell.seed in seeds)]
         pending.sort(key=_run_order(experiment, chosen))
         if pending:
             _, failures = run_cells(experiment, pending, Path(runs_dir), jobs=jobs,

@@ -68,13 +68,15 @@ def hardware(device: str = "cpu", threads: int = 0) -> dict:
 
 
 def software(where: Path) -> dict:
+    """torch, Python and the commit of the code; where the code is a copy without its git history (a tree sent to a
+    GPU machine), the commit comes from ``MMA_NMT_GIT_COMMIT`` if the sender set it, else it is "unknown"."""
     import torch
 
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True,
                                 check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
+        commit = os.environ.get("MMA_NMT_GIT_COMMIT") or "unknown"
     return {"torch": torch.__version__, "python": platform.python_version(), "git_commit": commit}
 
 

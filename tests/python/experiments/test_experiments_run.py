@@ -146,6 +146,30 @@ def test_system_filter_trains_only_the_rows_named(toy, workdir, monkeypatch):
     assert trained == ["baseline"]
 
 
+def test_seed_filter_trains_only_the_seeds_named(toy, workdir, monkeypatch):
+    """``--seed 2`` trains seed 2 of every row and no other seed (one seed's pair on one machine, the next seed's on
+    another); a seed the table does not run is refused before anything trains."""
+    from mma_nmt.experiments.spec import ExperimentError
+
+    text = (toy / "experiment.toml").read_text()
+    (toy / "experiment.toml").write_text(text.replace('baseline = "baseline"\n', 'baseline = "baseline"\n'
+                                                      'seeds = { smoke = [1, 2] }\n'))
+    trained = []
+    import mma_nmt.experiments.command as command
+
+    real = command.run_cells
+    monkeypatch.setattr(command, "run_cells",
+                        lambda experiment, cells, *a, **k: trained.extend((c.system.name, c.seed) for c in cells)
+                        or real(experiment, cells, *a, **k))
+    with pytest.raises(ExperimentError, match=r"no seed \[5\].*seeds there: 1, 2"):
+        run_experiment(str(toy), scale="smoke", runs_dir="runs/seed_filter", seeds=[5])
+    assert trained == []
+    (md,) = run_experiment(str(toy), scale="smoke", runs_dir="runs/seed_filter", seeds=[2])
+    assert sorted(trained) == [("baseline", 2), ("mma", 2)]
+    runs = json.loads(md.with_suffix(".json").read_text())["runs"]
+    assert sorted((run["row"], run["seed"]) for run in runs) == [("baseline", 2), ("mma", 2)]
+
+
 def test_seeds_give_mean_std_and_per_seed_significance(toy, workdir):
     text = (toy / "experiment.toml").read_text()
     (toy / "experiment.toml").write_text(text.replace('baseline = "baseline"\n', 'baseline = "baseline"\n'
@@ -370,3 +394,16 @@ def test_paper_analysis_reads_the_trained_models_of_its_table(paper, workdir, mo
     text = report.read_text()
     for part in parts:
         assert part in text, (part, text)
+
+
+def test_software_names_the_commit_of_a_copy_without_git_history(tmp_path, monkeypatch):
+    """A tree copied to another machine (a GPU lent for a few minutes) has no .git: its records name the commit the
+    sender gave in MMA_NMT_GIT_COMMIT, and say "unknown" without it, never another checkout's commit."""
+    from mma_nmt.experiments.records import software
+
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # git must not find a repository above tmp_path
+    monkeypatch.delenv("MMA_NMT_GIT_COMMIT", raising=False)
+    assert software(tmp_path)["git_commit"] == "unknown"
+    monkeypatch.setenv("MMA_NMT_GIT_COMMIT", "abc1234")
+    assert software(tmp_path)["git_commit"] == "abc1234"
+    assert software(REPO)["git_commit"] not in ("unknown", "abc1234")  # a checkout names its own HEAD

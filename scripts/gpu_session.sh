@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# One short session on a lent GPU machine (a bare image with CUDA, nvcc and a CUDA build of torch; no network): build
+# mma_nmt with its CUDA kernels for that torch, run the CUDA test suite (both dispatch modes) while mini runs of a table
+# train side by side on the GPU, run an analysis of the trained models, then, if time is left, the quick CUDA
+# benchmarks. What it measures lands in $OUT: session.log, build.log, the two test logs, results.tgz (run records,
+# tables, analyses and run logs without checkpoints; unpack it in a scratch folder and copy what is new) and logs.tgz
+# (training, progress, analysis and benchmark logs, the benchmark report).
+#
+# Usage, from the repository root (the prepared data of the runs must travel under runs/data):
+#   MMA_NMT_GIT_COMMIT=<commit> DEADLINE=540 LIMIT=590 AFTER_TRAINING="<command>" \
+#     bash scripts/gpu_session.sh "<experiment args>" ["<experiment args>" ...]
+# Each argument is one `python -m mma_nmt experiment` command line; they start side by side, the first one with
+# priority: when, 120 s into training, the slowest run would not end before DEADLINE (seconds after the start; the
+# runs' update cap is MAX_STEPS, default 6000), the other commands are stopped to leave the GPU to the first. At
+# DEADLINE every training command is stopped; LIMIT is the command's own time limit, before which the results are packed.
+set -uo pipefail
+start=$SECONDS
+: "${OUT:?OUT must name the folder whose files come back}"
+deadline=${DEADLINE:-540}
+mkdir -p "$OUT/logs"
+say() { echo "[gpu $((SECONDS - start))s] $*" | tee -a "$OUT/session.log"; }
+
+say "machine: $(nvidia-smi -L 2>&1 | head -1); $(nproc) cores; $(python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')"
+if [ -d .whl ]; then  # pure-Python dependencies the image lacks (sacremoses), carried as wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+
+say "building mma_nmt with its CUDA kernels (sm_90)"
+export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+if ! python3 -m pip install --no-build-isolation --no-deps --target /tmp/mma_build -Cbuild-dir="${BUILD_DIR:-build/gpu}" \
+     -Ccmake.define.MMA_NMT_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 . > "$OUT/build.log" 2>&1; then
+  say "build FAILED (build.log)"; exit 1
+fi
+cp /tmp/mma_build/mma_nmt/_C*.so mma_nmt/  # the package is imported from the repository, with the extension beside it
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+say "built: $(python3 -c 'import mma_nmt; print(mma_nmt.build_info())' 2>&1 | tail -1)"
+
+pids=()
+index=0
+for args in "$@"; do
+  index=$((index + 1))
+  # shellcheck disable=SC2086  # each argument is a command line of several words
+  (exec python3 -m mma_nmt experiment $args > "$OUT/logs/train$index.log" 2>&1) &
+  pids+=($!)
+  say "train$index (pid $!): experiment $args"
+done
+train_start=$SECONDS
+
+say "CUDA tests (default dispatch, then MMA_NMT_CUDA_KERNELS=handwritten) beside the training"
+cuda_tests=(tests/python/ops/test_cuda_operators.py tests/python/ops/test_attention_cuda.py)
+(MMA_NMT_REQUIRE_CUDA=1 python3 -m pytest -q -p no:cacheprovider -o addopts="" -m cuda -rf "${cuda_tests[@]}" \
+   > "$OUT/test_cuda.log" 2>&1; echo "exit $?" >> "$OUT/test_cuda.log"
+ MMA_NMT_REQUIRE_CUDA=1 MMA_NMT_CUDA_KERNELS=handwritten python3 -m pytest -q -p no:cacheprovider -o addopts="" -m cuda \
+   -rf "${cuda_tests[@]}" > "$OUT/test_cuda_handwritten.log" 2>&1; echo "exit $?" >> "$OUT/test_cuda_handwritten.log") &
+tests_pid=$!
+
+# Progress every 15 s: the newest update of every run (its log.jsonl).
+steps_of() {
+  local log
+  for log in runs/experiments/*/*/*/log.jsonl; do
+    [ -f "$log" ] && echo "$(basename "$(dirname "$log")") $(grep -o '"step": [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')"
+  done
+}
+checked=0
+while :; do
+  running=0
+  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && running=1; done
+  [ "$running" = 0 ] && break
+  if [ $((SECONDS - start)) -ge "$deadline" ]; then say "deadline: stopping the training commands"; break; fi
+  sleep 15
+  { echo "== $((SECONDS - start))s"; steps_of; } >> "$OUT/logs/progress.log"
+  if [ "$checked" = 0 ] && [ $((SECONDS - train_start)) -ge 120 ] && [ "${#pids[@]}" -gt 1 ]; then
+    checked=1
+    slowest=$(steps_of | awk 'NF == 2 {print $2}' | sort -n | head -1)
+    elapsed=$((SECONDS - train_start))
+    if [ -n "$slowest" ] && [ "$slowest" -gt 0 ]; then
+      projected=$((train_start + elapsed * ${MAX_STEPS:-6000} / slowest + 60 - start))
+      say "slowest run at update $slowest after ${elapsed}s of training: projected end ${projected}s (deadline ${deadline}s)"
+      if [ "$projected" -gt "$deadline" ]; then
+        for pid in "${pids[@]:1}"; do kill -TERM "$pid" 2>/dev/null; done
+        say "stopped the other training commands to leave the GPU to the first"
+      fi
+    fi
+  fi
+done
+for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
+wait "${pids[@]}" 2>/dev/null
+say "training commands ended: $(for i in $(seq 1 $index); do tail -1 "$OUT/logs/train$i.log"; done | tr '\n' ' ')"
+wait "$tests_pid" 2>/dev/null
+say "tests: $(tail -2 "$OUT/test_cuda.log" | head -1) | handwritten: $(tail -2 "$OUT/test_cuda_handwritten.log" | head -1)"
+
+# The results must be packed before the command's own limit (LIMIT seconds, default 590) cuts everything off.
+limit=${LIMIT:-590}
+left=$((limit - 15 - (SECONDS - start)))
+if [ -n "${AFTER_TRAINING:-}" ] && [ "$left" -gt 20 ]; then
+  say "after training, for at most ${left}s: $AFTER_TRAINING"
+  timeout "$left" bash -c "$AFTER_TRAINING" > "$OUT/logs/after_training.log" 2>&1
+  say "after training: exit $?"
+fi
+tar czf "$OUT/results.tgz" --exclude='*.pt' experiments/*/results runs/experiments 2>> "$OUT/session.log"
+say "results packed ($(du -h "$OUT/results.tgz" | cut -f1))"
+
+left=$((limit - 10 - (SECONDS - start)))
+if [ "$left" -gt 60 ]; then
+  say "quick CUDA benchmarks (operators, training) for at most ${left}s"
+  timeout "$left" python3 -m benchmarks --device cuda --quick --only operators --only training --out "$OUT/logs" \
+    --name cuda-quick > "$OUT/logs/bench.log" 2>&1
+  say "benchmarks: exit $?"
+fi
+tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -r "$OUT/logs"
+say "done"
