@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 from pathlib import Path
 
 import torch
@@ -42,14 +41,9 @@ def load_average() -> list[float]:
 
 
 def git_commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
+    from mma_nmt.experiments.records import code_commit
+
+    return code_commit(REPO, mark_dirty=True)
 
 
 def machine_info() -> dict:

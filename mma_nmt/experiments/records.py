@@ -67,17 +67,27 @@ def hardware(device: str = "cpu", threads: int = 0) -> dict:
     return info
 
 
+def code_commit(where: Path, *, mark_dirty: bool = False) -> str:
+    """The commit of the code at ``where`` (``+dirty`` appended when ``mark_dirty`` and tracked files differ from it).
+    ``MMA_NMT_GIT_COMMIT``, when set, names it instead: a copy of the tree sent to a lent GPU machine may carry git
+    metadata that is not the sender's (one such copy reported a commit several days old), or none ("unknown")."""
+    if os.environ.get("MMA_NMT_GIT_COMMIT"):
+        return os.environ["MMA_NMT_GIT_COMMIT"]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = mark_dirty and subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
 def software(where: Path) -> dict:
-    """torch, Python and the commit of the code; where the code is a copy without its git history (a tree sent to a
-    GPU machine), the commit comes from ``MMA_NMT_GIT_COMMIT`` if the sender set it, else it is "unknown"."""
+    """torch, Python and the commit of the code (:func:`code_commit`)."""
     import torch
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True,
-                                check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = os.environ.get("MMA_NMT_GIT_COMMIT") or "unknown"
-    return {"torch": torch.__version__, "python": platform.python_version(), "git_commit": commit}
+    return {"torch": torch.__version__, "python": platform.python_version(), "git_commit": code_commit(where)}
 
 
 def log_events(log_path: Path, kind: str) -> list[dict]:

@@ -34,9 +34,10 @@ def _randn(gen: torch.Generator, *shape: int) -> torch.Tensor:
 
 
 def _attention_inputs(spec: str, batch: int, heads: int, query_len: int, key_len: int, head_dim: int,
-                      value_dim: int) -> Callable[[torch.Generator], dict]:
+                      value_dim: int, *, padded: bool = True) -> Callable[[torch.Generator], dict]:
     def make(gen):
-        lengths = torch.tensor([key_len] + [1] * (batch - 1))  # a full sentence and length-1 ones
+        # a full sentence and length-1 ones; or no key lengths at all, as a decoder's self-attention step has
+        lengths = torch.tensor([key_len] + [1] * (batch - 1)) if padded else None
         return dict(q=_randn(gen, batch, heads, query_len, head_dim), k=_randn(gen, batch, heads, key_len, head_dim),
                     v=_randn(gen, batch, heads, key_len, value_dim), key_lengths=lengths,
                     head_kinds=parse_head_spec(spec, heads), window=2)
@@ -82,6 +83,15 @@ CASES = [
     OperatorCase("attention causal T=1", _attention_inputs("C", 2, 2, 1, 13, 64, 64),
                  lambda **kw: fused_attention(**kw, query_offset=12).out,
                  lambda **kw: attention_reference(**kw, query_offset=12)[0], ("q", "k", "v")),
+    # A beam-search step of decoder self-attention: no key lengths, one query after the cached keys. In low precision
+    # the CUDA operator runs it through the memory-efficient SDPA kernel with a (B, H, 1, S) mask as bias (the
+    # first GPU run failed here at decoding: the bias had batch size 1).
+    OperatorCase("attention causal step, no padding", _attention_inputs("C", 3, 2, 1, 13, 64, 64, padded=False),
+                 lambda **kw: fused_attention(**kw, query_offset=12).out,
+                 lambda **kw: attention_reference(**kw, query_offset=12)[0], ("q", "k", "v")),
+    OperatorCase("attention mixed step, no padding", _attention_inputs("CCLG", 2, 4, 2, 9, 24, 16, padded=False),
+                 lambda **kw: fused_attention(**kw, query_offset=7).out,
+                 lambda **kw: attention_reference(**kw, query_offset=7)[0], ("q", "k", "v")),
     OperatorCase("gmm_attention", _gmm_inputs, lambda **kw: gmm_attention(**kw).out,
                  lambda **kw: gmm_attention_reference(**kw)[0], ("q", "k", "v", "omega", "mu", "sigma", "gate")),
     OperatorCase("shared_value_attention", _shared_value_inputs, lambda **kw: shared_value_attention(**kw).out,

@@ -396,14 +396,16 @@ def test_paper_analysis_reads_the_trained_models_of_its_table(paper, workdir, mo
         assert part in text, (part, text)
 
 
-def test_software_names_the_commit_of_a_copy_without_git_history(tmp_path, monkeypatch):
-    """A tree copied to another machine (a GPU lent for a few minutes) has no .git: its records name the commit the
-    sender gave in MMA_NMT_GIT_COMMIT, and say "unknown" without it, never another checkout's commit."""
-    from mma_nmt.experiments.records import software
+def test_software_names_the_commit_the_sender_gives(tmp_path, monkeypatch):
+    """A tree copied to another machine (a GPU lent for a few minutes) may have no .git, or git metadata that is not the
+    sender's: MMA_NMT_GIT_COMMIT, when set, names the commit; without it a checkout names its HEAD and a tree without
+    git history says "unknown"."""
+    from mma_nmt.experiments.records import code_commit, software
 
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))  # git must not find a repository above tmp_path
     monkeypatch.delenv("MMA_NMT_GIT_COMMIT", raising=False)
     assert software(tmp_path)["git_commit"] == "unknown"
+    head = software(REPO)["git_commit"]
+    assert head != "unknown" and code_commit(REPO, mark_dirty=True).startswith(head)
     monkeypatch.setenv("MMA_NMT_GIT_COMMIT", "abc1234")
-    assert software(tmp_path)["git_commit"] == "abc1234"
-    assert software(REPO)["git_commit"] not in ("unknown", "abc1234")  # a checkout names its own HEAD
+    assert software(tmp_path)["git_commit"] == software(REPO)["git_commit"] == "abc1234"
