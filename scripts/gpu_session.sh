@@ -28,11 +28,17 @@ fi
 
 say "building mma_nmt with its CUDA kernels (sm_90)"
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
-if ! python3 -m pip install --no-build-isolation --no-deps --target /tmp/mma_build -Cbuild-dir="${BUILD_DIR:-build/gpu}" \
+if ! python3 -m pip install -v --no-build-isolation --no-deps --target /tmp/mma_build -Cbuild-dir="${BUILD_DIR:-build/gpu}" \
      -Ccmake.define.MMA_NMT_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 . > "$OUT/build.log" 2>&1; then
   say "build FAILED (build.log)"; exit 1
 fi
 cp /tmp/mma_build/mma_nmt/_C*.so mma_nmt/  # the package is imported from the repository, with the extension beside it
+# The toolchain and what the library links and defines: on the first H200 an error message formatting an integer
+# crashed inside the library, in libstdc++ code that seemed to be defined there (docs/cuda.md, section 4).
+{ echo "== toolchain"; c++ --version | head -1; nvcc --version | tail -1
+  echo "== NEEDED"; readelf -d mma_nmt/_C*.so | grep NEEDED
+  echo "== std:: definitions exported by the library"; nm -DC --defined-only mma_nmt/_C*.so | grep -c " std::"
+  nm -DC --defined-only mma_nmt/_C*.so | grep " std::" | head -20; } >> "$OUT/build.log" 2>&1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 say "built: $(python3 -c 'import mma_nmt; print(mma_nmt.build_info())' 2>&1 | tail -1)"
 
