@@ -44,6 +44,9 @@ const Case kCases[] = {
     {"GlobalPaddedEmptySentence", mma_nmt::attention::kGlobal, 3, 4, 6, 8, {6, 1, 0}},
     {"CausalIsCausal", mma_nmt::attention::kCausal, 2, 7, 7, 16, {}},
     {"CausalPaddedWithOffset", mma_nmt::attention::kCausal, 2, 1, 7, 16, {7, 3}, 6},
+    // a beam-search step of decoder self-attention: no key lengths, one query after 6 cached keys (a mask of batch 1,
+    // whose bias must still be expanded to the batch: the GPU's memory-efficient kernel refuses anything else)
+    {"CausalStepNoPaddingWithOffset", mma_nmt::attention::kCausal, 3, 1, 7, 16, {}, 6},
     {"BackwardTNotS", mma_nmt::attention::kBackward, 2, 5, 3, 8, {}},
     // rows past a sentence's last key see nothing: fully masked rows inside a padded sentence
     {"ForwardPaddedFullyMaskedRows", mma_nmt::attention::kForward, 3, 6, 6, 4, {6, 2, 1}},
