@@ -43,13 +43,12 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 say "built: $(python3 -c 'import mma_nmt; print(mma_nmt.build_info())' 2>&1 | tail -1)"
 
 pids=()
-index=0
 for args in "$@"; do
-  index=$((index + 1))
+  log="$OUT/logs/train$((${#pids[@]} + 1)).log"
   # shellcheck disable=SC2086  # each argument is a command line of several words
-  (exec python3 -m mma_nmt experiment $args > "$OUT/logs/train$index.log" 2>&1) &
+  (exec python3 -m mma_nmt experiment $args > "$log" 2>&1) &
   pids+=($!)
-  say "train$index (pid $!): experiment $args"
+  say "$(basename "$log" .log) (pid $!): experiment $args"
 done
 train_start=$SECONDS
 
@@ -97,7 +96,7 @@ while :; do
 done
 for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
 wait "${pids[@]}" 2>/dev/null
-say "training commands ended: $(for i in $(seq 1 $index); do tail -1 "$OUT/logs/train$i.log"; done | tr '\n' ' ')"
+say "training commands ended: $(for log in "$OUT"/logs/train*.log; do tail -1 "$log"; done | tr '\n' ' ')"
 wait "${tests_pids[@]}" 2>/dev/null
 say "tests: $(tail -2 "$OUT/test_cuda.log" | head -1) | handwritten: $(tail -2 "$OUT/test_cuda_handwritten.log" | head -1)"
 
