@@ -4,8 +4,10 @@ attention distribution of every encoder self-attention head, per layer.
 
 Writes next to the table:
 
-- ``analysis/<system>_distance_entropy.png``: distance and entropy per encoder layer and head (seed 1);
-- ``analysis/mlmha_layers.md``: the same averaged over the heads of each layer, baseline beside M-10.
+- ``analysis/<system>_distance_entropy.png``: distance and entropy per encoder layer and head (the lowest seed whose
+  model is on disk);
+- ``analysis/mlmha_layers.md``: the same averaged over the heads of each layer, for every seed of the baseline and M-10
+  whose model is on disk (the run records keep the scores, not the models; the report names the seeds it lacks).
 
     python experiments/mlmha/analysis.py --scale mini           # after `mma-nmt experiment mlmha --table main --scale mini`
 """
@@ -15,8 +17,8 @@ from __future__ import annotations
 from mma_nmt.analysis import head_distance_entropy, plot_distance_entropy
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded, load_trained,
-                                              output_dir)
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded, output_dir,
+                                              trained_seeds)
 
 SYSTEMS = ("baseline", "m10")
 
@@ -24,28 +26,33 @@ SYSTEMS = ("baseline", "m10")
 def main(argv: list[str] | None = None) -> int:
     args = analysis_parser(__doc__, dataset="en_de").parse_args(argv)
     out = output_dir(args, __file__)
-    measured = {}
+    measured, absent = [], {}
     for system in SYSTEMS:
-        trained = load_trained("mlmha", system, args)
-        records, _ = force_decoded(trained, args.sentences)
-        stats = head_distance_entropy([r.encoder_self for r in records])  # (L, H) each
-        measured[system] = ({**describe(trained), "sentences": len(records)}, stats)
-        figure = plot_distance_entropy(stats, title=f"{system} (seed {trained.cell.seed}): encoder self-attention")
-        save_figure(figure, out / f"{system}_distance_entropy.png", dpi=80)
+        models, missing = trained_seeds("mlmha", "main", system, args)
+        absent[system] = missing
+        for index, trained in enumerate(models):
+            records, _ = force_decoded(trained, args.sentences)
+            stats = head_distance_entropy([r.encoder_self for r in records])  # (L, H) each
+            measured.append(({**describe(trained), "sentences": len(records)}, stats))
+            if index == 0:
+                figure = plot_distance_entropy(stats, title=f"{system} (seed {trained.cell.seed}): encoder "
+                                                            f"self-attention")
+                save_figure(figure, out / f"{system}_distance_entropy.png", dpi=80)
 
-    sentences = measured[SYSTEMS[0]][0]["sentences"]
-    lines = [f"## Encoder attention distance and entropy per layer ({args.scale} scale, {args.dataset}, seed 1)", "",
+    sentences = measured[0][0]["sentences"]
+    lacking = "; ".join(f"{system} seeds {seeds}" for system, seeds in absent.items() if seeds)
+    lines = [f"## Encoder attention distance and entropy per layer ({args.scale} scale, {args.dataset})", "",
              f"`python experiments/mlmha/analysis.py --scale {args.scale}`: the first {sentences} test sentences "
              f"force-decoded. Distance: attention-weighted mean |i - j| in subword pieces; entropy of each query row in "
              f"nats (paper eqs. 13-16); each averaged over the heads of the layer (min-max over the heads in "
-             f"brackets).", "",
-             "| model | test BLEU | layer | mean distance | mean entropy |", "|---|---|---|---|---|"]
-    for about, stats in measured.values():
+             f"brackets)." + (f" Not analysed (no model on this machine): {lacking}." if lacking else ""), "",
+             "| model | seed | test BLEU | layer | mean distance | mean entropy |", "|---|---|---|---|---|---|"]
+    for about, stats in measured:
         for layer in range(stats.distance.shape[0]):
             distance, entropy = stats.distance[layer], stats.entropy[layer]
-            lines.append(f"| {about['system']} | {bleu_text(about)} | {layer + 1} | {float(distance.mean()):.2f} "
-                         f"({float(distance.min()):.2f}-{float(distance.max()):.2f}) | {float(entropy.mean()):.2f} "
-                         f"({float(entropy.min()):.2f}-{float(entropy.max()):.2f}) |")
+            lines.append(f"| {about['system']} | {about['seed']} | {bleu_text(about)} | {layer + 1} | "
+                         f"{float(distance.mean()):.2f} ({float(distance.min()):.2f}-{float(distance.max()):.2f}) | "
+                         f"{float(entropy.mean()):.2f} ({float(entropy.min()):.2f}-{float(entropy.max()):.2f}) |")
     lines += [""] + [f"![{system}](" + f"{system}_distance_entropy.png)" for system in SYSTEMS]
     path = atomic_write_text(out / "mlmha_layers.md", "\n".join(lines) + "\n")
     print(path)
