@@ -45,12 +45,13 @@ MMA_HOST_DEVICE void softmax_over_heads_backward(const acc_t* gate, acc_t* grad_
 MMA_HOST_DEVICE float tanh_of(float x) { return tanhf(x); }
 MMA_HOST_DEVICE double tanh_of(double x) { return tanh(x); }
 
-// e_h for one head: v_b . tanh(query_proj + head_proj), scalar loop (the CUDA path and the CPU tail use it).
+// The part of e_h = v_b . tanh(query_proj + head_proj) over hidden units first, first + stride, ... < hop_dim: the
+// CUDA kernels' lane share (a warp sums the 32 parts); first 0 and stride 1 give the whole score.
 template <typename scalar_t, typename acc_t>
-MMA_HOST_DEVICE acc_t head_score(const scalar_t* query_proj, const scalar_t* head_proj, const scalar_t* v_b,
-                                 int64_t hop_dim) {
+MMA_HOST_DEVICE acc_t head_score_part(const scalar_t* query_proj, const scalar_t* head_proj, const scalar_t* v_b,
+                                      int64_t hop_dim, int64_t first, int64_t stride) {
   acc_t e = 0;
-  for (int64_t d = 0; d < hop_dim; ++d) {
+  for (int64_t d = first; d < hop_dim; d += stride) {
     const acc_t u = tanh_of(static_cast<acc_t>(query_proj[d]) + static_cast<acc_t>(head_proj[d]));
     e += static_cast<acc_t>(v_b[d]) * u;
   }

@@ -14,10 +14,12 @@
 #include "attention/cuda/attention_cuda.h"
 #include "attention/dropout_hash.h"
 #include "attention/head_mask.h"
+#include "common/warp.cuh"
 
 namespace mma_nmt::attention::cuda {
 
-constexpr int kWarpSize = 32;
+using gpu::kWarpSize;
+using gpu::warp_sum;  // sum over the 32 lanes, returned to every lane
 // Query rows per block: gpu::Launch::warps_per_block, at most this many (the kernels' launch bounds).
 constexpr int kMaxWarpsPerBlock = 4;
 
@@ -100,13 +102,6 @@ __device__ __forceinline__ RowCoordinates locate_row(const KernelParams& p) {
   const int64_t n_keys = keys_of_sentence(p.key_lengths, r.b, p.key_len);
   r.keys = visible_keys(p.head_kinds[r.h], r.i + p.query_offset, p.window, n_keys);
   return r;
-}
-
-// Sum over the 32 lanes, returned to every lane.
-template <typename acc_t>
-__device__ __forceinline__ acc_t warp_sum(acc_t x) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
 }
 
 // A lane's slice of one row of `dim` values: element e holds index lane + 32 * e, zero past the end.

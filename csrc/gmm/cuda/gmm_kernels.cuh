@@ -11,25 +11,17 @@
 
 #include "common/key_lengths.h"
 #include "common/online_softmax.h"
+#include "common/warp.cuh"
 #include "gmm/gmm_math.h"
 
 namespace mma_nmt::gmm::cuda {
 
-constexpr int kWarp = 32;
+constexpr int kWarp = gpu::kWarpSize;
 constexpr int kMaxPerLane = 8;  // head_dim and value_dim up to 256
 constexpr int kMaxWarpsPerBlock = 4;  // rows (or keys) per block: gpu::Launch::warps_per_block, at most this many
 
-// The row (or key) of this warp, with blocks of blockDim.x / kWarp warps.
-__device__ __forceinline__ int64_t warp_index() {
-  const int64_t warps_per_block = blockDim.x / kWarp;
-  return static_cast<int64_t>(blockIdx.x) * warps_per_block + threadIdx.x / kWarp;
-}
-
-template <typename acc_t>
-__device__ __forceinline__ acc_t warp_sum(acc_t x) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
+using gpu::warp_index;  // the row (or key) of this warp
+using gpu::warp_sum;
 
 // Row-major views and sizes every kernel needs; pointers are at the start of the whole tensor.
 template <typename scalar_t, typename acc_t>

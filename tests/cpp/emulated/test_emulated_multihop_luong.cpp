@@ -1,7 +1,7 @@
 // The CUDA kernels of mma_nmt::multihop_gate (head_gate_kernels.cuh) and mma_nmt::shared_value_attention
 // (shared_value_kernels.cuh), forward and backward, under the HIP CPU emulator against the CPU operators, in every
 // dtype. Shared-value cases: padding with a length-1 and an empty sentence (fully masked rows), T = 1 and T != S, odd
-// head sizes. Head-gate cases: one head, several, positions not a multiple of the block, with and without grad_gate.
+// head sizes. Head-gate cases: one head, several, rows narrower and wider than a warp, with and without grad_gate.
 #include "emulated_testing.h"  // first: torch's headers before HIP's
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -32,13 +32,15 @@ struct HeadGateCase {
   int64_t batch, heads, query_len, hop_dim, value_dim;
 };
 
-// 3 x 50 = 150 positions: the second block of 128 threads is part-full.
 void PrintTo(const HeadGateCase& c, std::ostream* os) { *os << c.name; }
 
+// One warp per position, lanes over Db and Dc: rows narrower than a warp (most lanes idle), and rows of several lane
+// slices with a part-full last one (Db 70 = 32 + 32 + 6, Dc 45 = 32 + 13).
 const HeadGateCase kHeadGateCases[] = {
     {"OneHead", 2, 1, 3, 5, 4},
-    {"EightHeadsTwoBlocks", 3, 8, 50, 7, 3},
+    {"EightHeadsManyPositions", 3, 8, 50, 7, 3},
     {"SingleStep", 4, 3, 1, 9, 6},
+    {"RowsWiderThanAWarp", 2, 5, 7, 70, 45},
 };
 
 using GateFn = Pair(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&);
