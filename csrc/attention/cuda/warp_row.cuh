@@ -18,10 +18,9 @@
 
 namespace mma_nmt::attention::cuda {
 
+using gpu::kMaxWarpsPerBlock;  // query rows per block at most (gpu::Launch::warps_per_block)
 using gpu::kWarpSize;
 using gpu::warp_sum;  // sum over the 32 lanes, returned to every lane
-// Query rows per block: gpu::Launch::warps_per_block, at most this many (the kernels' launch bounds).
-constexpr int kMaxWarpsPerBlock = 4;
 
 // AttentionParams without its std::vector, passed by value to the kernels.
 struct KernelParams {
@@ -58,12 +57,7 @@ inline KernelParams make_kernel_params(const AttentionParams& p, const at::Tenso
 }
 
 // Blocks of `warps_per_block` warps, one query row each: the warps the kernels read back as blockDim.x / kWarpSize.
-inline dim3 row_block(const gpu::Launch& launch) {
-  TORCH_CHECK(launch.warps_per_block >= 1 && launch.warps_per_block <= kMaxWarpsPerBlock,
-              "mma_nmt attention kernels: warps_per_block must be in [1, ", kMaxWarpsPerBlock, "], got ",
-              launch.warps_per_block);
-  return dim3(static_cast<unsigned>(launch.warps_per_block * kWarpSize));
-}
+inline dim3 row_block(const gpu::Launch& launch) { return gpu::warp_block(launch, "attention"); }
 
 // Grid: x covers query rows warps_per_block at a time, y the heads, z the sentences.
 inline dim3 row_grid(const AttentionParams& p, const gpu::Launch& launch) {

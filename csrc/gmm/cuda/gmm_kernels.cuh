@@ -18,8 +18,7 @@ namespace mma_nmt::gmm::cuda {
 
 constexpr int kWarp = gpu::kWarpSize;
 constexpr int kMaxPerLane = 8;  // head_dim and value_dim up to 256
-constexpr int kMaxWarpsPerBlock = 4;  // rows (or keys) per block: gpu::Launch::warps_per_block, at most this many
-
+using gpu::kMaxWarpsPerBlock;  // rows (or keys) per block at most (gpu::Launch::warps_per_block)
 using gpu::warp_index;  // the row (or key) of this warp
 using gpu::warp_sum;
 

@@ -46,18 +46,9 @@ GmmArgs<scalar_t, acc_t> make_args(const GmmParams& p, const Inputs& in) {
 }
 
 // One warp per row (or key): `warps` of them in blocks of launch.warps_per_block.
-struct WarpGrid {
-  dim3 grid, block;
-};
+using gpu::WarpGrid;
 
-inline WarpGrid warp_grid(int64_t warps, const gpu::Launch& launch) {
-  TORCH_CHECK(launch.warps_per_block >= 1 && launch.warps_per_block <= kMaxWarpsPerBlock,
-              "mma_nmt GMM kernels: warps_per_block must be in [1, ", kMaxWarpsPerBlock, "], got ",
-              launch.warps_per_block);
-  const int64_t per_block = launch.warps_per_block;
-  return {dim3(static_cast<unsigned>((warps + per_block - 1) / per_block)),
-          dim3(static_cast<unsigned>(per_block * kWarp))};
-}
+inline WarpGrid warp_grid(int64_t warps, const gpu::Launch& launch) { return gpu::warp_grid(warps, launch, "GMM"); }
 
 // The outputs of mma_nmt::gmm_attention (GmmForwardResult order).
 inline GmmForwardResult run_gmm_forward(const GmmParams& p, const Inputs& in, bool return_weights,

@@ -14,7 +14,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <c10/util/Exception.h>
 
 #include <optional>
 #include <tuple>
@@ -26,9 +25,6 @@
 namespace mma_nmt::multihop::cuda {
 
 using gpu::kWarpSize;
-
-// Positions per block: gpu::Launch::warps_per_block, at most this many (the kernels' launch bounds).
-constexpr int kMaxWarpsPerBlock = 4;
 
 template <typename scalar_t, typename acc_t>
 __global__ void head_gate_forward_kernel(HeadGateParams p, const scalar_t* __restrict__ wq,
@@ -92,16 +88,9 @@ __global__ void head_gate_backward_kernel(HeadGateParams p, const scalar_t* __re
   }
 }
 
-// Blocks of `warps_per_block` warps, one position each, and as many blocks as the positions need.
-inline dim3 position_block(const gpu::Launch& launch) {
-  TORCH_CHECK(launch.warps_per_block >= 1 && launch.warps_per_block <= kMaxWarpsPerBlock,
-              "mma_nmt multihop_gate kernels: warps_per_block must be in [1, ", kMaxWarpsPerBlock, "], got ",
-              launch.warps_per_block);
-  return dim3(static_cast<unsigned>(launch.warps_per_block * kWarpSize));
-}
-
-inline dim3 position_grid(const HeadGateParams& p, const gpu::Launch& launch) {
-  return dim3(static_cast<unsigned>((p.positions() + launch.warps_per_block - 1) / launch.warps_per_block));
+// One warp per position, in blocks of launch.warps_per_block.
+inline gpu::WarpGrid position_grid(const HeadGateParams& p, const gpu::Launch& launch) {
+  return gpu::warp_grid(p.positions(), launch, "multihop_gate");
 }
 
 // (out, gate) of mma_nmt::multihop_gate for checked arguments.
@@ -114,10 +103,11 @@ inline std::tuple<at::Tensor, at::Tensor> run_head_gate_forward(const HeadGatePa
   at::Tensor out = at::empty({p.batch, p.heads, p.query_len, p.value_dim}, query_proj.options());
   at::Tensor gate = at::empty({p.batch, p.heads, p.query_len}, query_proj.options());
   if (p.positions() == 0) return {out, gate};
+  const gpu::WarpGrid shape = position_grid(p, launch);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, wq.scalar_type(), "mma_nmt::multihop_gate cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    gpu::launch_kernel(&head_gate_forward_kernel<scalar_t, acc_t>, position_grid(p, launch), position_block(launch),
-                       0, launch, p, wq.data_ptr<scalar_t>(), ua.data_ptr<scalar_t>(), uc.data_ptr<scalar_t>(),
+    gpu::launch_kernel(&head_gate_forward_kernel<scalar_t, acc_t>, shape.grid, shape.block, 0, launch, p,
+                       wq.data_ptr<scalar_t>(), ua.data_ptr<scalar_t>(), uc.data_ptr<scalar_t>(),
                        vb.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), gate.data_ptr<scalar_t>());
   });
   return {out, gate};
@@ -135,15 +125,15 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_head_gate_backward(
   const at::ScalarType acc_type = at::toOpMathType(vb.scalar_type());
   at::Tensor dv_b_rows = at::empty({p.positions(), p.hop_dim}, vb.options().dtype(acc_type));  // (B * T, Db)
   if (p.positions() > 0) {
+    const gpu::WarpGrid shape = position_grid(p, launch);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, wq.scalar_type(), "mma_nmt::multihop_gate_backward cuda",
                                     [&] {
       using acc_t = at::opmath_type<scalar_t>;
-      gpu::launch_kernel(&head_gate_backward_kernel<scalar_t, acc_t>, position_grid(p, launch),
-                         position_block(launch), 0, launch, p, dout.data_ptr<scalar_t>(),
-                         dgate.defined() ? dgate.data_ptr<scalar_t>() : nullptr, wq.data_ptr<scalar_t>(),
-                         ua.data_ptr<scalar_t>(), uc.data_ptr<scalar_t>(), vb.data_ptr<scalar_t>(),
-                         beta.data_ptr<scalar_t>(), dpre.data_ptr<scalar_t>(), duc.data_ptr<scalar_t>(),
-                         dv_b_rows.data_ptr<acc_t>());
+      gpu::launch_kernel(&head_gate_backward_kernel<scalar_t, acc_t>, shape.grid, shape.block, 0, launch, p,
+                         dout.data_ptr<scalar_t>(), dgate.defined() ? dgate.data_ptr<scalar_t>() : nullptr,
+                         wq.data_ptr<scalar_t>(), ua.data_ptr<scalar_t>(), uc.data_ptr<scalar_t>(),
+                         vb.data_ptr<scalar_t>(), beta.data_ptr<scalar_t>(), dpre.data_ptr<scalar_t>(),
+                         duc.data_ptr<scalar_t>(), dv_b_rows.data_ptr<acc_t>());
     });
   }
   return {dpre, duc, dv_b_rows.sum(0).to(vb.scalar_type())};  // (B * T, Db) -> (Db,); zeros without positions
