@@ -104,7 +104,8 @@ def report(args, gold, alignments: dict[str, list[dict]], missing: dict[str, lis
     lines = [f"## GMM analysis ({args.scale} scale, {args.dataset})", "",
              f"`python experiments/gmm/analysis.py --scale {args.scale}`. Models: the main table's baseline and "
              f"proposed system (\"ours\"), every seed trained so far"
-             + "".join(f"; {system} seeds {seeds} not trained yet" for system, seeds in missing.items() if seeds)
+             + "".join(f"; {system} seeds {seeds} have no model on this machine"
+                       for system, seeds in missing.items() if seeds)
              + ".", "",
              "### Alignment quality (paper Table 7)", "",
              f"RWTH German-English gold alignments ({len(gold)} Europarl sentence pairs, {sure:,} sure / "

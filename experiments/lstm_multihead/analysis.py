@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
              f"{multi[0][0]['sentences']} test sentences force-decoded; each head's attention summed by relative "
              f"position s - t (paper Figure 1). Divergence: mean over head pairs of the total-variation distance "
              f"between their normalised responses within +-{WINDOW} positions (0 = the heads respond alike)."
-             + (f" Seeds {missing} of h = 4 are not trained yet." if missing else ""), "",
+             + (f" Seeds {missing} of h = 4 have no model on this machine (not trained, or trained elsewhere)."
+                if missing else ""), "",
              "| model | seed | test BLEU (tokenized) | peak offset per head | head divergence |", "|---|---|---|---|---|"]
     for about, result in single + multi:
         peaks = ", ".join(str(int(p)) for p in result.peak_offsets())

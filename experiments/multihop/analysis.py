@@ -51,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
              f"`python experiments/multihop/analysis.py --scale {args.scale}`: the first {rows[0]['sentences']} test "
              f"sentences force-decoded; the gate's weight of each head at every source position of the layer with "
              f"the second hop. Entropy: of the gate at one position, averaged (uniform gate: log {heads} = "
-             f"{math.log(heads):.3f} nats)." + (f" Seeds {missing} are not trained yet." if missing else ""), "",
+             f"{math.log(heads):.3f} nats)."
+             + (f" Seeds {missing} have no model on this machine (not trained, or trained elsewhere)."
+                if missing else ""), "",
              "| seed | test BLEU (tokenized) | layer | " + " | ".join(f"head {h + 1}" for h in range(heads))
              + " | gate entropy |", "|---" * (heads + 4) + "|"]
     for row in rows:
