@@ -13,6 +13,7 @@
 # priority: when, 120 s into training, the slowest run would not end before DEADLINE (seconds after the start; the
 # runs' update cap is MAX_STEPS, default 6000), the other commands are stopped to leave the GPU to the first. At
 # DEADLINE every training command is stopped; LIMIT is the command's own time limit, before which the results are packed.
+# BENCH_SECTIONS (default "operators training") names the quick CUDA benchmark sections run if time is left.
 set -uo pipefail
 start=$SECONDS
 : "${OUT:?OUT must name the folder whose files come back}"
@@ -113,8 +114,10 @@ say "results packed ($(du -h "$OUT/results.tgz" | cut -f1))"
 
 left=$((limit - 10 - (SECONDS - start)))
 if [ "$left" -gt 60 ]; then
-  say "quick CUDA benchmarks (operators, training) for at most ${left}s"
-  timeout "$left" python3 -m benchmarks --device cuda --quick --only operators --only training --out "$OUT/logs" \
+  sections=${BENCH_SECTIONS:-operators training}  # the quick CUDA suite's sections to run, in order
+  say "quick CUDA benchmarks ($sections) for at most ${left}s"
+  # shellcheck disable=SC2046  # one --only per section
+  timeout "$left" python3 -m benchmarks --device cuda --quick $(printf -- '--only %s ' $sections) --out "$OUT/logs" \
     --name cuda-quick > "$OUT/logs/bench.log" 2>&1
   say "benchmarks: exit $?"
 fi
