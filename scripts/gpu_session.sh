@@ -29,14 +29,24 @@ fi
 
 say "building mma_nmt with its CUDA kernels (sm_90)"
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+# build.verbose: ninja prints every command, the link line too (read back below).
 if ! python3 -m pip install -v --no-build-isolation --no-deps --target /tmp/mma_build -Cbuild-dir="${BUILD_DIR:-build/gpu}" \
+     -Cbuild.verbose=true \
      -Ccmake.define.MMA_NMT_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 . > "$OUT/build.log" 2>&1; then
   say "build FAILED (build.log)"; exit 1
 fi
 cp /tmp/mma_build/mma_nmt/_C*.so mma_nmt/  # the package is imported from the repository, with the extension beside it
 # The toolchain and what the library links and defines: on the first H200 an error message formatting an integer
 # crashed inside the library, in libstdc++ code that seemed to be defined there (docs/cuda.md, section 4).
-{ echo "== toolchain"; c++ --version | head -1; nvcc --version | tail -1
+# The session of 2026-11-26 (third) confirmed it: built with /opt/gcc/bin/g++ the library does not need
+# libstdc++.so.6 and defines 4,637 std:: symbols, so libstdc++ was linked statically. Which of the compiler's
+# libraries the linker finds, its link-time defaults and the flags in the environment say why.
+link_line=$(grep -m1 -e '-o _C\.cpython' "$OUT/build.log" | head -c 4000)
+{ echo "== toolchain"; c++ --version | head -1; nvcc --version | tail -1; command -v c++ g++
+  echo "== libstdc++ the compiler links"; for lib in libstdc++.so libstdc++.a; do echo "$lib: $(g++ -print-file-name=$lib)"; done
+  echo "== static in the compiler's specs"; g++ -dumpspecs | grep -n "static-libstdc\|static-libgcc" | head -5
+  echo "== flags in the environment"; env | grep -E '^(LDFLAGS|CXXFLAGS|CFLAGS|CMAKE_[A-Z_]*FLAGS|CXX|CC)=' || echo "(none)"
+  echo "== the link line"; echo "$link_line"
   echo "== NEEDED"; readelf -d mma_nmt/_C*.so | grep NEEDED
   echo "== std:: definitions exported by the library"; nm -DC --defined-only mma_nmt/_C*.so | grep -c " std::"
   nm -DC --defined-only mma_nmt/_C*.so | grep " std::" | head -20; } >> "$OUT/build.log" 2>&1
