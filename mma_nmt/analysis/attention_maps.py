@@ -169,11 +169,12 @@ def plot_head_gates(gate: torch.Tensor, *, head_names: Sequence[str] | None = No
     """Multi-hop head gate: bar of the mean weight of each head, error bar one standard deviation over positions.
 
     ``gate`` is (H,) or (H, N) (N positions, e.g. the (H, T) gate of one sentence or several sentences concatenated).
+    Heads are numbered from 1 unless ``head_names`` names them, as the analysis tables number them.
     """
     g = gate.detach().double().cpu()
     g = g.unsqueeze(1) if g.dim() == 1 else g.reshape(g.shape[0], -1)
     heads = g.shape[0]
-    names = list(head_names) if head_names is not None else [str(h) for h in range(heads)]
+    names = list(head_names) if head_names is not None else [str(h + 1) for h in range(heads)]
     fig = new_figure(1.5 + 0.6 * heads, 3.0)
     ax = fig.subplots()
     std = g.std(dim=1) if g.shape[1] > 1 else torch.zeros(heads, dtype=torch.float64)
