@@ -40,7 +40,8 @@ cp /tmp/mma_build/mma_nmt/_C*.so mma_nmt/  # the package is imported from the re
 # crashed inside the library, in libstdc++ code that seemed to be defined there (docs/cuda.md, section 4).
 # The session of 2026-11-26 (third) confirmed it: built with /opt/gcc/bin/g++ the library does not need
 # libstdc++.so.6 and defines 4,637 std:: symbols, so libstdc++ was linked statically. Which of the compiler's
-# libraries the linker finds, its link-time defaults and the flags in the environment say why.
+# libraries the linker finds, its link-time defaults and the flags in the environment say why; the build now links the
+# shared libstdc++ explicitly (cmake/shared_libstdcxx.cmake), which the linkage tests check.
 link_line=$(grep -m1 -e '-o _C\.cpython' "$OUT/build.log" | head -c 4000)
 { echo "== toolchain"; c++ --version | head -1; nvcc --version | tail -1; command -v c++ g++
   echo "== libstdc++ the compiler links"; for lib in libstdc++.so libstdc++.a; do echo "$lib: $(g++ -print-file-name=$lib)"; done
@@ -49,7 +50,10 @@ link_line=$(grep -m1 -e '-o _C\.cpython' "$OUT/build.log" | head -c 4000)
   echo "== the link line"; echo "$link_line"
   echo "== NEEDED"; readelf -d mma_nmt/_C*.so | grep NEEDED
   echo "== std:: definitions exported by the library"; nm -DC --defined-only mma_nmt/_C*.so | grep -c " std::"
-  nm -DC --defined-only mma_nmt/_C*.so | grep " std::" | head -20; } >> "$OUT/build.log" 2>&1
+  nm -DC --defined-only mma_nmt/_C*.so | grep " std::" | head -20
+  echo "== linkage tests (cmake/shared_libstdcxx.cmake)"
+  PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+    tests/python/packaging/test_extension_linkage.py; } >> "$OUT/build.log" 2>&1
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 say "built: $(python3 -c 'import mma_nmt; print(mma_nmt.build_info())' 2>&1 | tail -1)"
 
