@@ -6,7 +6,7 @@
 # libstdc++.a when its search path offers no libstdc++.so first, or when told -static-libstdc++ (by its specs or the
 # flags). Naming the shared library on the link line, before the -lstdc++ that g++ appends, resolves every std::
 # symbol from it in both cases (checked with a small library here: 3,949 std:: definitions without it, none with it).
-# tests/python/test_extension_linkage.py checks the built extension.
+# tests/python/packaging/test_extension_linkage.py checks the built extension and this function.
 function(mma_nmt_link_shared_libstdcxx target)
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU" OR NOT CMAKE_SYSTEM_NAME STREQUAL "Linux")
     return()
