@@ -18,8 +18,8 @@ import math
 from mma_nmt.analysis import head_divergence, plot_relative_position_panels, relative_position_response
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded, output_dir,
-                                              trained_seeds)
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded,
+                                              missing_models_note, output_dir, trained_seeds)
 
 WINDOW = 10  # offsets shown and compared: s - t within +-10 source positions
 
@@ -54,8 +54,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{multi[0][0]['sentences']} test sentences force-decoded; each head's attention summed by relative "
              f"position s - t (paper Figure 1). Divergence: mean over head pairs of the total-variation distance "
              f"between their normalised responses within +-{WINDOW} positions (0 = the heads respond alike)."
-             + (f" Seeds {missing} of h = 4 have no model on this machine (not trained, or trained elsewhere)."
-                if missing else ""), "",
+             + missing_models_note({"h = 4": missing}), "",
              "| model | seed | test BLEU (tokenized) | peak offset per head | head divergence |", "|---|---|---|---|---|"]
     for about, result in single + multi:
         peaks = ", ".join(str(int(p)) for p in result.peak_offsets())

@@ -17,8 +17,8 @@ from __future__ import annotations
 from mma_nmt.analysis import head_distance_entropy, plot_distance_entropy
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded, output_dir,
-                                              trained_seeds)
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded,
+                                              missing_models_note, output_dir, trained_seeds)
 
 SYSTEMS = ("baseline", "m10")
 
@@ -40,12 +40,11 @@ def main(argv: list[str] | None = None) -> int:
                 save_figure(figure, out / f"{system}_distance_entropy.png", dpi=80)
 
     sentences = measured[0][0]["sentences"]
-    lacking = "; ".join(f"{system} seeds {seeds}" for system, seeds in absent.items() if seeds)
     lines = [f"## Encoder attention distance and entropy per layer ({args.scale} scale, {args.dataset})", "",
              f"`python experiments/mlmha/analysis.py --scale {args.scale}`: the first {sentences} test sentences "
              f"force-decoded. Distance: attention-weighted mean |i - j| in subword pieces; entropy of each query row in "
              f"nats (paper eqs. 13-16); each averaged over the heads of the layer (min-max over the heads in "
-             f"brackets)." + (f" Not analysed (no model on this machine): {lacking}." if lacking else ""), "",
+             f"brackets)." + missing_models_note(absent), "",
              "| model | seed | test BLEU | layer | mean distance | mean entropy |", "|---|---|---|---|---|---|"]
     for about, stats in measured:
         for layer in range(stats.distance.shape[0]):

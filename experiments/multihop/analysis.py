@@ -22,8 +22,8 @@ from mma_nmt.analysis import plot_head_gates
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.analysis.distance_entropy import attention_entropy
 from mma_nmt.data.fileio import atomic_write_text
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded, output_dir,
-                                              trained_seeds)
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded,
+                                              missing_models_note, output_dir, trained_seeds)
 
 SYSTEM = "hop4"
 
@@ -52,8 +52,7 @@ def main(argv: list[str] | None = None) -> int:
              f"sentences force-decoded; the gate's weight of each head at every source position of the layer with "
              f"the second hop. Entropy: of the gate at one position, averaged (uniform gate: log {heads} = "
              f"{math.log(heads):.3f} nats)."
-             + (f" Seeds {missing} have no model on this machine (not trained, or trained elsewhere)."
-                if missing else ""), "",
+             + missing_models_note({SYSTEM: missing}), "",
              "| seed | test BLEU (tokenized) | layer | " + " | ".join(f"head {h + 1}" for h in range(heads))
              + " | gate entropy |", "|---" * (heads + 4) + "|"]
     for row in rows:

@@ -61,6 +61,13 @@ def trained_seeds(paper: str, table: str, system: str, args: argparse.Namespace
     return found, missing
 
 
+def missing_models_note(missing: dict[str, list[int | None]]) -> str:
+    """The sentence a report adds for the seeds of each system that :func:`trained_seeds` found no model of ("" when
+    every model is there): a seed's model may be missing because it was not trained, or trained on another machine."""
+    lacking = "; ".join(f"{system} seeds {seeds}" for system, seeds in missing.items() if seeds)
+    return f" No model on this machine (not trained, or trained elsewhere): {lacking}." if lacking else ""
+
+
 def force_decoded(trained: TrainedCell, sentences: int) -> tuple[list, object]:
     """The :class:`~mma_nmt.models.recording.SentenceRecord` of each of the first ``sentences`` test pairs (the
     reference teacher-forced) and the test split."""
