@@ -148,11 +148,16 @@ def training_minutes(segments: list[dict]) -> float:
 
 
 def stopping_point(log_path: Path, checkpoint: str) -> dict:
-    """Where and why training ended, from the last ``end`` event of the run's log."""
-    ends = log_events(log_path, "end")
+    """Where and why training ended, from the last ``end`` event of the run's log; for a run that continued a capped
+    run (:mod:`mma_nmt.experiments.continuation`), which one and from which update."""
+    ends, continued = log_events(log_path, "end"), log_events(log_path, "continue")
     end = ends[-1] if ends else {}
-    return {"updates": end.get("step"), "epoch": end.get("epoch"), "reason": end.get("stopped", "max_steps"),
-            "best_update": end.get("best_step"), "checkpoint": checkpoint}
+    point = {"updates": end.get("step"), "epoch": end.get("epoch"), "reason": end.get("stopped", "max_steps"),
+             "best_update": end.get("best_step"), "checkpoint": checkpoint}
+    if continued:
+        point["continued_from"] = {key: continued[-1].get(key)
+                                   for key in ("step", "identity", "max_steps", "stopped", "hardware")}
+    return point
 
 
 _METRICS = ("bleu", "bleu_signature", "tokenized_bleu", "chrf", "ter", "sentences", "bleu_by_source_length",

@@ -156,12 +156,22 @@ def _delta(cell: dict, planned: int) -> str:
             f"{len(per_seed)} seeds)")
 
 
+def _hardware_name(hw: dict) -> str:
+    return hw.get("gpu") or f"{hw.get('cpu', '?')}, {hw.get('torch_threads', '?')} thread(s)"
+
+
 def _run_line(run: dict, columns: dict) -> str:
     stop, training, metrics = run.get("stopping", {}), run.get("training", {}), run.get("metrics", {})
     params = f"{training['parameters'] / 1e6:.2f}M" if training.get("parameters") else "–"
-    stopped = f"{stop.get('updates', '–')} ({stop.get('reason', '–')}; best {stop.get('best_update', '–')})"
+    stopped = f"{stop.get('updates', '–')} ({stop.get('reason', '–')}; best {stop.get('best_update', '–')}"
     hw = run.get("hardware", {})
-    where = hw.get("gpu") or f"{hw.get('cpu', '?')}, {hw.get('torch_threads', '?')} thread(s)"
+    where = _hardware_name(hw)
+    if stop.get("continued_from"):
+        earlier = stop["continued_from"]
+        stopped += f"; continued the run capped at {earlier.get('max_steps', '–')}"
+        if earlier.get("hardware") and _hardware_name(earlier["hardware"]) != where:
+            where = f"{_hardware_name(earlier['hardware'])} to update {earlier.get('step')}, then {where}"
+    stopped += ")"
     folder = f"runs/{run['dataset']}/{run['system']}-seed{run['seed']}-{run['identity']}"
     return "| " + " | ".join([
         run["row"], columns[run["column"]], str(run["seed"]), params, stopped, stop.get("checkpoint", "–"),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mma_nmt.data.fileio import atomic_write_json
 from mma_nmt.experiments.cell import CELL_FILE, RESULT_FILE, is_finished, read_json, run_cell
+from mma_nmt.experiments.continuation import capped_predecessor, continue_from
 from mma_nmt.experiments.side_by_side import run_side_by_side
 from mma_nmt.experiments.spec import Cell, Experiment, ExperimentError, resolved_run_config
 
@@ -46,6 +47,21 @@ def check_prepared_dirs(cells: list[Cell]) -> None:
                 f"different [data] settings ({first[1]} vs {data}); give one of them its own data.out_dir")
 
 
+def _continue_capped_runs(cells: list[Cell], run_dirs: dict[str, Path], runs_dir: Path) -> None:
+    """A cell that has not started and whose config is a finished run's with a higher cap continues that run
+    (:mod:`mma_nmt.experiments.continuation`)."""
+    for cell in cells:
+        run_dir = run_dirs[cell.identity]
+        if (run_dir / "last.pt").exists() or (run_dir / "log.jsonl").exists():
+            continue
+        predecessor = capped_predecessor(cell, runs_dir)
+        if predecessor is not None:
+            event = continue_from(predecessor, run_dir)
+            print(f"[experiment] {cell.system.name} on {cell.dataset.role} continues {predecessor} from update "
+                  f"{event['step']} (the same run with the cap raised from {event['max_steps']} to "
+                  f"{cell.config['train']['max_steps']})", flush=True)
+
+
 def _prepare_all(cells: list[Cell], run_dirs: dict[str, Path]) -> None:
     """Prepares every distinct corpus once, before any training starts (runs side by side must not race on it)."""
     from mma_nmt import pipeline
@@ -73,6 +89,7 @@ def run_cells(experiment: Experiment, cells: list[Cell], runs_dir: Path, *, jobs
     for cell in unique:
         _write_cell_file(cell, run_dirs[cell.identity], experiment)
     pending = [cell for cell in unique if not is_finished(run_dirs[cell.identity])]
+    _continue_capped_runs(pending, run_dirs, Path(runs_dir))
     print(f"[experiment] {len(unique)} runs, {len(unique) - len(pending)} already finished, {len(pending)} to run "
           f"({jobs} at a time) under {Path(runs_dir) / cells[0].scale if cells else runs_dir}", flush=True)
     _prepare_all(pending, run_dirs)

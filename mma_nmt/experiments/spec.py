@@ -34,6 +34,14 @@ METRICS = ("bleu", "tokenized_bleu")
 _NOT_IDENTITY = (("train", "save_dir"), ("train", "progress"), ("train", "threads"), ("train", "device"))
 
 
+def identity_config(config: dict) -> dict:
+    """A copy of a raw run config without the settings that are not part of a run's identity."""
+    config = copy.deepcopy(config)
+    for section, key in _NOT_IDENTITY:
+        config.get(section, {}).pop(key, None)
+    return config
+
+
 class ExperimentError(ValueError):
     """A malformed experiment file; the message names the file and the offending entry."""
 
@@ -111,10 +119,7 @@ class Cell:
     @property
     def identity(self) -> str:
         """A hash of everything that determines the result: equal configs share one run, across tables and papers."""
-        config = copy.deepcopy(self.config)
-        for section, key in _NOT_IDENTITY:
-            config.get(section, {}).pop(key, None)
-        text = json.dumps({"config": config, "average_last": self.average_last}, sort_keys=True)
+        text = json.dumps({"config": identity_config(self.config), "average_last": self.average_last}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:10]
 
     @property

@@ -1,0 +1,82 @@
+"""Raising a run's update cap continues the capped run instead of training again from update 0.
+
+A run is a function of its config, and ``train.max_steps`` only says where it stops: the run with cap N2 > N1 is the
+run with cap N1 followed by updates N1 + 1 .. N2, as long as nothing else reads the cap. Only the cosine schedule
+does (its cycle length defaults to ``max_steps``). So when a cell has no checkpoint yet, and a finished run of the
+same scale holds the same config except a lower cap (and no cosine schedule sized by it), the cell starts from a
+copy of that run's checkpoints and log: the trainer resumes at the lower cap's update exactly as an interrupted run
+resumes (weights, optimizer, schedule, data position, RNG, early-stopping state), and trains on until its own cap or
+its patience stops it. The copy's ``log.jsonl`` gains a ``continue`` event naming the run it came from; the record
+keeps it as ``continued_from``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from mma_nmt.experiments.cell import CELL_FILE, RESULT_FILE, is_finished, read_json
+from mma_nmt.experiments.spec import Cell, identity_config
+from mma_nmt.training.logging import JsonLinesLogger
+
+CONTINUE_EVENT = "continue"  # read back by records.stopping_point
+# What a continued run copies from the capped one: what training resumes from, and the log it extends. Not the
+# translations, scores or process logs, which belong to the capped run.
+_COPIED = ("last.pt", "best.pt", "log.jsonl")
+
+
+def _without_cap(config: dict) -> dict:
+    config = identity_config(config)
+    config.get("train", {}).pop("max_steps", None)
+    return config
+
+
+def _cap(config: dict) -> int:
+    return int(config.get("train", {}).get("max_steps", 0) or 0)
+
+
+def _schedule_reads_cap(config: dict) -> bool:
+    optim = config.get("train", {}).get("optim", {})
+    return optim.get("schedule") == "cosine" and not optim.get("total_steps")
+
+
+def capped_predecessor(cell: Cell, runs_dir: Path) -> Path | None:
+    """The finished run directory under ``runs_dir/<scale>`` whose config is ``cell``'s with a lower, nonzero
+    ``train.max_steps`` (the highest such cap), or None. None too when the cell has no cap or its schedule reads it."""
+    cap = _cap(cell.config)
+    if not cap or _schedule_reads_cap(cell.config):
+        return None
+    wanted = _without_cap(cell.config)
+    found: list[tuple[int, Path]] = []
+    for cell_file in sorted((Path(runs_dir) / cell.scale).glob(f"*/*/{CELL_FILE}")):
+        other = read_json(cell_file)
+        other_cap = _cap(other.get("config", {}))
+        if (0 < other_cap < cap and other.get("average_last", 0) == cell.average_last
+                and _without_cap(other.get("config", {})) == wanted and is_finished(cell_file.parent)
+                and (cell_file.parent / "last.pt").is_file()):
+            found.append((other_cap, cell_file.parent))
+    return max(found)[1] if found else None
+
+
+def continue_from(predecessor: Path, run_dir: Path) -> dict:
+    """Seeds the empty ``run_dir`` with ``predecessor``'s checkpoints and log (periodic checkpoints included, for
+    averaging) and logs the ``continue`` event; returns that event."""
+    predecessor, run_dir = Path(predecessor), Path(run_dir)
+    if (run_dir / "last.pt").exists() or (run_dir / "log.jsonl").exists():
+        raise FileExistsError(f"{run_dir} already holds a run; it continues from its own last.pt, not from "
+                              f"{predecessor}")
+    result = read_json(predecessor / RESULT_FILE)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    names = [*_COPIED, *sorted(p.name for p in predecessor.glob("step_*.pt"))]
+    # log.jsonl last: the trainer resumes from last.pt, and the log is what marks the directory as taken
+    for name in sorted(names, key=lambda n: n == "log.jsonl"):
+        if (predecessor / name).is_file():
+            shutil.copy2(predecessor / name, run_dir / name)
+    ends = [json.loads(line) for line in (run_dir / "log.jsonl").read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("event") == "end"]
+    return JsonLinesLogger(run_dir / "log.jsonl").log(
+        CONTINUE_EVENT, step=ends[-1]["step"] if ends else None, run=str(predecessor),
+        identity=result.get("identity"), stopped=ends[-1].get("stopped") if ends else None,
+        max_steps=_cap(read_json(predecessor / CELL_FILE)["config"]), hardware=result.get("hardware"))
+

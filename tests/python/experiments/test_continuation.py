@@ -1,0 +1,137 @@
+"""A raised update cap continues the capped run (mma_nmt.experiments.continuation): the continued run ends with the
+weights of a run trained with the higher cap from update 0, its record says which run it continued, and runs that
+differ in more than the cap, or whose schedule reads the cap, are never continued."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from mma_nmt.experiments.command import run_experiment
+from mma_nmt.experiments.continuation import capped_predecessor
+from mma_nmt.experiments.records import load_records
+from mma_nmt.experiments.spec import load_experiment
+
+REPO = Path(__file__).resolve().parents[3]
+SMOKE_BASE = REPO / "experiments" / "common" / "smoke_multi30k_de_en.toml"
+
+EXPERIMENT = f"""
+name = "capped"
+title = "Raising a cap"
+[datasets.de_en]
+label = "De-En"
+smoke = {{ base = "{SMOKE_BASE}", label = "Multi30k De-En, smoke subset" }}
+[systems.base]
+label = "Base, 4 updates"
+[systems.base_longer]
+label = "Base, 8 updates"
+scale_set = {{ smoke = {{ "train.max_steps" = 8 }} }}
+[systems.base_longer_cosine]
+label = "Base, 8 updates, cosine schedule"
+scale_set = {{ smoke = {{ "train.max_steps" = 8, "train.optim.schedule" = "cosine" }} }}
+[systems.base_cosine]
+label = "Base, 4 updates, cosine schedule"
+scale_set = {{ smoke = {{ "train.optim.schedule" = "cosine" }} }}
+[systems.other_lr_longer]
+label = "Another learning rate, 8 updates"
+scale_set = {{ smoke = {{ "train.max_steps" = 8, "train.optim.lr" = 0.002 }} }}
+[tables.short]
+title = "4 updates"
+columns = ["de_en"]
+rows = ["base", "base_cosine"]
+baseline = "base"
+[tables.long]
+title = "8 updates"
+columns = ["de_en"]
+rows = ["base", "base_longer"]
+baseline = "base"
+"""
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory):
+    """The experiment, with the 4-update runs of ``base`` and ``base_cosine`` finished under runs/capped."""
+    folder = tmp_path_factory.mktemp("continuation")
+    (folder / "capped").mkdir()
+    (folder / "capped" / "experiment.toml").write_text(textwrap.dedent(EXPERIMENT))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        run_experiment(str(folder / "capped"), scale="smoke", runs_dir="runs/capped", tables=["short"])
+    return folder
+
+
+def _run_dir(folder: Path, runs: str, system: str) -> Path:
+    identity = load_experiment(folder / "capped").cell(system, "de_en", "smoke").identity
+    (found,) = (folder / runs / "smoke").glob(f"*/*-{identity}")
+    return found
+
+
+def _weights(run_dir: Path) -> dict:
+    return torch.load(run_dir / "last.pt", map_location="cpu", weights_only=False)["model"]
+
+
+def test_raised_cap_continues_the_capped_run_to_the_weights_of_an_uncapped_run(experiment, monkeypatch, capsys):
+    monkeypatch.chdir(experiment)
+    run_experiment(str(experiment / "capped"), scale="smoke", runs_dir="runs/capped", tables=["long"],
+                   systems=["base_longer"])
+    assert "continues" in capsys.readouterr().out
+    continued = _run_dir(experiment, "runs/capped", "base_longer")
+    events = [json.loads(line) for line in (continued / "log.jsonl").read_text().splitlines()]
+    (event,) = [e for e in events if e["event"] == "continue"]
+    assert event["step"] == 4 and event["max_steps"] == 4 and event["stopped"] == "max_steps"
+    assert event["identity"] == _run_dir(experiment, "runs/capped", "base").name.rsplit("-", 1)[1]
+    assert [e["step"] for e in events if e["event"] == "end"] == [4, 8]
+
+    # the same system trained from update 0 where no capped run exists (records elsewhere: these would count it done)
+    run_experiment(str(experiment / "capped"), scale="smoke", runs_dir="runs/fresh", tables=["long"],
+                   systems=["base_longer"], results_dir=experiment / "fresh_results")
+    fresh = _run_dir(experiment, "runs/fresh", "base_longer")
+    assert not [line for line in (fresh / "log.jsonl").read_text().splitlines() if '"continue"' in line]
+    a, b = _weights(continued), _weights(fresh)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    capped = _weights(_run_dir(experiment, "runs/capped", "base"))
+    assert not all(torch.equal(a[k], capped[k]) for k in a)  # updates 5-8 did train
+    assert (continued / "translations" / "test.hyp.txt").read_text() == (fresh / "translations" /
+                                                                         "test.hyp.txt").read_text()
+
+    records = load_records(experiment / "capped" / "results" / "smoke" / "runs")
+    (record,) = [r for r in records.values() if r["system"] == "base_longer"]
+    assert record["stopping"]["updates"] == 8
+    assert record["stopping"]["continued_from"]["step"] == 4
+    assert [s["ended"] for s in record["training"]["train_segments"]] == [True, True]
+    table = (experiment / "capped" / "results" / "smoke" / "long.md").read_text()
+    assert "continued the run capped at 4" in table
+    # the capped run is untouched: it still has its own result and 4 updates
+    assert json.loads((_run_dir(experiment, "runs/capped", "base") / "result.json").read_text())["train_steps"] == 4
+
+
+def test_only_a_run_that_differs_in_its_cap_alone_is_continued(experiment):
+    spec = load_experiment(experiment / "capped")
+    runs = experiment / "runs" / "capped"
+    assert capped_predecessor(spec.cell("base_longer", "de_en", "smoke"), runs) == _run_dir(
+        experiment, "runs/capped", "base")
+    assert capped_predecessor(spec.cell("other_lr_longer", "de_en", "smoke"), runs) is None
+    # the cosine schedule's cycle is the cap: 4 updates of the 8-update schedule are not the 4-update run
+    assert capped_predecessor(spec.cell("base_longer_cosine", "de_en", "smoke"), runs) is None
+    # another seed is another run
+    assert capped_predecessor(spec.cell("base_longer", "de_en", "smoke", seed=2), runs) is None
+    # the capped run itself (same cap) and a lower-capped cell have nothing to continue
+    assert capped_predecessor(spec.cell("base", "de_en", "smoke"), runs) is None
+
+
+def test_an_unfinished_capped_run_is_not_continued(experiment, tmp_path):
+    """A capped run still training (no result.json) may be written to meanwhile: it is not copied."""
+    import shutil
+
+    runs = tmp_path / "runs"
+    source = _run_dir(experiment, "runs/capped", "base")
+    target = runs / "smoke" / source.parent.name / source.name
+    shutil.copytree(source, target)
+    spec = load_experiment(experiment / "capped")
+    assert capped_predecessor(spec.cell("base_longer", "de_en", "smoke"), runs) == target
+    (target / "result.json").unlink()
+    assert capped_predecessor(spec.cell("base_longer", "de_en", "smoke"), runs) is None
