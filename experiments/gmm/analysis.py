@@ -61,7 +61,8 @@ def alignment_rows(trained, gold) -> list[dict]:
 
 
 def entropy_samples(records, *, gmm: bool) -> list[dict[str, torch.Tensor]]:
-    """Per sentence: (L, H, T, S) weights of each attention kind (dot / mixture / total for GMM, dot for the baseline)."""
+    """Per sentence: (L, H, T, S) weights of each attention kind (dot / mixture / total for GMM, dot for the
+    baseline)."""
     if not gmm:
         return [{"dot": r.cross} for r in records]
     kinds = {"dot": "alpha", "mixture": "beta", "total": "gamma"}
@@ -78,8 +79,8 @@ def components_figure(trained, records, test, out) -> None:
                                  background=values["gamma"],
                                  source_tokens=pieces(test.src_tokenizer, test.src[index]),
                                  target_tokens=pieces(test.tgt_tokenizer, test.tgt[index]) + ["</s>"],
-                                 title=f"ours (seed {trained.cell.seed}), decoder layer {last + 1}: Gaussian components "
-                                       f"(colour = component, shade = weight) over the total attention")
+                                 title=f"ours (seed {trained.cell.seed}), decoder layer {last + 1}: Gaussian "
+                                       f"components (colour = component, shade = weight) over the total attention")
     save_figure(figure, out / "gmm_components.png", dpi=80)
 
 
@@ -159,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         if system == "ours":
             components_figure(models[0], records, test, out)
             gate_means = gates_figure(models[0], records, out)
-    path = atomic_write_text(out / "gmm_analysis.md", report(args, gold, alignments, missing, entropy, gate_means, sentences))
+    text = report(args, gold, alignments, missing, entropy, gate_means, sentences)
+    path = atomic_write_text(out / "gmm_analysis.md", text)
     print(path)
     return 0
 

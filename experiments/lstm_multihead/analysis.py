@@ -8,7 +8,8 @@ The paper sums each head's attention weights by relative position s - t over the
 - ``analysis/lstm_heads.md``: per run, the test BLEU, each head's peak offset and the head divergence (mean
   total-variation distance between the heads' responses within +-10 positions: 0 = identical heads).
 
-    python experiments/lstm_multihead/analysis.py --scale mini   # after `mma-nmt experiment lstm_multihead --table heads`
+    # after `mma-nmt experiment lstm_multihead --table heads`:
+    python experiments/lstm_multihead/analysis.py --scale mini
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
              f"position s - t (paper Figure 1). Divergence: mean over head pairs of the total-variation distance "
              f"between their normalised responses within +-{WINDOW} positions (0 = the heads respond alike)."
              + missing_models_note({"h = 4": missing}), "",
-             "| model | seed | test BLEU (tokenized) | peak offset per head | head divergence |", "|---|---|---|---|---|"]
+             "| model | seed | test BLEU (tokenized) | peak offset per head | head divergence |",
+             "|---|---|---|---|---|"]
     for about, result in single + multi:
         peaks = ", ".join(str(int(p)) for p in result.peak_offsets())
         divergence = head_divergence(result, window=WINDOW)

@@ -9,7 +9,8 @@ Writes next to the table:
 - ``analysis/mlmha_layers.md``: the same averaged over the heads of each layer, for every seed of the baseline and M-10
   whose model is on disk (the run records keep the scores, not the models; the report names the seeds it lacks).
 
-    python experiments/mlmha/analysis.py --scale mini           # after `mma-nmt experiment mlmha --table main --scale mini`
+    # after `mma-nmt experiment mlmha --table main --scale mini`:
+    python experiments/mlmha/analysis.py --scale mini
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     sentences = measured[0][0]["sentences"]
     lines = [f"## Encoder attention distance and entropy per layer ({args.scale} scale, {args.dataset})", "",
              f"`python experiments/mlmha/analysis.py --scale {args.scale}`: the first {sentences} test sentences "
-             f"force-decoded. Distance: attention-weighted mean |i - j| in subword pieces; entropy of each query row in "
-             f"nats (paper eqs. 13-16); each averaged over the heads of the layer (min-max over the heads in "
+             f"force-decoded. Distance: attention-weighted mean |i - j| in subword pieces; entropy of each query row "
+             f"in nats (paper eqs. 13-16); each averaged over the heads of the layer (min-max over the heads in "
              f"brackets)." + missing_models_note(absent), "",
              "| model | seed | test BLEU | layer | mean distance | mean entropy |", "|---|---|---|---|---|---|"]
     for about, stats in measured:

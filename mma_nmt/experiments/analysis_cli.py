@@ -36,7 +36,8 @@ def output_dir(args: argparse.Namespace, script: str | Path) -> Path:
 
 
 def load_trained(paper: str, system: str, args: argparse.Namespace, *, seed: int | None = None) -> TrainedCell:
-    """The trained model of ``system`` in ``args.dataset``'s column (the table's seed ``seed``, default the recipe's)."""
+    """The trained model of ``system`` in ``args.dataset``'s column (the table's seed ``seed``, default the
+    recipe's)."""
     return trained_cell(paper, system, args.dataset, scale=args.scale, seed=seed, runs_dir=args.runs_dir,
                         results_dir=args.results_dir)
 

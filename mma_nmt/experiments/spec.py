@@ -1,7 +1,7 @@
 """A paper's reproduction as data: ``experiments/<paper>/experiment.toml`` names its datasets, systems and tables.
 
-- ``[datasets.<role>]``: a language pair of the paper (``de_en``, ``ja_en``, ...); its ``label`` names the paper's corpus.
-  One run config per scale (``full``, ``mini``, ``smoke``):
+- ``[datasets.<role>]``: a language pair of the paper (``de_en``, ``ja_en``, ...); its ``label`` names the paper's
+  corpus. One run config per scale (``full``, ``mini``, ``smoke``):
   ``{ base = "file.toml", set = { "dotted.key" = value }, average_last = N, label = "..." }``. ``base`` is relative to
   the experiment file; ``set`` goes on top of it. ``label`` names the data the runs of that scale train and test on
   (required below ``full``, where it is never the paper's corpus: "Multi30k De-En (for IWSLT14 De-En)").
