@@ -12,18 +12,23 @@ keeps it as ``continued_from``.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 from mma_nmt.experiments.cell import CELL_FILE, RESULT_FILE, is_finished, read_json
+from mma_nmt.experiments.records import CONTINUE_EVENT, log_events
 from mma_nmt.experiments.spec import Cell, identity_config
 from mma_nmt.training.logging import JsonLinesLogger
 
-CONTINUE_EVENT = "continue"  # read back by records.stopping_point
 # What a continued run copies from the capped one: what training resumes from, and the log it extends. Not the
 # translations, scores or process logs, which belong to the capped run.
 _COPIED = ("last.pt", "best.pt", "log.jsonl")
+
+
+def holds_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a run's checkpoints or log (what a continuation must never replace)."""
+    run_dir = Path(run_dir)
+    return any((run_dir / name).exists() for name in _COPIED) or any(run_dir.glob("step_*.pt"))
 
 
 def _without_cap(config: dict) -> dict:
@@ -60,23 +65,28 @@ def capped_predecessor(cell: Cell, runs_dir: Path) -> Path | None:
 
 
 def continue_from(predecessor: Path, run_dir: Path) -> dict:
-    """Seeds the empty ``run_dir`` with ``predecessor``'s checkpoints and log (periodic checkpoints included, for
-    averaging) and logs the ``continue`` event; returns that event."""
+    """Seeds ``run_dir`` (absent, or holding no run: :func:`holds_run`) with ``predecessor``'s checkpoints and log
+    (periodic checkpoints included, for averaging) and logs the ``continue`` event; returns that event. The copy is
+    assembled beside ``run_dir`` and renamed into place, so a kill leaves either the untouched directory (the next
+    command continues again) or the whole copy (it resumes), never checkpoints without the log that explains them."""
     predecessor, run_dir = Path(predecessor), Path(run_dir)
-    if (run_dir / "last.pt").exists() or (run_dir / "log.jsonl").exists():
+    if holds_run(run_dir):
         raise FileExistsError(f"{run_dir} already holds a run; it continues from its own last.pt, not from "
                               f"{predecessor}")
     result = read_json(predecessor / RESULT_FILE)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    names = [*_COPIED, *sorted(p.name for p in predecessor.glob("step_*.pt"))]
-    # log.jsonl last: the trainer resumes from last.pt, and the log is what marks the directory as taken
-    for name in sorted(names, key=lambda n: n == "log.jsonl"):
+    staging = run_dir.with_name(f".{run_dir.name}.continuing")
+    shutil.rmtree(staging, ignore_errors=True)  # left by a kill during an earlier copy
+    staging.mkdir(parents=True)
+    if (run_dir / CELL_FILE).is_file():
+        shutil.copy2(run_dir / CELL_FILE, staging / CELL_FILE)
+    for name in [*_COPIED, *sorted(p.name for p in predecessor.glob("step_*.pt"))]:
         if (predecessor / name).is_file():
-            shutil.copy2(predecessor / name, run_dir / name)
-    ends = [json.loads(line) for line in (run_dir / "log.jsonl").read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line).get("event") == "end"]
-    return JsonLinesLogger(run_dir / "log.jsonl").log(
+            shutil.copy2(predecessor / name, staging / name)
+    ends = log_events(staging / "log.jsonl", "end")
+    event = JsonLinesLogger(staging / "log.jsonl").log(
         CONTINUE_EVENT, step=ends[-1]["step"] if ends else None, run=str(predecessor),
         identity=result.get("identity"), stopped=ends[-1].get("stopped") if ends else None,
         max_steps=_cap(read_json(predecessor / CELL_FILE)["config"]), hardware=result.get("hardware"))
-
+    shutil.rmtree(run_dir, ignore_errors=True)
+    staging.rename(run_dir)
+    return event

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mma_nmt.data.fileio import atomic_write_json
 from mma_nmt.experiments.cell import CELL_FILE, RESULT_FILE, is_finished, read_json, run_cell
-from mma_nmt.experiments.continuation import capped_predecessor, continue_from
+from mma_nmt.experiments.continuation import capped_predecessor, continue_from, holds_run
 from mma_nmt.experiments.side_by_side import run_side_by_side
 from mma_nmt.experiments.spec import Cell, Experiment, ExperimentError, resolved_run_config
 
@@ -52,7 +52,7 @@ def _continue_capped_runs(cells: list[Cell], run_dirs: dict[str, Path], runs_dir
     (:mod:`mma_nmt.experiments.continuation`)."""
     for cell in cells:
         run_dir = run_dirs[cell.identity]
-        if (run_dir / "last.pt").exists() or (run_dir / "log.jsonl").exists():
+        if holds_run(run_dir):
             continue
         predecessor = capped_predecessor(cell, runs_dir)
         if predecessor is not None:
