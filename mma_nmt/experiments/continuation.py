@@ -2,8 +2,10 @@
 
 A run is a function of its config, and ``train.max_steps`` only says where it stops: the run with cap N2 > N1 is the
 run with cap N1 followed by updates N1 + 1 .. N2, as long as nothing else reads the cap. Only the cosine schedule
-does (its cycle length defaults to ``max_steps``). So when a cell has no checkpoint yet, and a finished run of the
-same scale holds the same config except a lower cap (and no cosine schedule sized by it), the cell starts from a
+does (its cycle length defaults to ``max_steps``), and a run validates where its cap stops it, which the longer run
+does only when validations fall on that update. So when a cell has no checkpoint yet, and a finished run of the same
+scale holds the same config except a lower cap (a multiple of ``train.validate_every``; no cosine schedule sized by
+the cap), the cell starts from a
 copy of that run's checkpoints and log: the trainer resumes at the lower cap's update exactly as an interrupted run
 resumes (weights, optimizer, schedule, data position, RNG, early-stopping state), and trains on until its own cap or
 its patience stops it. The copy's ``log.jsonl`` gains a ``continue`` event naming the run it came from; the record
@@ -46,9 +48,18 @@ def _schedule_reads_cap(config: dict) -> bool:
     return optim.get("schedule") == "cosine" and not optim.get("total_steps")
 
 
+def _validated_at_cap_anyway(config: dict, cap: int) -> bool:
+    """Whether a run that goes past ``cap`` validates at ``cap`` too. A run validates once more where its cap stops
+    it; that validation counts for early stopping and for the plateau schedule, so only when the longer run would
+    have validated there as well is the capped run its prefix."""
+    every = int(config.get("train", {}).get("validate_every", 0) or 0)
+    return every > 0 and cap % every == 0
+
+
 def capped_predecessor(cell: Cell, runs_dir: Path) -> Path | None:
     """The finished run directory under ``runs_dir/<scale>`` whose config is ``cell``'s with a lower, nonzero
-    ``train.max_steps`` (the highest such cap), or None. None too when the cell has no cap or its schedule reads it."""
+    ``train.max_steps`` (the highest such cap) that is a multiple of ``train.validate_every``, or None. None too when
+    the cell has no cap or its schedule reads it."""
     cap = _cap(cell.config)
     if not cap or _schedule_reads_cap(cell.config):
         return None
@@ -57,7 +68,8 @@ def capped_predecessor(cell: Cell, runs_dir: Path) -> Path | None:
     for cell_file in sorted((Path(runs_dir) / cell.scale).glob(f"*/*/{CELL_FILE}")):
         other = read_json(cell_file)
         other_cap = _cap(other.get("config", {}))
-        if (0 < other_cap < cap and other.get("average_last", 0) == cell.average_last
+        if (0 < other_cap < cap and _validated_at_cap_anyway(cell.config, other_cap)
+                and other.get("average_last", 0) == cell.average_last
                 and _without_cap(other.get("config", {})) == wanted and is_finished(cell_file.parent)
                 and (cell_file.parent / "last.pt").is_file()):
             found.append((other_cap, cell_file.parent))

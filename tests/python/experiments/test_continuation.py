@@ -24,7 +24,7 @@ name = "capped"
 title = "Raising a cap"
 [datasets.de_en]
 label = "De-En"
-smoke = {{ base = "{SMOKE_BASE}", label = "Multi30k De-En, smoke subset" }}
+smoke = {{ base = "{SMOKE_BASE}", set = {{ "train.validate_every" = 2 }}, label = "Multi30k De-En, smoke subset" }}
 [systems.base]
 label = "Base, 4 updates"
 [systems.base_longer]
@@ -39,10 +39,16 @@ scale_set = {{ smoke = {{ "train.optim.schedule" = "cosine" }} }}
 [systems.other_lr_longer]
 label = "Another learning rate, 8 updates"
 scale_set = {{ smoke = {{ "train.max_steps" = 8, "train.optim.lr" = 0.002 }} }}
+[systems.every3]
+label = "Base, 4 updates, validated every 3"
+scale_set = {{ smoke = {{ "train.validate_every" = 3 }} }}
+[systems.every3_longer]
+label = "Base, 8 updates, validated every 3"
+scale_set = {{ smoke = {{ "train.validate_every" = 3, "train.max_steps" = 8 }} }}
 [tables.short]
 title = "4 updates"
 columns = ["de_en"]
-rows = ["base", "base_cosine"]
+rows = ["base", "base_cosine", "every3"]
 baseline = "base"
 [tables.long]
 title = "8 updates"
@@ -54,7 +60,8 @@ baseline = "base"
 
 @pytest.fixture(scope="module")
 def experiment(tmp_path_factory):
-    """The experiment, with the 4-update runs of ``base`` and ``base_cosine`` finished under runs/capped."""
+    """The experiment, with the 4-update runs of ``base``, ``base_cosine`` and ``every3`` finished under
+    runs/capped."""
     folder = tmp_path_factory.mktemp("continuation")
     (folder / "capped").mkdir()
     (folder / "capped" / "experiment.toml").write_text(textwrap.dedent(EXPERIMENT))
@@ -117,6 +124,8 @@ def test_only_a_run_that_differs_in_its_cap_alone_is_continued(experiment):
     assert capped_predecessor(spec.cell("other_lr_longer", "de_en", "smoke"), runs) is None
     # the cosine schedule's cycle is the cap: 4 updates of the 8-update schedule are not the 4-update run
     assert capped_predecessor(spec.cell("base_longer_cosine", "de_en", "smoke"), runs) is None
+    # the run capped at 4 validated at update 4, where the run validating every 3 updates would not have
+    assert capped_predecessor(spec.cell("every3_longer", "de_en", "smoke"), runs) is None
     # another seed is another run
     assert capped_predecessor(spec.cell("base_longer", "de_en", "smoke", seed=2), runs) is None
     # the capped run itself (same cap) and a lower-capped cell have nothing to continue
