@@ -5,11 +5,10 @@ run with cap N1 followed by updates N1 + 1 .. N2, as long as nothing else reads 
 does (its cycle length defaults to ``max_steps``), and a run validates where its cap stops it, which the longer run
 does only when validations fall on that update. So when a cell has no checkpoint yet, and a finished run of the same
 scale holds the same config except a lower cap (a multiple of ``train.validate_every``; no cosine schedule sized by
-the cap), the cell starts from a
-copy of that run's checkpoints and log: the trainer resumes at the lower cap's update exactly as an interrupted run
-resumes (weights, optimizer, schedule, data position, RNG, early-stopping state), and trains on until its own cap or
-its patience stops it. The copy's ``log.jsonl`` gains a ``continue`` event naming the run it came from; the record
-keeps it as ``continued_from``.
+the cap), the cell starts from a copy of that run's checkpoints and log: the trainer resumes at the lower cap's update
+exactly as an interrupted run resumes (weights, optimizer, schedule, data position, RNG, early-stopping state), and
+trains on until its own cap or its patience stops it. The copy's ``log.jsonl`` gains a ``continue`` event naming the
+run it came from; the record keeps it as ``continued_from``.
 """
 
 from __future__ import annotations
@@ -21,16 +20,16 @@ from mma_nmt.experiments.cell import CELL_FILE, RESULT_FILE, is_finished, read_j
 from mma_nmt.experiments.records import CONTINUE_EVENT, log_events
 from mma_nmt.experiments.spec import Cell, identity_config
 from mma_nmt.training.logging import JsonLinesLogger
+from mma_nmt.training.run_lock import existing_checkpoints
 
-# What a continued run copies from the capped one: what training resumes from, and the log it extends. Not the
-# translations, scores or process logs, which belong to the capped run.
-_COPIED = ("last.pt", "best.pt", "log.jsonl")
+# A continued run copies the capped one's checkpoints (what training resumes from, and the periodic ones for
+# averaging) and this log, which it extends; not the translations, scores or process logs of the capped run.
+_LOG = "log.jsonl"
 
 
 def holds_run(run_dir: Path) -> bool:
     """Whether ``run_dir`` holds a run's checkpoints or log (what a continuation must never replace)."""
-    run_dir = Path(run_dir)
-    return any((run_dir / name).exists() for name in _COPIED) or any(run_dir.glob("step_*.pt"))
+    return bool(existing_checkpoints(run_dir)) or (Path(run_dir) / _LOG).exists()
 
 
 def _without_cap(config: dict) -> dict:
@@ -78,7 +77,7 @@ def capped_predecessor(cell: Cell, runs_dir: Path) -> Path | None:
 
 def continue_from(predecessor: Path, run_dir: Path) -> dict:
     """Seeds ``run_dir`` (absent, or holding no run: :func:`holds_run`) with ``predecessor``'s checkpoints and log
-    (periodic checkpoints included, for averaging) and logs the ``continue`` event; returns that event. The copy is
+    and logs the ``continue`` event; returns that event. The copy is
     assembled beside ``run_dir`` and renamed into place, so a kill leaves either the untouched directory (the next
     command continues again) or the whole copy (it resumes), never checkpoints without the log that explains them."""
     predecessor, run_dir = Path(predecessor), Path(run_dir)
@@ -91,11 +90,10 @@ def continue_from(predecessor: Path, run_dir: Path) -> dict:
     staging.mkdir(parents=True)
     if (run_dir / CELL_FILE).is_file():
         shutil.copy2(run_dir / CELL_FILE, staging / CELL_FILE)
-    for name in [*_COPIED, *sorted(p.name for p in predecessor.glob("step_*.pt"))]:
-        if (predecessor / name).is_file():
-            shutil.copy2(predecessor / name, staging / name)
-    ends = log_events(staging / "log.jsonl", "end")
-    event = JsonLinesLogger(staging / "log.jsonl").log(
+    for path in [*existing_checkpoints(predecessor), predecessor / _LOG]:
+        shutil.copy2(path, staging / path.name)
+    ends = log_events(staging / _LOG, "end")
+    event = JsonLinesLogger(staging / _LOG).log(
         CONTINUE_EVENT, step=ends[-1]["step"] if ends else None, run=str(predecessor),
         identity=result.get("identity"), stopped=ends[-1].get("stopped") if ends else None,
         max_steps=_cap(read_json(predecessor / CELL_FILE)["config"]), hardware=result.get("hardware"))
