@@ -55,23 +55,24 @@ def _validated_at_cap_anyway(config: dict, cap: int) -> bool:
     return every > 0 and cap % every == 0
 
 
+def extends(config: dict, capped: dict) -> bool:
+    """Whether the run of ``config`` is the run of ``capped`` trained on: the same config except a higher cap, the
+    lower one a multiple of ``train.validate_every``, and no schedule that reads the cap."""
+    cap, capped_cap = _cap(config), _cap(capped)
+    return (0 < capped_cap < cap and not _schedule_reads_cap(config) and _validated_at_cap_anyway(config, capped_cap)
+            and _without_cap(capped) == _without_cap(config))
+
+
 def capped_predecessor(cell: Cell, runs_dir: Path) -> Path | None:
     """The finished run directory under ``runs_dir/<scale>`` whose config is ``cell``'s with a lower, nonzero
     ``train.max_steps`` (the highest such cap) that is a multiple of ``train.validate_every``, or None. None too when
     the cell has no cap or its schedule reads it."""
-    cap = _cap(cell.config)
-    if not cap or _schedule_reads_cap(cell.config):
-        return None
-    wanted = _without_cap(cell.config)
     found: list[tuple[int, Path]] = []
     for cell_file in sorted((Path(runs_dir) / cell.scale).glob(f"*/*/{CELL_FILE}")):
         other = read_json(cell_file)
-        other_cap = _cap(other.get("config", {}))
-        if (0 < other_cap < cap and _validated_at_cap_anyway(cell.config, other_cap)
-                and other.get("average_last", 0) == cell.average_last
-                and _without_cap(other.get("config", {})) == wanted and is_finished(cell_file.parent)
-                and (cell_file.parent / "last.pt").is_file()):
-            found.append((other_cap, cell_file.parent))
+        if (extends(cell.config, other.get("config", {})) and other.get("average_last", 0) == cell.average_last
+                and is_finished(cell_file.parent) and (cell_file.parent / "last.pt").is_file()):
+            found.append((_cap(other["config"]), cell_file.parent))
     return max(found)[1] if found else None
 
 

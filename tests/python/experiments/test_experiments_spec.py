@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mma_nmt.experiments.continuation import extends
 from mma_nmt.experiments.spec import ExperimentError, load_experiment, resolved_run_config
 from mma_nmt.models import build_model
 
@@ -131,6 +132,32 @@ def test_every_cell_resolves_and_small_models_build(paper):
                     continue
                 built.add(cell.identity)
                 build_model(replace(run.model, src_vocab_size=41, tgt_vocab_size=41))
+
+
+CONVERGENCE_TABLES = [(paper, name) for paper in PAPERS
+                      for name in load_experiment(REPO / "experiments" / paper).tables if name == "convergence"]
+
+
+def test_every_paper_with_a_main_table_has_a_convergence_check():
+    assert {paper for paper, _ in CONVERGENCE_TABLES} == {"mma", "gmm", "lstm_multihead", "mlmha", "multihop"}
+
+
+@pytest.mark.parametrize("paper,table", CONVERGENCE_TABLES)
+def test_each_run_to_patience_is_its_capped_row_trained_on(paper, table):
+    """A convergence table compares X_to_patience with X: the same run, only with a higher cap (so the capped run is
+    its prefix and can be continued). A setting changed in X but not in its copy would compare two different systems
+    without a word."""
+    experiment = load_experiment(REPO / "experiments" / paper)
+    rows = experiment.tables[table].rows
+    longer = [row for row in rows if row.endswith("_to_patience")]
+    assert longer and all(row.removesuffix("_to_patience") in rows for row in longer), rows
+    for scale in experiment.tables[table].scales:
+        cells = {(c.system.name, c.dataset.role, c.seed): c for c in experiment.cells(table, scale)}
+        for (system, role, seed), cell in cells.items():
+            if system in longer:
+                capped = cells[(system.removesuffix("_to_patience"), role, seed)]
+                assert extends(cell.config, capped.config), (system, role, seed)
+                assert cell.average_last == capped.average_last
 
 
 def test_runs_that_share_a_prepared_directory_must_prepare_it_alike(tmp_path):
