@@ -19,8 +19,8 @@ import math
 from mma_nmt.analysis import head_divergence, plot_relative_position_panels, relative_position_response
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded,
-                                              missing_models_note, output_dir, trained_seeds)
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, describe, force_decoded,
+                                              missing_models_note, models_of, output_dir, trained_seeds)
 
 WINDOW = 10  # offsets shown and compared: s - t within +-10 source positions
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     save_figure(figure, out / "lstm_head_response.png", dpi=80)
 
     lines = [f"## Heads of the multi-head LSTM after training ({args.scale} scale, {args.dataset})", "",
-             f"`python experiments/lstm_multihead/analysis.py --scale {args.scale}`: the first "
+             f"`{command_line(__file__, args)}`: {models_of('heads', args)}, the first "
              f"{multi[0][0]['sentences']} test sentences force-decoded; each head's attention summed by relative "
              f"position s - t (paper Figure 1). Divergence: mean over head pairs of the total-variation distance "
              f"between their normalised responses within +-{WINDOW} positions (0 = the heads respond alike)."

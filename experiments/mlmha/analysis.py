@@ -18,8 +18,8 @@ from __future__ import annotations
 from mma_nmt.analysis import head_distance_entropy, plot_distance_entropy
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded,
-                                              missing_models_note, output_dir, trained_seeds)
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, describe, force_decoded,
+                                              missing_models_note, models_of, output_dir, trained_seeds)
 
 SYSTEMS = ("baseline", "m10")
 
@@ -36,16 +36,15 @@ def main(argv: list[str] | None = None) -> int:
             stats = head_distance_entropy([r.encoder_self for r in records])  # (L, H) each
             measured.append(({**describe(trained), "sentences": len(records)}, stats))
             if index == 0:
-                figure = plot_distance_entropy(stats, title=f"{system} (seed {trained.cell.seed}): encoder "
-                                                            f"self-attention")
-                save_figure(figure, out / f"{system}_distance_entropy.png", dpi=80)
+                title = f"{trained.cell.system.name} (seed {trained.cell.seed}): encoder self-attention"
+                save_figure(plot_distance_entropy(stats, title=title), out / f"{system}_distance_entropy.png", dpi=80)
 
     sentences = measured[0][0]["sentences"]
     lines = [f"## Encoder attention distance and entropy per layer ({args.scale} scale, {args.dataset})", "",
-             f"`python experiments/mlmha/analysis.py --scale {args.scale}`: the first {sentences} test sentences "
-             f"force-decoded. Distance: attention-weighted mean |i - j| in subword pieces; entropy of each query row "
-             f"in nats (paper eqs. 13-16); each averaged over the heads of the layer (min-max over the heads in "
-             f"brackets)." + missing_models_note(absent), "",
+             f"`{command_line(__file__, args)}`: {models_of('main', args)}, the first {sentences} test "
+             f"sentences force-decoded. Distance: attention-weighted mean |i - j| in subword pieces; entropy of each "
+             f"query row in nats (paper eqs. 13-16); each averaged over the heads of the layer (min-max over the "
+             f"heads in brackets)." + missing_models_note(absent), "",
              "| model | seed | test BLEU | layer | mean distance | mean entropy |", "|---|---|---|---|---|---|"]
     for about, stats in measured:
         for layer in range(stats.distance.shape[0]):

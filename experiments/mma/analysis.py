@@ -18,8 +18,8 @@ from mma_nmt.analysis import head_distance_entropy, head_labels, plot_distance_e
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
 from mma_nmt.evaluation.force_decode import pieces, sentence_maps
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, describe, force_decoded, load_trained,
-                                              output_dir)
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, describe, force_decoded,
+                                              load_trained, models_of, output_dir)
 
 
 def per_kind(stats, labels: list[str]) -> dict[str, tuple[float, float]]:
@@ -51,16 +51,18 @@ def main(argv: list[str] | None = None) -> int:
                          target_tokens=pieces(test.tgt_tokenizer, test.tgt[index]) + ["</s>"])
     save_figure(plot_sentence_attention(maps, cell=1.9)["encoder_self"], out / "mma_head_maps.png", dpi=80)
     base, base_stats, base_labels, _ = analyse("baseline", args)
-    for name, stats, labels in (("mma", mma_stats, mma_labels), ("baseline", base_stats, base_labels)):
-        figure = plot_distance_entropy(stats, head_labels=labels, title=f"{name}: encoder self-attention")
+    analysed = (("mma", mma, mma_stats, mma_labels), ("baseline", base, base_stats, base_labels))
+    for name, about, stats, labels in analysed:
+        figure = plot_distance_entropy(stats, head_labels=labels, title=f"{about['system']}: encoder self-attention")
         save_figure(figure, out / f"{name}_distance_entropy.png", dpi=80)
 
     lines = [f"## MMA heads after training ({args.scale} scale, {args.dataset}, seed 1)", "",
-             f"Force-decoded the first {mma['sentences']} test sentences (`python experiments/mma/analysis.py "
-             f"--scale {args.scale}`). Distance: attention-weighted mean |i - j| in subword pieces; entropy of each "
-             f"query row in nats (MLMHA paper eqs. 13-16); averaged over layers and the heads of a kind.", "",
+             f"Models: {models_of('main', args)}: baseline and MMA. Force-decoded the first {mma['sentences']} test "
+             f"sentences (`{command_line(__file__, args)}`). Distance: attention-weighted mean |i - j| in subword "
+             f"pieces; entropy of each query row in nats (MLMHA paper eqs. 13-16); averaged over layers and the heads "
+             f"of a kind.", "",
              "| model | test BLEU | kind | mean distance | mean entropy |", "|---|---|---|---|---|"]
-    for about, stats, labels in ((mma, mma_stats, mma_labels), (base, base_stats, base_labels)):
+    for _, about, stats, labels in analysed:
         bleu = bleu_text(about)
         for kind, (distance, entropy) in per_kind(stats, labels).items():
             lines.append(f"| {about['system']} | {bleu} | {kind} | {distance:.2f} | {entropy:.2f} |")

@@ -26,30 +26,60 @@ def analysis_parser(doc: str, *, dataset: str, sentences: int = 300) -> argparse
     parser.add_argument("--sentences", type=int, default=sentences, help="test sentences force-decoded")
     parser.add_argument("--runs-dir", default="runs/experiments")
     parser.add_argument("--results-dir", help="default: experiments/<paper>/results/<scale>")
+    parser.add_argument("--converged", action="store_true",
+                        help=f"analyse the models of the paper's convergence table (each system X as "
+                             f"X{CONVERGED_SUFFIX}, trained until patience stopped it) instead of those of its "
+                             f"table; writes to analysis/converged/")
     return parser
 
 
+# The convergence table of each paper names a system X trained until patience stops it X_to_patience.
+CONVERGED_SUFFIX = "_to_patience"
+
+
+def _analysed(table: str, system: str, args: argparse.Namespace) -> tuple[str, str]:
+    """The (table, system) whose models are analysed: ``system`` of ``table``, or with ``--converged`` its copy in
+    the convergence table."""
+    return ("convergence", system + CONVERGED_SUFFIX) if args.converged else (table, system)
+
+
 def output_dir(args: argparse.Namespace, script: str | Path) -> Path:
-    """``<results dir>/analysis``, the results dir defaulting to ``results/<scale>`` beside the paper's script."""
+    """``<results dir>/analysis`` (``analysis/converged`` with ``--converged``), the results dir defaulting to
+    ``results/<scale>`` beside the paper's script."""
     results = Path(args.results_dir) if args.results_dir else Path(script).resolve().parent / "results" / args.scale
-    return results / "analysis"
+    return results / "analysis" / ("converged" if args.converged else "")
+
+
+def command_line(script: str | Path, args: argparse.Namespace) -> str:
+    """The command that wrote a report, for the report to name."""
+    return (f"python experiments/{Path(script).resolve().parent.name}/analysis.py --scale {args.scale}"
+            + (" --converged" if args.converged else ""))
+
+
+def models_of(table: str, args: argparse.Namespace) -> str:
+    """Where a report's models come from, for its text: "the main table's models" or the convergence table's."""
+    return ("the convergence table's models (trained until patience stopped them)" if args.converged
+            else f"the {table} table's models")
 
 
 def load_trained(paper: str, system: str, args: argparse.Namespace, *, seed: int | None = None) -> TrainedCell:
     """The trained model of ``system`` in ``args.dataset``'s column (the table's seed ``seed``, default the
-    recipe's)."""
+    recipe's; with ``--converged`` the model of ``system`` trained until patience stopped it)."""
+    _, system = _analysed("main", system, args)
     return trained_cell(paper, system, args.dataset, scale=args.scale, seed=seed, runs_dir=args.runs_dir,
                         results_dir=args.results_dir)
 
 
 def trained_seeds(paper: str, table: str, system: str, args: argparse.Namespace
                   ) -> tuple[list[TrainedCell], list[int | None]]:
-    """The trained model of every seed ``table`` trains ``system`` with at ``args.scale``, and the seeds not trained
-    yet (reports name them); raises FileNotFoundError when none is trained."""
+    """The trained model of every seed ``table`` trains ``system`` with at ``args.scale`` (with ``--converged``: the
+    convergence table's ``system`` trained until patience), and the seeds not trained yet (reports name them); raises
+    FileNotFoundError when none is trained."""
     from mma_nmt.experiments.command import find_experiment
     from mma_nmt.experiments.spec import load_experiment
 
-    seeds = load_experiment(find_experiment(paper)).tables[table].seeds_at(args.scale, system)
+    table, analysed = _analysed(table, system, args)
+    seeds = load_experiment(find_experiment(paper)).tables[table].seeds_at(args.scale, analysed)
     found, missing, error = [], [], None
     for seed in seeds:
         try:

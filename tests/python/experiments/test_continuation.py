@@ -45,6 +45,9 @@ scale_set = {{ smoke = {{ "train.validate_every" = 3 }} }}
 [systems.every3_longer]
 label = "Base, 8 updates, validated every 3"
 scale_set = {{ smoke = {{ "train.validate_every" = 3, "train.max_steps" = 8 }} }}
+[systems.base_to_patience]
+label = "Base, 6 updates (the convergence table's copy of base)"
+scale_set = {{ smoke = {{ "train.max_steps" = 6 }} }}
 [tables.short]
 title = "4 updates"
 columns = ["de_en"]
@@ -54,6 +57,11 @@ baseline = "base"
 title = "8 updates"
 columns = ["de_en"]
 rows = ["base", "base_longer"]
+baseline = "base"
+[tables.convergence]
+title = "4 updates and trained on"
+columns = ["de_en"]
+rows = ["base", "base_to_patience"]
 baseline = "base"
 """
 
@@ -172,3 +180,21 @@ def test_a_copy_killed_halfway_leaves_no_checkpoints_without_their_log(experimen
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base_longer-x"]  # no staging directory left
     with pytest.raises(FileExistsError, match="already holds a run"):
         continue_from(source, run_dir)
+
+
+def test_analyses_of_converged_models_read_the_convergence_tables_runs(experiment, monkeypatch):
+    """``analysis.py --converged`` analyses system X's copy in the convergence table (X_to_patience, the run trained
+    on) and writes beside the other analyses, under analysis/converged; without the flag, X of the named table."""
+    from mma_nmt.experiments.analysis_cli import analysis_parser, command_line, output_dir, trained_seeds
+
+    monkeypatch.chdir(experiment)
+    paper = str(experiment / "capped")
+    run_experiment(paper, scale="smoke", runs_dir="runs/capped", tables=["convergence"])
+    parser = analysis_parser("An analysis.", dataset="de_en")
+    for flags, updates, folder in (([], 4, "analysis"), (["--converged"], 6, "analysis/converged")):
+        args = parser.parse_args(["--scale", "smoke", "--runs-dir", "runs/capped", *flags])
+        (trained,), missing = trained_seeds(paper, "short", "base", args)
+        assert not missing and trained.record["stopping"]["updates"] == updates
+        assert trained.cell.system.name == "base" + ("_to_patience" if flags else "")
+        assert output_dir(args, Path(paper) / "analysis.py") == Path(paper).resolve() / "results" / "smoke" / folder
+        assert command_line(Path(paper) / "analysis.py", args).endswith("--scale smoke" + " --converged" * bool(flags))
