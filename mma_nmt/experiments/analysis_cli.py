@@ -30,6 +30,8 @@ def analysis_parser(doc: str, *, dataset: str, sentences: int = 300) -> argparse
                         help=f"analyse the models of the paper's convergence table (each system X as "
                              f"X{CONVERGED_SUFFIX}, trained until patience stopped it) instead of those of its "
                              f"table; writes to analysis/converged/")
+    parser.add_argument("--output-dir", help="where the report and figures go (default: <results dir>/analysis, "
+                                             "or analysis/converged with --converged)")
     return parser
 
 
@@ -44,8 +46,10 @@ def _analysed(table: str, system: str, args: argparse.Namespace) -> tuple[str, s
 
 
 def output_dir(args: argparse.Namespace, script: str | Path) -> Path:
-    """``<results dir>/analysis`` (``analysis/converged`` with ``--converged``), the results dir defaulting to
-    ``results/<scale>`` beside the paper's script."""
+    """``--output-dir``, else ``<results dir>/analysis`` (``analysis/converged`` with ``--converged``), the results
+    dir defaulting to ``results/<scale>`` beside the paper's script."""
+    if args.output_dir:
+        return Path(args.output_dir)
     results = Path(args.results_dir) if args.results_dir else Path(script).resolve().parent / "results" / args.scale
     return results / "analysis" / ("converged" if args.converged else "")
 
@@ -53,7 +57,8 @@ def output_dir(args: argparse.Namespace, script: str | Path) -> Path:
 def command_line(script: str | Path, args: argparse.Namespace) -> str:
     """The command that wrote a report, for the report to name."""
     return (f"python experiments/{Path(script).resolve().parent.name}/analysis.py --scale {args.scale}"
-            + (" --converged" if args.converged else ""))
+            + (" --converged" if args.converged else "")
+            + (f" --output-dir {args.output_dir}" if args.output_dir else ""))
 
 
 def models_of(table: str, args: argparse.Namespace) -> str:

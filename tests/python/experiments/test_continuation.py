@@ -198,3 +198,15 @@ def test_analyses_of_converged_models_read_the_convergence_tables_runs(experimen
         assert trained.cell.system.name == "base" + ("_to_patience" if flags else "")
         assert output_dir(args, Path(paper) / "analysis.py") == Path(paper).resolve() / "results" / "smoke" / folder
         assert command_line(Path(paper) / "analysis.py", args).endswith("--scale smoke" + " --converged" * bool(flags))
+
+
+def test_an_analysis_written_elsewhere_names_where_in_its_command():
+    """``--output-dir`` keeps a second analysis of the same table (another machine's seeds, say) beside the first,
+    and the report's command line says so, so that rerunning it rewrites that report and not the other."""
+    from mma_nmt.experiments.analysis_cli import analysis_parser, command_line, output_dir
+
+    parser = analysis_parser("An analysis.", dataset="de_en")
+    args = parser.parse_args(["--scale", "mini", "--output-dir", "results/mini/analysis/seed3"])
+    assert output_dir(args, "experiments/lstm_multihead/analysis.py") == Path("results/mini/analysis/seed3")
+    assert command_line("experiments/lstm_multihead/analysis.py", args) == (
+        "python experiments/lstm_multihead/analysis.py --scale mini --output-dir results/mini/analysis/seed3")
