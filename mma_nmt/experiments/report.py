@@ -221,7 +221,9 @@ def to_markdown(data: dict, *, command: str = "") -> str:
                   f"† p < 0.05, †† p < 0.01; (n.s.) = no significant difference. {CLAIM_RULE}"]
     lines += ["", ("Runs (stop: updates done, why training stopped, the update of the best validation loss; train min: "
                "wall-clock minutes of training, summed over the segments of a resumed run, under whatever load the "
-               "machine had then: not a speed measurement; last 1k: how much the validation NLL still fell over the "
+               "machine had then: not a speed measurement; valid nll: the validation NLL per target token at the last "
+               "validation, where training stopped (the decoded checkpoint's can be a little lower); last 1k: how "
+               "much the validation NLL still fell over the "
                "last 1,000 updates before the stop, near 0 where the curve had flattened):"), "",
               "| System | Data | seed | #Params | stop | translated with | train min | valid nll | last 1k | BLEU "
               "| tok. BLEU | chrF | TER | hardware | record |", "|" + "---|" * 15]
