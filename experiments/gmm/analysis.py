@@ -26,8 +26,8 @@ from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.corpora import default_data_dir
 from mma_nmt.data.fileio import atomic_write_text
 from mma_nmt.evaluation.force_decode import alignment_attention_fn, pieces
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, describe, force_decoded,
-                                              missing_models_note, models_of, output_dir, trained_seeds)
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, data_of, describe,
+                                              force_decoded, missing_models_note, models_of, output_dir, trained_seeds)
 
 # Source-length buckets in subword pieces. The paper's (words: up to 20, 21-40, over 40) would leave Multi30k's short
 # captions almost all in the first bucket, so the mini analysis splits where its test set has sentences.
@@ -102,7 +102,7 @@ def report(args, gold, alignments: dict[str, list[dict]], missing: dict[str, lis
            gate_means: list[float], sentences: int) -> str:
     sure = sum(len(pair.sure) for pair in gold)
     possible_only = sum(len(pair.possible - pair.sure) for pair in gold)
-    lines = [f"## GMM analysis ({args.scale} scale, {args.dataset})", "",
+    lines = [f"## GMM analysis ({args.scale} scale, {data_of('gmm', args)})", "",
              f"`{command_line(__file__, args)}`. Models: {models_of('main', args)}: baseline and "
              f"proposed system (\"ours\"), every seed whose model is on this machine."
              + missing_models_note(missing), "",

@@ -19,8 +19,8 @@ import math
 from mma_nmt.analysis import head_divergence, plot_relative_position_panels, relative_position_response
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, describe, force_decoded,
-                                              missing_models_note, models_of, output_dir, trained_seeds)
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, data_of, describe,
+                                              force_decoded, missing_models_note, models_of, output_dir, trained_seeds)
 
 WINDOW = 10  # offsets shown and compared: s - t within +-10 source positions
 
@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         f"the worst to the best test BLEU"))
     save_figure(figure, out / "lstm_head_response.png", dpi=80)
 
-    lines = [f"## Heads of the multi-head LSTM after training ({args.scale} scale, {args.dataset})", "",
+    data = data_of("lstm_multihead", args)
+    lines = [f"## Heads of the multi-head LSTM after training ({args.scale} scale, {data})", "",
              f"`{command_line(__file__, args)}`: {models_of('heads', args)}, the first "
              f"{multi[0][0]['sentences']} test sentences force-decoded; each head's attention summed by relative "
              f"position s - t (paper Figure 1). Divergence: mean over head pairs of the total-variation distance "

@@ -18,8 +18,8 @@ from __future__ import annotations
 from mma_nmt.analysis import head_distance_entropy, plot_distance_entropy
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, describe, force_decoded,
-                                              missing_models_note, models_of, output_dir, trained_seeds)
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, data_of, describe,
+                                              force_decoded, missing_models_note, models_of, output_dir, trained_seeds)
 
 SYSTEMS = ("baseline", "m10")
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                 save_figure(plot_distance_entropy(stats, title=title), out / f"{system}_distance_entropy.png", dpi=80)
 
     sentences = measured[0][0]["sentences"]
-    lines = [f"## Encoder attention distance and entropy per layer ({args.scale} scale, {args.dataset})", "",
+    lines = [f"## Encoder attention distance and entropy per layer ({args.scale} scale, {data_of('mlmha', args)})", "",
              f"`{command_line(__file__, args)}`: {models_of('main', args)}, the first {sentences} test "
              f"sentences force-decoded. Distance: attention-weighted mean |i - j| in subword pieces; entropy of each "
              f"query row in nats (paper eqs. 13-16); each averaged over the heads of the layer (min-max over the "

@@ -18,8 +18,8 @@ from mma_nmt.analysis import head_distance_entropy, head_labels, plot_distance_e
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
 from mma_nmt.evaluation.force_decode import pieces, sentence_maps
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, describe, force_decoded,
-                                              load_trained, models_of, output_dir)
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, data_of, describe,
+                                              force_decoded, load_trained, models_of, output_dir)
 
 
 def per_kind(stats, labels: list[str]) -> dict[str, tuple[float, float]]:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         figure = plot_distance_entropy(stats, head_labels=labels, title=f"{about['system']}: encoder self-attention")
         save_figure(figure, out / f"{name}_distance_entropy.png", dpi=80)
 
-    lines = [f"## MMA heads after training ({args.scale} scale, {args.dataset}, seed 1)", "",
+    lines = [f"## MMA heads after training ({args.scale} scale, {data_of('mma', args)}, seed 1)", "",
              f"Models: {models_of('main', args)}: baseline and MMA. Force-decoded the first {mma['sentences']} test "
              f"sentences (`{command_line(__file__, args)}`). Distance: attention-weighted mean |i - j| in subword "
              f"pieces; entropy of each query row in nats (MLMHA paper eqs. 13-16); averaged over layers and the heads "

@@ -22,8 +22,8 @@ from mma_nmt.analysis import plot_head_gates
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.analysis.distance_entropy import attention_entropy
 from mma_nmt.data.fileio import atomic_write_text
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, describe, force_decoded,
-                                              missing_models_note, models_of, output_dir, trained_seeds)
+from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, data_of, describe,
+                                              force_decoded, missing_models_note, models_of, output_dir, trained_seeds)
 
 SYSTEM = "hop4"
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
                 save_figure(figure, out / f"multihop_head_gate_layer{layer + 1}.png", dpi=80)
 
     heads = rows[0]["heads"]
-    lines = [f"## Multi-hop head gate after training ({args.scale} scale, {args.dataset})", "",
+    lines = [f"## Multi-hop head gate after training ({args.scale} scale, {data_of('multihop', args)})", "",
              f"`{command_line(__file__, args)}`: {models_of('main', args)}, the first {rows[0]['sentences']} "
              f"test sentences force-decoded; the gate's weight of each head at every source position of the layer with "
              f"the second hop. Entropy: of the gate at one position, averaged (uniform gate: log {heads} = "

@@ -61,6 +61,18 @@ def command_line(script: str | Path, args: argparse.Namespace) -> str:
             + (f" --output-dir {args.output_dir}" if args.output_dir else ""))
 
 
+def data_of(paper: str, args: argparse.Namespace) -> str:
+    """The data ``args.dataset``'s column trains and tests on at ``args.scale``, as the tables name it ("Multi30k
+    En-De (for IWSLT'15 En-Vi)"), for a report's heading: the column's key names the paper's corpus, not ours."""
+    from mma_nmt.experiments.command import find_experiment
+    from mma_nmt.experiments.spec import load_experiment
+
+    datasets = load_experiment(find_experiment(paper)).datasets
+    if args.dataset not in datasets:
+        raise ValueError(f"{paper} has no dataset {args.dataset!r}; its columns: {sorted(datasets)}")
+    return datasets[args.dataset].data_label(args.scale)
+
+
 def models_of(table: str, args: argparse.Namespace) -> str:
     """Where a report's models come from, for its text: "the main table's models" or the convergence table's."""
     return ("the convergence table's models (trained until patience stopped them)" if args.converged

@@ -210,3 +210,17 @@ def test_an_analysis_written_elsewhere_names_where_in_its_command():
     assert output_dir(args, "experiments/lstm_multihead/analysis.py") == Path("results/mini/analysis/seed3")
     assert command_line("experiments/lstm_multihead/analysis.py", args) == (
         "python experiments/lstm_multihead/analysis.py --scale mini --output-dir results/mini/analysis/seed3")
+
+
+def test_an_analysis_names_the_data_its_models_trained_on_not_the_papers_corpus():
+    """A report's heading says "Multi30k En-De (for IWSLT'15 En-Vi)", not the column key "en_vi" that reads as the
+    paper's corpus; an unknown column is refused with the columns there are."""
+    from mma_nmt.experiments.analysis_cli import analysis_parser, data_of
+
+    parser = analysis_parser("An analysis.", dataset="en_vi")
+    assert data_of("lstm_multihead", parser.parse_args(["--scale", "mini"])) == "Multi30k En-De (for IWSLT'15 En-Vi)"
+    assert data_of("multihop", parser.parse_args(["--scale", "mini", "--dataset", "iwslt_de_en"])).startswith(
+        "Multi30k De-En (for IWSLT")
+    assert data_of("mma", parser.parse_args(["--scale", "full", "--dataset", "de_en"])) == "IWSLT14 De-En"
+    with pytest.raises(ValueError, match="no dataset 'en_vi'.*de_en"):
+        data_of("mma", parser.parse_args(["--scale", "mini"]))

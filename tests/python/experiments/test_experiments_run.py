@@ -341,6 +341,7 @@ def test_mma_analysis_draws_the_trained_heads_of_the_main_table(workdir, monkeyp
     table = (out / "mma_heads.md").read_text()
     for part in ("| mma | ", "| L |", "| F |", "| B |", "| baseline |"):
         assert part in table, part
+    assert "(smoke scale, Multi30k De-En, 2,000 training lines (smoke check), seed 1)" in table.splitlines()[0]
 
 
 def test_analyses_read_finished_runs_only(toy, workdir):
@@ -394,6 +395,8 @@ def test_paper_analysis_reads_the_trained_models_of_its_table(paper, workdir, mo
     text = report.read_text()
     for part in parts:
         assert part in text, (part, text)
+    heading = text.splitlines()[0]  # names the data trained on, never the paper corpus's column key
+    assert "Multi30k" in heading and "2,000 training lines (smoke check)" in heading and dataset not in heading, heading
 
 
 def test_software_names_the_commit_the_sender_gives(tmp_path, monkeypatch):
