@@ -1,10 +1,34 @@
 """Learning curves of a table: validation loss against updates, one panel per dataset, one colour per system, one
-line per seed, a marker at the checkpoint each run was translated with."""
+line per seed, a marker at the checkpoint each run was translated with. The loss axis is cut where the first fifth of
+the longest run ends: the steep start would otherwise squeeze the part where the systems differ into a line."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+
+
+# The first SKIPPED_SHARE of the longest run's updates may run off the top of the loss axis.
+SKIPPED_SHARE = 0.2
+
+
+def loss_axis_range(curves: list[tuple[list[int], list[float]]], skipped_share: float = SKIPPED_SHARE
+                    ) -> tuple[float, float]:
+    """(bottom, top) of the loss axis for the (steps, losses) of each run: from the lowest loss up to the highest loss
+    any run has at its first validation past ``skipped_share`` of the longest run's updates (its last validation if it
+    stopped before), with a 5 % margin."""
+    points = [(steps, losses) for steps, losses in curves if steps]
+    if not points:
+        raise ValueError("loss_axis_range needs at least one non-empty curve")
+    cut = skipped_share * max(steps[-1] for steps, _ in points)
+    top = max(next((loss for step, loss in zip(steps, losses) if step >= cut), losses[-1]) for steps, losses in points)
+    bottom = min(min(losses) for _, losses in points)
+    margin = 0.05 * (top - bottom) or 0.01
+    return bottom - margin, top + margin
+
+
+def _curve(run: dict) -> tuple[list[int], list[float]]:
+    return [point["step"] for point in run["curve"]], [point["valid_nll"] for point in run["curve"]]
 
 
 def plot_learning_curves(data: dict, path: Path) -> Path | None:
@@ -25,21 +49,23 @@ def plot_learning_curves(data: dict, path: Path) -> Path | None:
     figure, axes = plt.subplots(1, len(columns), figsize=(5.5 * len(columns), 3.8), squeeze=False)
     for ax, column in zip(axes[0], columns):
         seen = set()
-        for run in (r for r in runs if r["column"] == column):
-            steps = [point["step"] for point in run["curve"]]
-            losses = [point["valid_nll"] for point in run["curve"]]
+        in_column = [r for r in runs if r["column"] == column]
+        for run in in_column:
+            steps, losses = _curve(run)
             label = labels[run["row"]] if run["row"] not in seen else None
             seen.add(run["row"])
             ax.plot(steps, losses, color=colours[run["row"]], linewidth=1.2, alpha=0.85, label=label)
             best = run.get("stopping", {}).get("best_update")
             if best in steps:
                 ax.plot([best], [losses[steps.index(best)]], marker="o", color=colours[run["row"]], markersize=4)
+        ax.set_ylim(*loss_axis_range([_curve(run) for run in in_column]))
         ax.set_title(data["columns"][column], fontsize=9)
         ax.set_xlabel("updates")
         ax.set_ylabel("validation NLL per token")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    title = f"{data['title']}: learning curves (one line per run and seed; dots = the checkpoint translated)"
+    title = (f"{data['title']}: learning curves (one line per run and seed; dots = the checkpoint translated; the "
+             f"first {SKIPPED_SHARE:.0%} of the updates run off the top)")
     figure.suptitle(textwrap.fill(title, width=int(60 * len(columns))), fontsize=9)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
