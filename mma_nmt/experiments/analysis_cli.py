@@ -64,10 +64,9 @@ def command_line(script: str | Path, args: argparse.Namespace) -> str:
 def data_of(paper: str, args: argparse.Namespace) -> str:
     """The data ``args.dataset``'s column trains and tests on at ``args.scale``, as the tables name it ("Multi30k
     En-De (for IWSLT'15 En-Vi)"), for a report's heading: the column's key names the paper's corpus, not ours."""
-    from mma_nmt.experiments.command import find_experiment
-    from mma_nmt.experiments.spec import load_experiment
+    from mma_nmt.experiments.command import experiment_named
 
-    datasets = load_experiment(find_experiment(paper)).datasets
+    datasets = experiment_named(paper).datasets
     if args.dataset not in datasets:
         raise ValueError(f"{paper} has no dataset {args.dataset!r}; its columns: {sorted(datasets)}")
     return datasets[args.dataset].data_label(args.scale)
@@ -92,11 +91,10 @@ def trained_seeds(paper: str, table: str, system: str, args: argparse.Namespace
     """The trained model of every seed ``table`` trains ``system`` with at ``args.scale`` (with ``--converged``: the
     convergence table's ``system`` trained until patience), and the seeds not trained yet (reports name them); raises
     FileNotFoundError when none is trained."""
-    from mma_nmt.experiments.command import find_experiment
-    from mma_nmt.experiments.spec import load_experiment
+    from mma_nmt.experiments.command import experiment_named
 
     table, analysed = _analysed(table, system, args)
-    seeds = load_experiment(find_experiment(paper)).tables[table].seeds_at(args.scale, analysed)
+    seeds = experiment_named(paper).tables[table].seeds_at(args.scale, analysed)
     found, missing, error = [], [], None
     for seed in seeds:
         try:

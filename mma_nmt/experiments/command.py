@@ -16,7 +16,7 @@ from mma_nmt.data.fileio import atomic_write_json, atomic_write_text
 from mma_nmt.experiments.records import load_records, write_record
 from mma_nmt.experiments.report import build_table, published_cells, to_markdown
 from mma_nmt.experiments.runner import run_cells
-from mma_nmt.experiments.spec import ExperimentError, load_experiment
+from mma_nmt.experiments.spec import Experiment, ExperimentError, load_experiment
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"
 
@@ -31,6 +31,11 @@ def find_experiment(name: str) -> Path:
         return candidate
     known = sorted(p.parent.name for p in EXPERIMENTS_DIR.glob("*/experiment.toml"))
     raise ExperimentError(f"no experiment {name!r}; known: {', '.join(known) or 'none'} (or give a path)")
+
+
+def experiment_named(name: str) -> Experiment:
+    """The validated experiment :func:`find_experiment` finds for ``name``."""
+    return load_experiment(find_experiment(name))
 
 
 def collect_records(cells: list, runs_dir: Path, records_root: Path) -> dict[str, dict]:
@@ -103,7 +108,7 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
     ``systems`` limit the training to those columns and rows (the tables are still written with every cell that has
     records), e.g. to train the seeds of a table's compared pair before its other rows; ``seeds`` likewise limits it
     to those seeds (e.g. one seed's baseline and proposed system on one machine, the next seed's on another)."""
-    experiment = load_experiment(find_experiment(name))
+    experiment = experiment_named(name)
     chosen = tables or [name for name, table in experiment.tables.items() if scale in table.scales]
     cells = [cell for table in chosen for cell in experiment.cells(table, scale)]
     out_dir = Path(results_dir) if results_dir else experiment.path.parent / "results" / scale

@@ -28,10 +28,14 @@ def _git_commit(where: Path) -> str:
 
 
 def _references(experiment: Experiment, system: str, role: str, scale: str) -> list[str]:
+    """The test references of ``role``'s column, preparing its corpus first on a machine that has not (a table is
+    rebuilt from its records without any training)."""
+    from mma_nmt import pipeline
     from mma_nmt.data import ParallelDataset
 
     cell = experiment.cell(system, role, scale)
     run = resolved_run_config(cell, Path("unused"))
+    pipeline.ensure_prepared(run, say=lambda text: print(f"[experiment] {text} (for its test references)", flush=True))
     return ParallelDataset.load(run.prepared_dir(), run.eval.split).tgt_text
 
 

@@ -66,14 +66,9 @@ def _prepare_all(cells: list[Cell], run_dirs: dict[str, Path]) -> None:
     """Prepares every distinct corpus once, before any training starts (runs side by side must not race on it)."""
     from mma_nmt import pipeline
 
-    done = set()
     for cell in cells:
-        run = resolved_run_config(cell, run_dirs[cell.identity])
-        key = str(run.prepared_dir())
-        if key not in done and not (run.prepared_dir() / "meta.json").is_file():
-            print(f"[experiment] preparing {run.data.get('corpus')} into {key}", flush=True)
-            pipeline.prepare_data(run)
-        done.add(key)
+        pipeline.ensure_prepared(resolved_run_config(cell, run_dirs[cell.identity]),
+                                 say=lambda text: print(f"[experiment] {text}", flush=True))
 
 
 def run_cells(experiment: Experiment, cells: list[Cell], runs_dir: Path, *, jobs: int = 1,

@@ -34,13 +34,12 @@ def trained_cell(experiment: str, system: str, dataset: str, *, scale: str = "mi
                  runs_dir: str | Path = "runs/experiments", results_dir: str | Path | None = None) -> TrainedCell:
     """Loads the model of one cell; raises FileNotFoundError naming the command that trains it when it is absent."""
     from mma_nmt.experiments.cell import RESULT_FILE, is_finished, read_json
-    from mma_nmt.experiments.command import find_experiment
+    from mma_nmt.experiments.command import experiment_named
     from mma_nmt.experiments.records import load_records
     from mma_nmt.experiments.runner import run_dir_for
-    from mma_nmt.experiments.spec import load_experiment
     from mma_nmt.training.checkpoint import load_model
 
-    spec = load_experiment(find_experiment(experiment))
+    spec = experiment_named(experiment)
     cell = spec.cell(system, dataset, scale, seed=seed)
     results = Path(results_dir) if results_dir else spec.path.parent / "results" / scale
     record = load_records(results / "runs").get(cell.identity)

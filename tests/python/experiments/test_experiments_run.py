@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from mma_nmt.experiments.command import run_experiment
+from mma_nmt.experiments.command import experiment_named, run_experiment
 from mma_nmt.experiments.records import late_descent, load_records, training_minutes, training_segments
 from mma_nmt.experiments.report import build_table, significance_mark, to_markdown
-from mma_nmt.experiments.spec import load_experiment
+from mma_nmt.experiments.spec import ExperimentError, load_experiment
 
 REPO = Path(__file__).resolve().parents[3]
 SMOKE_BASE = REPO / "experiments" / "common" / "smoke_multi30k_de_en.toml"
@@ -62,6 +62,13 @@ def run_dir_of(toy: Path, workdir: Path, system: str) -> Path:
     return found
 
 
+def test_an_experiment_is_found_by_its_folder_name_or_path_and_an_unknown_name_lists_the_known(toy):
+    assert experiment_named("mma").name == "mma"
+    assert experiment_named(str(toy)).path == load_experiment(toy).path
+    with pytest.raises(ExperimentError, match=r"no experiment 'nmt'; known: .*gmm.*mma"):
+        experiment_named("nmt")
+
+
 def test_table_is_written_and_finished_runs_are_skipped(toy, workdir, capsys):
     (md,) = run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments", command="toy command")
     data = json.loads(md.with_suffix(".json").read_text())
@@ -107,6 +114,23 @@ def test_tables_rebuild_from_records_alone(toy, workdir, monkeypatch):
     (again,) = run_experiment(str(toy), scale="smoke", runs_dir="runs/nowhere", command="c", from_records=True)
     after = json.loads(again.with_suffix(".json").read_text())
     assert [r["cells"] for r in after["rows"]] == [r["cells"] for r in before["rows"]]
+
+
+def test_a_table_rebuilds_from_records_on_a_machine_that_never_prepared_its_data(toy, workdir, tmp_path, monkeypatch):
+    """The bootstrap needs the test references: a fresh clone prepares the corpus for them instead of failing."""
+    (md,) = run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments", command="c")
+    before = json.loads(md.with_suffix(".json").read_text())
+    fresh = tmp_path / "clone"
+    shutil.copytree(toy, fresh / "toy")
+    monkeypatch.chdir(fresh)
+    import mma_nmt.experiments.command as command
+
+    monkeypatch.setattr(command, "run_cells", lambda *a, **k: pytest.fail("trained while rebuilding from records"))
+    (again,) = run_experiment("toy", scale="smoke", runs_dir="runs/experiments", command="c", from_records=True)
+    after = json.loads(again.with_suffix(".json").read_text())
+    assert [r["cells"] for r in after["rows"]] == [r["cells"] for r in before["rows"]]
+    assert any(cell.get("per_seed") for r in after["rows"] for cell in r["cells"].values())  # the bootstrap ran
+    assert list((fresh / "runs" / "data").glob("*/meta.json")), "the references' corpus was not prepared"
 
 
 def test_finished_runs_are_recorded_without_training(toy, workdir, monkeypatch):
