@@ -4,6 +4,7 @@ config; best/last/periodic retention; averaging."""
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import torch
@@ -38,7 +39,9 @@ def load_checkpoint(path: str | Path, *, model_config: dict | None = None, map_l
     if not path.is_file():
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # torch's note on a foreign pickle protocol would precede our own error
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # zip, pickle and unpickler errors all mean the same thing here
         raise CheckpointError(f"checkpoint {path} is corrupt or truncated and cannot be read "
                               f"({_load_failure(error)})") from error

@@ -6,6 +6,7 @@ read, and ``mma-nmt: error: <message>`` with exit status 2 instead of a tracebac
 from __future__ import annotations
 
 import gzip
+import warnings
 
 import pytest
 import torch
@@ -126,7 +127,10 @@ def test_errors_are_one_line_with_status_2_and_a_traceback_with_debug(trained, t
     garbage = tmp_path / "random.pt"
     garbage.write_bytes(b"\x80\x04" + bytes(range(256)) * 4)
     args = ("translate", *sets, "--checkpoint", str(garbage), "--input", str(garbage))
-    status, out, err = _cli(capsys, *args)
+    with warnings.catch_warnings(record=True) as caught:  # a warning printed before the error breaks the one line
+        warnings.simplefilter("always")
+        status, out, err = _cli(capsys, *args)
+    assert [str(w.message) for w in caught] == []
     assert status == 2 and out == ""
     assert err.startswith(f"mma-nmt: error: checkpoint {garbage} is corrupt or truncated") and err.count("\n") == 1
     assert "Traceback" not in err and "weights_only" not in err
