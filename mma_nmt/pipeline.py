@@ -22,14 +22,11 @@ def prepare_data(run: RunConfig) -> Path:
     return prepare(from_dict(PrepareConfig, run.data, "data"))
 
 
-def ensure_prepared(run: RunConfig, *, say: Callable[[str], None] = lambda text: None) -> bool:
-    """Prepares the data of ``run`` unless its prepared directory is complete (``say`` hears when it starts);
-    returns whether it prepared."""
-    if (run.prepared_dir() / "meta.json").is_file():
-        return False
-    say(f"preparing {run.data.get('corpus')} into {run.prepared_dir()}")
-    prepare_data(run)
-    return True
+def ensure_prepared(run: RunConfig, *, say: Callable[[str], None] = lambda text: None) -> None:
+    """Prepares the data of ``run`` unless its prepared directory is complete (``say`` hears when it starts)."""
+    if not (run.prepared_dir() / "meta.json").is_file():
+        say(f"preparing {run.data.get('corpus')} into {run.prepared_dir()}")
+        prepare_data(run)
 
 
 def train(run: RunConfig) -> dict:
