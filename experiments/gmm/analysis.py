@@ -4,11 +4,15 @@ of each kind of attention (paper Table 6) and the alignment quality against the 
 For the proposed system ("ours") and the baseline of every seed trained so far, writes next to the table:
 
 - ``analysis/gmm_components.png``: the Gaussian components (mean +- sigma, shade = weight) of every head of the last
-  decoder layer for one test sentence, over the total attention, with the gate of each target step (seed 1);
-- ``analysis/gmm_gates.png``: the distribution of the gate g (weight of the mixture) per decoder layer (seed 1);
+  decoder layer for one test sentence, over the total attention, with the gate of each target step (the first seed
+  whose model is on the machine);
+- ``analysis/gmm_gates.png``: the distribution of the gate g (weight of the mixture) per decoder layer (that seed);
 - ``analysis/gmm_analysis.md``: the alignment error rate, precision and recall of each model on the 508 RWTH
   German-English gold sentence pairs (force-decoded English -> German, heads averaged, arg-max source word per target
-  word), per decoder layer and seed; and the entropy of dot-product, mixture and total attention by source length.
+  word), per decoder layer and seed; and the entropy of dot-product, mixture and total attention by source length
+  (that seed);
+- ``analysis/gmm_alignment_rows.json``: the alignment rows; those of seeds whose models are not on the machine are kept
+  from an earlier run there (on a machine that had them), so the report spans every seed analysed anywhere.
 
     python experiments/gmm/analysis.py --scale mini           # after `mma-nmt experiment gmm --table main --scale mini`
 """
@@ -16,7 +20,6 @@ For the proposed system ("ours") and the baseline of every seed trained so far, 
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
 
@@ -26,8 +29,10 @@ from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.corpora import default_data_dir
 from mma_nmt.data.fileio import atomic_write_text
 from mma_nmt.evaluation.force_decode import alignment_attention_fn, pieces
-from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, data_of, describe,
-                                              force_decoded, missing_models_note, models_of, output_dir, trained_seeds)
+from mma_nmt.experiments.analysis_cli import (CONVERGED_SUFFIX, analysis_parser, bleu_text, command_line, data_of,
+                                              describe, elsewhere_note, force_decoded, mean_sd, missing_models_note,
+                                              models_of, output_dir, seed_text, trained_seeds,
+                                              with_rows_measured_elsewhere)
 
 # Source-length buckets in subword pieces. The paper's (words: up to 20, 21-40, over 40) would leave Multi30k's short
 # captions almost all in the first bucket, so the mini analysis splits where its test set has sentences.
@@ -92,14 +97,8 @@ def gates_figure(trained, records, out) -> list[float]:
     return gates.means.tolist()
 
 
-def mean_sd(values: list[float]) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
-
-
 def report(args, gold, alignments: dict[str, list[dict]], missing: dict[str, list], entropy: dict,
-           gate_means: list[float], sentences: int) -> str:
+           gate_means: list[float], sentences: int, seeds: dict[str, int | None]) -> str:
     sure = sum(len(pair.sure) for pair in gold)
     possible_only = sum(len(pair.possible - pair.sure) for pair in gold)
     lines = [f"## GMM analysis ({args.scale} scale, {data_of('gmm', args)})", "",
@@ -117,8 +116,9 @@ def report(args, gold, alignments: dict[str, list[dict]], missing: dict[str, lis
              "|---|---|---|---|---|---|---|"]
     for rows in alignments.values():
         for row in rows:
-            lines.append(f"| {row['system']} | {row['seed']} | {bleu_text(row)} | {row['layer']} of {row['layers']} "
+            lines.append(f"| {row['system']} | {seed_text(row)} | {bleu_text(row)} | {row['layer']} of {row['layers']} "
                          f"| {row['aer']:.2f} | {row['precision']:.2f} | {row['recall']:.2f} |")
+    lines += elsewhere_note(sum(alignments.values(), []))
     lines += ["", "Mean ± sd over seeds:", "", "| model | decoder layer | AER (%) | precision (%) | recall (%) |",
               "|---|---|---|---|---|"]
     for system, rows in alignments.items():
@@ -126,15 +126,15 @@ def report(args, gold, alignments: dict[str, list[dict]], missing: dict[str, lis
             at = [row for row in rows if row["layer"] == layer]
             lines.append(f"| {system} | {layer} | " + " | ".join(mean_sd([row[key] for row in at])
                                                                  for key in ("aer", "precision", "recall")) + " |")
-    lines += ["", f"### Entropy of the attention by source length (paper Table 6; seed 1, first {sentences} test "
+    lines += ["", f"### Entropy of the attention by source length (paper Table 6; first {sentences} test "
               f"sentences)", "",
               "Mean entropy (nats) of every (layer, head, target token) row; mixture rows are divided by their sum "
               "first. Buckets in source subword pieces (Multi30k's captions are short: the paper's buckets of 20 and "
               "40 words would leave almost every sentence in the first).", ""]
     for system, result in entropy.items():
         sizes = ", ".join(f"{label}: {count}" for label, count in zip(result.buckets, result.sentences_per_bucket))
-        lines += [f"**{system}** (sentences per bucket: {sizes})", "", result.table(), ""]
-    lines += ["### Gate", "", "Mean gate g (weight of the mixture) per decoder layer, seed 1: "
+        lines += [f"**{system}**, seed {seeds[system]} (sentences per bucket: {sizes})", "", result.table(), ""]
+    lines += ["### Gate", "", f"Mean gate g (weight of the mixture) per decoder layer, seed {seeds['ours']}: "
               + ", ".join(f"layer {i + 1}: {g:.3f}" for i, g in enumerate(gate_means)) + ".", "",
               "![gate per layer](gmm_gates.png)", "", "![components of one sentence](gmm_components.png)"]
     return "\n".join(lines) + "\n"
@@ -150,17 +150,22 @@ def main(argv: list[str] | None = None) -> int:
     gold = gold[:args.gold_sentences] if args.gold_sentences else gold
 
     alignments, missing, entropy = {}, {}, {}
-    gate_means, sentences = [], 0
+    gate_means, sentences, seeds = [], 0, {}
     for system in ("baseline", "ours"):
         models, missing[system] = trained_seeds("gmm", "main", system, args)
         alignments[system] = [row for trained in models for row in alignment_rows(trained, gold)]
+        seeds[system] = models[0].cell.seed  # the entropy and the figures read this seed's model
         records, test = force_decoded(models[0], args.sentences)
         sentences = len(records)
         entropy[system] = entropy_by_source_length(entropy_samples(records, gmm=system == "ours"), buckets=BUCKETS)
         if system == "ours":
             components_figure(models[0], records, test, out)
             gate_means = gates_figure(models[0], records, out)
-    text = report(args, gold, alignments, missing, entropy, gate_means, sentences)
+    kept = with_rows_measured_elsewhere(out / "gmm_alignment_rows.json", sum(alignments.values(), []), "gmm", "main",
+                                        missing, args)
+    alignments = {system: [row for row in kept if row["system"] in (system, system + CONVERGED_SUFFIX)]
+                  for system in alignments}
+    text = report(args, gold, alignments, missing, entropy, gate_means, sentences, seeds)
     path = atomic_write_text(out / "gmm_analysis.md", text)
     print(path)
     return 0

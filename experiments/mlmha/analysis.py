@@ -7,7 +7,9 @@ Writes next to the table:
 - ``analysis/<system>_distance_entropy.png``: distance and entropy per encoder layer and head (the lowest seed whose
   model is on disk);
 - ``analysis/mlmha_layers.md``: the same averaged over the heads of each layer, for every seed of the baseline and M-10
-  whose model is on disk (the run records keep the scores, not the models; the report names the seeds it lacks).
+  whose model is on disk (the run records keep the scores, not the models; the report names the seeds it lacks);
+- ``analysis/mlmha_layers_rows.json``: the report's rows; those of seeds whose models are not on the machine are kept
+  from an earlier run there, so the report spans every seed analysed anywhere.
 
     # after `mma-nmt experiment mlmha --table main --scale mini`:
     python experiments/mlmha/analysis.py --scale mini
@@ -19,7 +21,8 @@ from mma_nmt.analysis import head_distance_entropy, plot_distance_entropy
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
 from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, data_of, describe,
-                                              force_decoded, missing_models_note, models_of, output_dir, trained_seeds)
+                                              elsewhere_note, force_decoded, missing_models_note, models_of,
+                                              output_dir, seed_text, trained_seeds, with_rows_measured_elsewhere)
 
 SYSTEMS = ("baseline", "m10")
 
@@ -34,24 +37,31 @@ def main(argv: list[str] | None = None) -> int:
         for index, trained in enumerate(models):
             records, _ = force_decoded(trained, args.sentences)
             stats = head_distance_entropy([r.encoder_self for r in records])  # (L, H) each
-            measured.append(({**describe(trained), "sentences": len(records)}, stats))
+            about = {**describe(trained), "sentences": len(records)}
+            for layer in range(stats.distance.shape[0]):  # one row per layer: mean and min-max over its heads
+                distance, entropy = stats.distance[layer], stats.entropy[layer]
+                measured.append({**about, "layer": layer + 1, "distance": float(distance.mean()),
+                                 "distance_range": [float(distance.min()), float(distance.max())],
+                                 "entropy": float(entropy.mean()),
+                                 "entropy_range": [float(entropy.min()), float(entropy.max())]})
             if index == 0:
                 title = f"{trained.cell.system.name} (seed {trained.cell.seed}): encoder self-attention"
                 save_figure(plot_distance_entropy(stats, title=title), out / f"{system}_distance_entropy.png", dpi=80)
 
-    sentences = measured[0][0]["sentences"]
+    rows = with_rows_measured_elsewhere(out / "mlmha_layers_rows.json", measured, "mlmha", "main", absent, args)
+    sentences = rows[0]["sentences"]
     lines = [f"## Encoder attention distance and entropy per layer ({args.scale} scale, {data_of('mlmha', args)})", "",
              f"`{command_line(__file__, args)}`: {models_of('main', args)}, the first {sentences} test "
              f"sentences force-decoded. Distance: attention-weighted mean |i - j| in subword pieces; entropy of each "
              f"query row in nats (paper eqs. 13-16); each averaged over the heads of the layer (min-max over the "
              f"heads in brackets)." + missing_models_note(absent), "",
              "| model | seed | test BLEU | layer | mean distance | mean entropy |", "|---|---|---|---|---|---|"]
-    for about, stats in measured:
-        for layer in range(stats.distance.shape[0]):
-            distance, entropy = stats.distance[layer], stats.entropy[layer]
-            lines.append(f"| {about['system']} | {about['seed']} | {bleu_text(about)} | {layer + 1} | "
-                         f"{float(distance.mean()):.2f} ({float(distance.min()):.2f}-{float(distance.max()):.2f}) | "
-                         f"{float(entropy.mean()):.2f} ({float(entropy.min()):.2f}-{float(entropy.max()):.2f}) |")
+    for row in rows:
+        (distance_min, distance_max), (entropy_min, entropy_max) = row["distance_range"], row["entropy_range"]
+        lines.append(f"| {row['system']} | {seed_text(row)} | {bleu_text(row)} | {row['layer']} | "
+                     f"{row['distance']:.2f} ({distance_min:.2f}-{distance_max:.2f}) | "
+                     f"{row['entropy']:.2f} ({entropy_min:.2f}-{entropy_max:.2f}) |")
+    lines += elsewhere_note(rows)
     lines += [""] + [f"![{system}](" + f"{system}_distance_entropy.png)" for system in SYSTEMS]
     path = atomic_write_text(out / "mlmha_layers.md", "\n".join(lines) + "\n")
     print(path)

@@ -5,9 +5,11 @@ The head gate turns the second hop's scores over the H heads into weights that s
 uniform weights (1/H each) would make the second hop a plain average. Writes next to the table:
 
 - ``analysis/multihop_head_gate_layer<n>.png``: mean head-gate weight of each head over the test positions, +- one
-  standard deviation (seed 1), for each layer n with the second hop;
+  standard deviation (the first seed whose model is on the machine), for each layer n with the second hop;
 - ``analysis/multihop_gate.md``: per seed, each head's mean weight and the mean entropy of the gate at a position
-  against the uniform gate's log H.
+  against the uniform gate's log H;
+- ``analysis/multihop_gate_rows.json``: the report's rows; those of seeds whose models are not on the machine are
+  kept from an earlier run there, so the report spans every seed analysed anywhere.
 
     python experiments/multihop/analysis.py --scale mini        # after `mma-nmt experiment multihop --table main`
 """
@@ -23,7 +25,8 @@ from mma_nmt.analysis._figures import save_figure
 from mma_nmt.analysis.distance_entropy import attention_entropy
 from mma_nmt.data.fileio import atomic_write_text
 from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, data_of, describe,
-                                              force_decoded, missing_models_note, models_of, output_dir, trained_seeds)
+                                              elsewhere_note, force_decoded, missing_models_note, models_of,
+                                              output_dir, seed_text, trained_seeds, with_rows_measured_elsewhere)
 
 SYSTEM = "hop4"
 
@@ -47,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
                                                       f"positions")
                 save_figure(figure, out / f"multihop_head_gate_layer{layer + 1}.png", dpi=80)
 
+    rows = with_rows_measured_elsewhere(out / "multihop_gate_rows.json", rows, "multihop", "main", {SYSTEM: missing},
+                                        args)
     heads = rows[0]["heads"]
     lines = [f"## Multi-hop head gate after training ({args.scale} scale, {data_of('multihop', args)})", "",
              f"`{command_line(__file__, args)}`: {models_of('main', args)}, the first {rows[0]['sentences']} "
@@ -57,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
              "| seed | test BLEU (tokenized) | layer | " + " | ".join(f"head {h + 1}" for h in range(heads))
              + " | gate entropy |", "|---" * (heads + 4) + "|"]
     for row in rows:
-        lines.append(f"| {row['seed']} | {bleu_text(row)} | {row['layer']} | "
+        lines.append(f"| {seed_text(row)} | {bleu_text(row)} | {row['layer']} | "
                      + " | ".join(f"{m:.3f}" for m in row["means"]) + f" | {row['entropy']:.3f} |")
+    lines += elsewhere_note(rows)
     lines += [""] + [f"![head gate, layer {layer}](multihop_head_gate_layer{layer}.png)"
                      for layer in sorted({row["layer"] for row in rows})]
     path = atomic_write_text(out / "multihop_gate.md", "\n".join(lines) + "\n")

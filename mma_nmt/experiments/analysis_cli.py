@@ -10,10 +10,13 @@ models of a table it reads (force-decoded on the test set).
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
 from pathlib import Path
 
 import torch
 
+from mma_nmt.data.fileio import atomic_write_text
 from mma_nmt.experiments.trained import TrainedCell, trained_cell
 
 
@@ -114,6 +117,39 @@ def missing_models_note(missing: dict[str, list[int | None]]) -> str:
     return f" No model on this machine (not trained, or trained elsewhere): {lacking}." if lacking else ""
 
 
+def with_rows_measured_elsewhere(path: Path, measured: list[dict], paper: str, table: str,
+                                 missing: dict[str, list[int | None]], args: argparse.Namespace) -> list[dict]:
+    """``measured`` (one dict per row of a report, each naming its model's ``system``, ``seed`` and run ``identity``,
+    as :func:`describe` does) plus the rows an earlier run of the report wrote to ``path`` for the models of
+    ``missing`` (system -> seeds with no model on this machine, from :func:`trained_seeds`), marked
+    ``measured_elsewhere``; writes them all back to ``path`` (JSON). An earlier row is kept only while the table still
+    names the very run it measured (the same identity), so a report analysed on several machines keeps every seed
+    instead of losing those whose models stayed behind, and a retrained or reconfigured run drops its old rows."""
+    from mma_nmt.experiments.command import experiment_named
+
+    spec = experiment_named(paper)
+    elsewhere = {spec.cell(_analysed(table, system, args)[1], args.dataset, args.scale, seed=seed).identity
+                 for system, seeds in missing.items() for seed in seeds}
+    earlier = json.loads(path.read_text())["rows"] if path.is_file() else []
+    kept = [{**row, "measured_elsewhere": True} for row in earlier if row.get("identity") in elsewhere]
+    rows = sorted(measured + kept, key=lambda row: (row["system"], row["seed"] or 0))  # stable: a model's rows in order
+    atomic_write_text(path, json.dumps({"rows": rows}, indent=1) + "\n")
+    return rows
+
+
+def seed_text(row: dict) -> str:
+    """A row's seed in a report table, starred when :func:`with_rows_measured_elsewhere` kept it from an earlier run."""
+    return f"{row['seed']}*" if row.get("measured_elsewhere") else str(row["seed"])
+
+
+def elsewhere_note(rows: list[dict]) -> list[str]:
+    """The report lines that explain :func:`seed_text`'s star, when a row has one (else none)."""
+    if not any(row.get("measured_elsewhere") for row in rows):
+        return []
+    return ["", "*: measured by an earlier run of this command on a machine that had the model, which this one has "
+                "not; kept from the rows file beside this report while the table still names that run."]
+
+
 def force_decoded(trained: TrainedCell, sentences: int) -> tuple[list, object]:
     """The :class:`~mma_nmt.models.recording.SentenceRecord` of each of the first ``sentences`` test pairs (the
     reference teacher-forced) and the test split."""
@@ -129,9 +165,16 @@ def describe(trained: TrainedCell, *, metric: str = "bleu") -> dict:
     """What a report says about the model it analysed: system, seed, test BLEU (``metric``: the table's, ``"bleu"``
     for sacreBLEU or ``"tokenized_bleu"``), stopping point, checkpoint."""
     record = trained.record or {}
-    return {"system": trained.cell.system.name, "seed": trained.cell.seed,
+    return {"system": trained.cell.system.name, "seed": trained.cell.seed, "identity": trained.cell.identity,
             "bleu": record.get("metrics", {}).get(metric), "stopped": record.get("stopping"),
             "checkpoint": str(trained.checkpoint)}
+
+
+def mean_sd(values: list[float]) -> str:
+    """``values``' mean ± sample standard deviation to two decimals (the value alone when there is one)."""
+    if len(values) < 2:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
 def bleu_text(about: dict) -> str:

@@ -352,9 +352,11 @@ def test_mma_analysis_draws_the_trained_heads_of_the_main_table(workdir, monkeyp
     for name in ("mma_head_maps.png", "mma_distance_entropy.png", "baseline_distance_entropy.png"):
         assert (out / name).stat().st_size > 1000, name
     table = (out / "mma_heads.md").read_text()
-    for part in ("| mma | ", "| L |", "| F |", "| B |", "| baseline |"):
+    for part in ("| mma | 1 | ", "| L |", "| F |", "| B |", "| baseline | 1 |", "| mma | L |"):
         assert part in table, part
-    assert "(smoke scale, Multi30k De-En, 2,000 training lines (smoke check), seed 1)" in table.splitlines()[0]
+    assert "(smoke scale, Multi30k De-En, 2,000 training lines (smoke check))" in table.splitlines()[0]
+    rows = json.loads((out / "mma_heads_rows.json").read_text())["rows"]
+    assert {(row["system"], row["kind"]) for row in rows} == {("mma", kind) for kind in "GLFB"} | {("baseline", "G")}
 
 
 def test_analyses_read_finished_runs_only(toy, workdir):
@@ -406,6 +408,8 @@ def test_paper_analysis_reads_the_trained_models_of_its_table(paper, workdir, mo
         assert (out / name).stat().st_size > 1000, name
     (report,) = [path for path in out.glob("*.md")]
     text = report.read_text()
+    (rows_file,) = out.glob("*_rows.json")  # what a machine without these models keeps of them
+    assert {row["seed"] for row in json.loads(rows_file.read_text())["rows"]} == {1}
     for part in parts:
         assert part in text, (part, text)
     heading = text.splitlines()[0]  # names the data trained on, never the paper corpus's column key
