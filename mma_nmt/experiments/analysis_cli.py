@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 import torch
@@ -124,17 +125,32 @@ def with_rows_measured_elsewhere(path: Path, measured: list[dict], paper: str, t
     ``missing`` (system -> seeds with no model on this machine, from :func:`trained_seeds`), marked
     ``measured_elsewhere``; writes them all back to ``path`` (JSON). An earlier row is kept only while the table still
     names the very run it measured (the same identity), so a report analysed on several machines keeps every seed
-    instead of losing those whose models stayed behind, and a retrained or reconfigured run drops its old rows."""
+    instead of losing those whose models stayed behind, and a retrained or reconfigured run drops its old rows. Rows
+    measured with other settings (``--sentences``, say) are not mixed in: they are dropped, and the command says so."""
     from mma_nmt.experiments.command import experiment_named
 
     spec = experiment_named(paper)
     elsewhere = {spec.cell(_analysed(table, system, args)[1], args.dataset, args.scale, seed=seed).identity
                  for system, seeds in missing.items() for seed in seeds}
-    earlier = json.loads(path.read_text())["rows"] if path.is_file() else []
-    kept = [{**row, "measured_elsewhere": True} for row in earlier if row.get("identity") in elsewhere]
+    settings = measurement_settings(args)
+    earlier = json.loads(path.read_text()) if path.is_file() else {"settings": settings, "rows": []}
+    kept = [{**row, "measured_elsewhere": True} for row in earlier["rows"] if row.get("identity") in elsewhere]
+    if kept and earlier.get("settings") != settings:
+        print(f"[analysis] not keeping {len(kept)} rows of {path}: they were measured with {earlier.get('settings')}, "
+              f"this run with {settings}", file=sys.stderr)
+        kept = []
     rows = sorted(measured + kept, key=lambda row: (row["system"], row["seed"] or 0))  # stable: a model's rows in order
-    atomic_write_text(path, json.dumps({"rows": rows}, indent=1) + "\n")
+    atomic_write_text(path, json.dumps({"settings": settings, "rows": rows}, indent=1) + "\n")
     return rows
+
+
+# Options that say where things are, not what an analysis measures.
+_PLACE_OPTIONS = {"runs_dir", "results_dir", "output_dir", "gold"}
+
+
+def measurement_settings(args: argparse.Namespace) -> dict:
+    """The options of an analysis command that decide what it measures (scale, dataset, sentences, ...)."""
+    return {name: value for name, value in sorted(vars(args).items()) if name not in _PLACE_OPTIONS}
 
 
 def seed_text(row: dict) -> str:
