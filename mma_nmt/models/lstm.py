@@ -121,8 +121,8 @@ class LSTMModel(nn.Module):
             state = self.decoder.initial_state(encoder_out)
         embedded = F.dropout(self.decoder.embedding(prev_tokens), self.config.dropout, self.training)  # (B, T, E)
         outputs, alphas = [], []
-        for t in range(prev_tokens.shape[1]):
-            a_softmax, alpha = self.decoder.step(embedded[:, t], encoder_out, state)
+        for token_embedding in embedded.unbind(1):  # (B, E) per step; one backward node, not one slice per step
+            a_softmax, alpha = self.decoder.step(token_embedding, encoder_out, state)
             outputs.append(a_softmax)
             alphas.append(alpha)
         hidden = F.dropout(torch.stack(outputs, dim=1), self.config.dropout, self.training)  # (B, T, d_sm)

@@ -15,9 +15,12 @@ def shared_value_attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.
 
     Returns ``(out (B, H, T, Dv), probs (B, H, T, S))``.
     """
+    (batch, heads, steps, _), (src_len, value_dim) = q.shape, v.shape[1:]
     logits = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, T, S)
     probs = masked_softmax(logits, key_lengths)
-    return torch.matmul(probs, v.unsqueeze(1)), probs  # (B, H, T, S) @ (B, 1, S, Dv)
+    # every head reads the same values: (B, H*T, S) @ (B, S, Dv), not v broadcast (and copied) to (B, H, S, Dv)
+    out = torch.bmm(probs.reshape(batch, heads * steps, src_len), v)  # (B, H*T, Dv)
+    return out.view(batch, heads, steps, value_dim), probs
 
 
 def luong_attention_reference(h_t: torch.Tensor, hs: torch.Tensor, w_sc: torch.Tensor, w_sm: torch.Tensor,
