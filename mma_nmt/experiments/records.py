@@ -23,6 +23,7 @@ from pathlib import Path
 
 from mma_nmt.data.fileio import atomic_write_json
 from mma_nmt.experiments.spec import Cell, Experiment
+from mma_nmt.training.hardware import hardware
 
 RECORD_FILE, HYPOTHESES_FILE = "record.json", "test.hyp.txt"
 
@@ -44,27 +45,6 @@ def load_records(root: Path) -> dict[str, dict]:
         record["hypotheses"] = str(path.parent / HYPOTHESES_FILE)
         found.setdefault(record["identity"], record)
     return found
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def hardware(device: str = "cpu", threads: int = 0) -> dict:
-    """The machine a run trained on: CPU model and cores, the torch threads, the GPU when one was used."""
-    import torch
-
-    info = {"machine": platform.machine(), "cpu": _cpu_model(), "cpu_cores": os.cpu_count(),
-            "torch_threads": threads or torch.get_num_threads(), "device": device}
-    if device.startswith("cuda") and torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
 
 
 def code_commit(where: Path, *, mark_dirty: bool = False) -> str:
@@ -118,13 +98,17 @@ def late_descent(curve: list[dict], window: int = 1000) -> float | None:
 def training_segments(events: list[dict]) -> list[dict]:
     """The training segments of a run's log: one per process that trained it, from its ``start`` event to its ``end``
     event or, when the process was killed, to its last logged event. Each gives the updates it began and stopped at,
-    its wall-clock minutes and whether it ended normally. The updates a killed segment did after its last checkpoint
-    are redone by the next one, so a segment may begin below where the previous one stopped."""
+    its wall-clock minutes, whether it ended normally and, where its ``start`` event logged it, the hardware it ran
+    on. The updates a killed segment did after its last checkpoint are redone by the next one, so a segment may begin
+    below where the previous one stopped."""
     segments, current, last = [], None, None
 
     def close(last: dict, ended: bool) -> None:
-        segments.append({"from_update": current["step"], "to_update": last.get("step", current["step"]),
-                         "minutes": round((last["time"] - current["time"]) / 60.0, 2), "ended": ended})
+        segment = {"from_update": current["step"], "to_update": last.get("step", current["step"]),
+                   "minutes": round((last["time"] - current["time"]) / 60.0, 2), "ended": ended}
+        if "hardware" in current:  # logged by the trainer since 2026-11-27
+            segment["hardware"] = current["hardware"]
+        segments.append(segment)
 
     for event in events:
         if event["event"] == "resume":  # logged just before the ``start`` of the segment it begins

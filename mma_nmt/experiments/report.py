@@ -13,6 +13,7 @@ from pathlib import Path
 from mma_nmt.data.fileio import read_text_lines
 from mma_nmt.experiments.records import late_descent
 from mma_nmt.experiments.spec import Experiment, Table, resolved_run_config
+from mma_nmt.training.hardware import hardware_name
 
 SIGNIFICANT = 0.05
 CLAIM_RULE = ("A difference *holds across seeds* only when every seed's difference has the same sign and is "
@@ -160,28 +161,45 @@ def _delta(cell: dict, planned: int) -> str:
             f"{len(per_seed)} seeds)")
 
 
-def _hardware_name(hw: dict) -> str:
-    return hw.get("gpu") or f"{hw.get('cpu', '?')}, {hw.get('torch_threads', '?')} thread(s)"
+def where_trained(run: dict) -> str:
+    """The hardware of ``run`` in a few words; where its training moved between machines (a capped run continued
+    elsewhere, or segments logged on different machines), each machine with the update the next one took over at:
+    "NVIDIA H200 to update 9800, then Intel Xeon, 1 thread(s)". The last machine named translated the test set."""
+    stop = run.get("stopping", {})
+    places = []  # (machine, first update trained there, last update trained there); None where not known
+    earlier = stop.get("continued_from") or {}
+    if earlier.get("hardware"):
+        places.append((hardware_name(earlier["hardware"]), 0, earlier.get("step")))
+    places += [(hardware_name(segment["hardware"]), segment.get("from_update"), segment.get("to_update"))
+               for segment in run.get("training", {}).get("train_segments") or [] if segment.get("hardware")]
+    places.append((hardware_name(run.get("hardware", {})), None, None))  # where it was translated
+    merged: list[list] = []  # consecutive places on one machine joined
+    for machine, first, last in places:
+        if merged and merged[-1][0] == machine:
+            merged[-1][2] = last if last is not None else merged[-1][2]
+        else:
+            merged.append([machine, first, last])
+    parts = []
+    for index, (machine, _, last) in enumerate(merged[:-1]):
+        handover = merged[index + 1][1]  # a killed segment's last updates are redone by the next one
+        parts.append(f"{machine} to update {handover if handover is not None else last}")
+    return ", then ".join(parts + [merged[-1][0]])
 
 
 def _run_line(run: dict, columns: dict) -> str:
     stop, training, metrics = run.get("stopping", {}), run.get("training", {}), run.get("metrics", {})
     params = f"{training['parameters'] / 1e6:.2f}M" if training.get("parameters") else "–"
     stopped = f"{stop.get('updates', '–')} ({stop.get('reason', '–')}; best {stop.get('best_update', '–')}"
-    hw = run.get("hardware", {})
-    where = _hardware_name(hw)
     if stop.get("continued_from"):
-        earlier = stop["continued_from"]
-        stopped += f"; continued the run capped at {earlier.get('max_steps', '–')}"
-        if earlier.get("hardware") and _hardware_name(earlier["hardware"]) != where:
-            where = f"{_hardware_name(earlier['hardware'])} to update {earlier.get('step')}, then {where}"
+        stopped += f"; continued the run capped at {stop['continued_from'].get('max_steps', '–')}"
     stopped += ")"
     folder = f"runs/{run['dataset']}/{run['system']}-seed{run['seed']}-{run['identity']}"
     return "| " + " | ".join([
         run["row"], columns[run["column"]], str(run["seed"]), params, stopped, stop.get("checkpoint", "–"),
         _num(training.get("train_minutes"), 1), _num(training.get("valid_nll"), 3),
         _num(late_descent(run.get("curve") or []), 3, signed=True), _num(metrics.get("bleu")),
-        _num(metrics.get("tokenized_bleu")), _num(metrics.get("chrf"), 1), _num(metrics.get("ter"), 1), where,
+        _num(metrics.get("tokenized_bleu")), _num(metrics.get("chrf"), 1), _num(metrics.get("ter"), 1),
+        where_trained(run),
         f"[record]({folder}/record.json)"]) + " |"
 
 

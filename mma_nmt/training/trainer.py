@@ -25,6 +25,7 @@ from mma_nmt.models.lstm_attention import holds_reference_layout
 from mma_nmt.training import distributed as dist
 from mma_nmt.training.checkpoint import CheckpointError, CheckpointManager, load_checkpoint, tokenizer_fingerprints
 from mma_nmt.training.early_stopping import EarlyStopping
+from mma_nmt.training.hardware import hardware
 from mma_nmt.training.config import LossNormalization, RunConfig
 from mma_nmt.training.logging import JsonLinesLogger
 from mma_nmt.training.loss import label_smoothed_cross_entropy
@@ -377,7 +378,8 @@ class Trainer:
             raise ValueError("set train.max_steps, train.max_epochs or train.max_minutes")
         started = self.started = time.monotonic()
         self.logger.log("start", step=self.step, parameters=sum(p.numel() for p in self.model.parameters()),
-                        world_size=self.info.world_size, model=to_dict(self.model_config))
+                        world_size=self.info.world_size, model=to_dict(self.model_config),
+                        hardware=hardware(str(self.device), cfg.threads))
         meter = Meter(since=time.monotonic())
         bar = tqdm(total=cfg.max_steps or None, initial=self.step, unit="step", dynamic_ncols=True,
                    disable=not (cfg.progress and self.info.is_main))

@@ -12,7 +12,7 @@ import pytest
 
 from mma_nmt.experiments.command import experiment_named, run_experiment
 from mma_nmt.experiments.records import late_descent, load_records, training_minutes, training_segments
-from mma_nmt.experiments.report import build_table, significance_mark, to_markdown
+from mma_nmt.experiments.report import where_trained, build_table, significance_mark, to_markdown
 from mma_nmt.experiments.spec import ExperimentError, load_experiment
 
 REPO = Path(__file__).resolve().parents[3]
@@ -235,6 +235,7 @@ def test_interrupted_run_resumes_from_its_last_checkpoint(toy, workdir):
     events = [json.loads(line)["event"] for line in (run_dir / "log.jsonl").read_text().splitlines()]
     assert "resume" in events and after["resumed"] >= 1
     assert [segment["ended"] for segment in after["train_segments"]] == [True, True]
+    assert [segment["hardware"]["device"] for segment in after["train_segments"]] == ["cpu", "cpu"]
     assert after["train_steps"] == before["train_steps"] == 4
     assert after["bleu"] == before["bleu"]
     assert (run_dir / "translations" / "test.hyp.txt").read_text() == Path(before["hypotheses"]).read_text()
@@ -253,6 +254,34 @@ def test_training_minutes_count_every_segment_of_a_resumed_run():
                                          {"from_update": 200, "to_update": 400, "minutes": 5.0, "ended": True}]
     assert training_minutes(training_segments(events[:3])) == pytest.approx(12.0)  # a run still open counts to its last event
     assert training_minutes(training_segments([])) == 0.0
+
+
+def test_a_run_trained_on_two_machines_names_both_with_the_update_where_the_second_took_over():
+    """Begun on a lent GPU, killed there after its checkpoint at 200 (its last logged update 230 is redone), resumed
+    and translated on a CPU: the segments keep the hardware their ``start`` events logged, and the table's hardware
+    column names both machines in order."""
+    gpu = {"cpu": "AMD EPYC", "torch_threads": 1, "device": "cuda", "gpu": "NVIDIA H200"}
+    cpu = {"cpu": "Intel Xeon", "torch_threads": 1, "device": "cpu"}
+    events = [{"event": "start", "time": 0.0, "step": 0, "hardware": gpu},
+              {"event": "checkpoint", "time": 60.0, "step": 200}, {"event": "train", "time": 70.0, "step": 230},
+              {"event": "resume", "time": 500.0, "step": 200}, {"event": "start", "time": 500.0, "step": 200,
+                                                                 "hardware": cpu},
+              {"event": "end", "time": 800.0, "step": 400}]
+    segments = training_segments(events)
+    assert [(s["from_update"], s["to_update"], s["hardware"]["device"]) for s in segments] == [(0, 230, "cuda"),
+                                                                                            (200, 400, "cpu")]
+    run = {"stopping": {}, "training": {"train_segments": segments}, "hardware": cpu}
+    assert where_trained(run) == "NVIDIA H200 to update 200, then Intel Xeon, 1 thread(s)"
+    # one machine throughout, or segments logged before their hardware was: the run's own hardware alone
+    assert where_trained({"stopping": {}, "training": {"train_segments": segments[1:]}, "hardware": cpu}) == \
+        "Intel Xeon, 1 thread(s)"
+    assert where_trained({"stopping": {}, "training": {"train_segments": [{"from_update": 0, "to_update": 400}]},
+                           "hardware": cpu}) == "Intel Xeon, 1 thread(s)"
+    # a capped run continued on another machine
+    continued = {"stopping": {"continued_from": {"step": 6000, "hardware": gpu}},
+                 "training": {"train_segments": [{"from_update": 6000, "to_update": 9000, "hardware": cpu}]},
+                 "hardware": cpu}
+    assert where_trained(continued) == "NVIDIA H200 to update 6000, then Intel Xeon, 1 thread(s)"
 
 
 def test_late_descent_is_the_fall_of_the_validation_nll_over_the_last_thousand_updates():

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Trains experiment runs side by side on a lent GPU machine until a deadline, then stages what a CPU machine needs to
+# carry them on: a run's last.pt (and best.pt when its last validation was not its best), log.jsonl and cell.json.
+# A lent machine hands back at most 8 files of at most 16 MiB per call, so checkpoints are cut into 15 MiB parts and
+# staged in batches, runs/gpu_stage/<n>/, each under 60 MiB and 8 files. Batch 1 comes back with this command;
+# fetch the others at once, before the machine goes back (it stays warm for about 30 s after a call), with
+#   bash scripts/gpu_train_ahead.sh --fetch <n>
+# Here, unpack with `tar xzf runs_state.tgz` (the command's logs are under gpu_logs/) and rebuild each checkpoint with `cat NAME.part* > NAME` in its run
+# folder (the part files are named <run folder>__<checkpoint>.part<k>). A run that ends on the GPU machine translates
+# and writes its record there as usual (results.tgz holds the records and tables). Every training process logs the
+# hardware it ran on, so the records of the runs carried on here name both machines.
+#
+# Usage, from the repository root, with the prepared data under runs/data (carried) and the run commands as
+# arguments, each one `python -m mma_nmt experiment` command line:
+#   MMA_NMT_GIT_COMMIT=<commit> DEADLINE=<s> bash scripts/gpu_train_ahead.sh "<experiment args>" ...
+# DEADLINE: seconds after the start at which every training is stopped (default 500).
+set -uo pipefail
+: "${OUT:?OUT must name the folder whose files come back}"
+stage=runs/gpu_stage
+if [ "${1:-}" = "--fetch" ]; then
+  cp "$stage/$2"/* "$OUT"/ && ls -la "$OUT"
+  exit
+fi
+start=$SECONDS
+deadline=${DEADLINE:-500}
+start_marker=$(mktemp) && touch "$start_marker"  # records and tables written after it come back
+mkdir -p "$OUT/logs"
+say() { echo "[gpu $((SECONDS - start))s] $*" | tee -a "$OUT/logs/session.log"; }
+
+say "machine: $(nvidia-smi -L 2>&1 | head -1); $(nproc) cores; $(python3 -c 'import torch; print("torch", torch.__version__)')"
+if [ -d .whl ]; then  # pure-Python packages the image lacks, carried as wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) PYTHONUNBUFFERED=1
+if ! python3 -m pip install -v --no-build-isolation --no-deps --target /tmp/mma_build -Cbuild-dir=build/gpu \
+     -Ccmake.define.MMA_NMT_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 . > "$OUT/logs/build.log" 2>&1; then
+  say "build FAILED"; tail -40 "$OUT/logs/build.log"; exit 1
+fi
+cp /tmp/mma_build/mma_nmt/_C*.so mma_nmt/
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+say "built: $(python3 -c 'import mma_nmt; print(mma_nmt.build_info())' 2>&1 | tail -1)"
+
+pids=()
+for args in "$@"; do
+  log="$OUT/logs/train$((${#pids[@]} + 1)).log"
+  # its own process group, so that stopping it stops whatever it started
+  # shellcheck disable=SC2086  # each argument is a command line of several words
+  setsid python3 -m mma_nmt experiment $args > "$log" 2>&1 &
+  pids+=($!)
+  say "$(basename "$log" .log) (pid $!): experiment $args"
+done
+while [ $((SECONDS - start)) -lt "$deadline" ]; do
+  running=0
+  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && running=1; done
+  [ "$running" = 0 ] && break
+  sleep 5
+done
+for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
+sleep 3
+for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null; done
+say "trainings stopped: $(for log in "$OUT"/logs/train*.log; do tail -c 200 "$log" | tr '\r' '\n' | tail -1; done)"
+
+# What each run reached, and its files to carry on, staged in batches.
+say "staging (the logs so far go into runs_state.tgz)"
+python3 scripts/gpu_stage_runs.py "$stage" "$start_marker" "$OUT/logs" 2>&1
+rm -rf "$OUT/logs" && cp "$stage/1"/* "$OUT"/
