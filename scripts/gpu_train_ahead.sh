@@ -13,7 +13,8 @@
 # Usage, from the repository root, with the prepared data under runs/data (carried) and the run commands as
 # arguments, each one `python -m mma_nmt experiment` command line:
 #   MMA_NMT_GIT_COMMIT=<commit> DEADLINE=<s> bash scripts/gpu_train_ahead.sh "<experiment args>" ...
-# DEADLINE: seconds after the start at which every training is stopped (default 500).
+# DEADLINE: seconds after the start at which every training is stopped (default 500). REUSE_BUILD=1: a later call
+# on the same warm machine uses the extension the first one built (the runs resume from their checkpoints).
 set -uo pipefail
 : "${OUT:?OUT must name the folder whose files come back}"
 stage=runs/gpu_stage
@@ -33,11 +34,14 @@ if [ -d .whl ]; then  # pure-Python packages the image lacks, carried as wheels
     && export PYTHONPATH=/tmp/site
 fi
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) PYTHONUNBUFFERED=1
-if ! python3 -m pip install -v --no-build-isolation --no-deps --target /tmp/mma_build -Cbuild-dir=build/gpu \
+if [ -n "${REUSE_BUILD:-}" ] && ls mma_nmt/_C*.so > /dev/null 2>&1; then
+  say "reusing the extension built by an earlier call on this machine"
+elif ! python3 -m pip install -v --no-build-isolation --no-deps --target /tmp/mma_build -Cbuild-dir=build/gpu \
      -Ccmake.define.MMA_NMT_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 . > "$OUT/logs/build.log" 2>&1; then
   say "build FAILED"; tail -40 "$OUT/logs/build.log"; exit 1
+else
+  cp /tmp/mma_build/mma_nmt/_C*.so mma_nmt/
 fi
-cp /tmp/mma_build/mma_nmt/_C*.so mma_nmt/
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 say "built: $(python3 -c 'import mma_nmt; print(mma_nmt.build_info())' 2>&1 | tail -1)"
 

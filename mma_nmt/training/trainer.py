@@ -108,10 +108,11 @@ def capture_rng() -> dict:
 
 
 def restore_rng(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
+    # the generators take their states as CPU byte tensors, wherever the checkpoint was mapped to
+    torch.set_rng_state(state["torch"].cpu())
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([cuda_state.cpu() for cuda_state in state["cuda"]])
 
 
 @dataclass

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 from nmt_fixtures import tiny_data, tiny_overrides  # noqa: F401  (fixture)
@@ -55,3 +57,28 @@ def test_resume_after_kill_gives_bit_identical_parameters(tmp_path, tiny_data): 
         assert torch.equal(tensor, b["model"][name]), name
     for index, state in a["optimizer"]["state"].items():
         assert torch.equal(state["exp_avg_sq"], b["optimizer"]["state"][index]["exp_avg_sq"])
+
+
+@pytest.mark.cuda
+def test_a_run_checkpointed_on_cuda_resumes_on_cuda_and_on_cpu(tmp_path, tiny_data):  # noqa: F811
+    """A checkpoint's tensors are mapped to the device of the run that resumes it, its RNG states too; the generators
+    take theirs back as CPU tensors (resuming on CUDA failed with "RNG state must be a torch.ByteTensor" until
+    2026-11-27). A run begun on a GPU and carried on on a CPU resumes as well."""
+    from mma_nmt.training.config import load_run_config
+    from mma_nmt.training.trainer import Trainer
+
+    def train(save_dir, device: str, steps: int) -> None:
+        overrides = tiny_overrides(tiny_data, save_dir, f"train.max_steps={steps}", "train.save_every=3",
+                                   "model.dropout=0.2", f"train.device={device}")
+        Trainer(load_run_config(None, overrides)).train()
+
+    on_gpu = tmp_path / "gpu"
+    train(on_gpu, "cuda", 3)
+    shutil.copytree(on_gpu, tmp_path / "then_cpu")
+    for save_dir, device in ((on_gpu, "cuda"), (tmp_path / "then_cpu", "cpu")):
+        train(save_dir, device, 6)
+        events = [json.loads(line) for line in (save_dir / "log.jsonl").open()]
+        assert [e["step"] for e in events if e["event"] == "resume"] == [3], device
+        starts = [e["hardware"]["device"] for e in events if e["event"] == "start"]
+        assert starts == ["cuda", device]
+        assert torch.load(save_dir / "last.pt", weights_only=True, map_location="cpu")["step"] == 6
