@@ -1,10 +1,9 @@
-"""Stages the runs trained on a lent GPU machine (``scripts/gpu_train_ahead.sh``) for fetching: ``STAGE/1`` holds
+"""Stages the runs trained on a lent GPU machine (``scripts/gpu_train_ahead.sh``) for fetching. ``STAGE/1`` holds
 ``runs_state.tgz`` (every run's log.jsonl and cell.json, the records and tables written since MARKER, and the
-command's logs from LOGS, under ``gpu_logs/``) and the
-checkpoints that fit; ``STAGE/2``, ... the rest. A batch holds at most 8 files and 60 MiB, checkpoints are cut into
-15 MiB parts, and all parts of one checkpoint go in one batch, most needed first: the last.pt of unfinished runs,
-then their best.pt where the last validation was not the best, then the best.pt of runs finished there (for the
-analyses). Prints one line per run and the batches.
+command's logs from LOGS, under ``gpu_logs/``) and the checkpoints that fit; ``STAGE/2``, ... the rest. A batch holds
+at most 8 files and 60 MiB, checkpoints are cut into 15 MiB parts, and all parts of one checkpoint go in one batch,
+most needed first: the last.pt of unfinished runs, then their best.pt where the last validation was not the best,
+then the best.pt of runs finished there (for the analyses). Prints one line per run and the batches.
 
     python3 scripts/gpu_stage_runs.py STAGE MARKER LOGS
 """
@@ -61,6 +60,9 @@ def main(stage: Path, marker: Path, logs: Path) -> None:
     batches: list[list[Path]] = [[state]]
     for _, parts in sorted(groups, key=lambda group: group[0]):
         size = sum(p.stat().st_size for p in parts)
+        if size > BATCH_BYTES or len(parts) > BATCH_FILES:
+            print(f"WARNING: {parts[0].name.split('.part')[0]} ({size} bytes) exceeds one call's limits; "
+                  "its batch cannot come back whole")
         current = batches[-1]
         if len(current) + len(parts) > BATCH_FILES or sum(p.stat().st_size for p in current) + size > BATCH_BYTES:
             batches.append([])

@@ -5,10 +5,11 @@
 # staged in batches, runs/gpu_stage/<n>/, each under 60 MiB and 8 files. Batch 1 comes back with this command;
 # fetch the others at once, before the machine goes back (it stays warm for about 30 s after a call), with
 #   bash scripts/gpu_train_ahead.sh --fetch <n>
-# Here, unpack with `tar xzf runs_state.tgz` (the command's logs are under gpu_logs/) and rebuild each checkpoint with `cat NAME.part* > NAME` in its run
-# folder (the part files are named <run folder>__<checkpoint>.part<k>). A run that ends on the GPU machine translates
-# and writes its record there as usual (results.tgz holds the records and tables). Every training process logs the
-# hardware it ran on, so the records of the runs carried on here name both machines.
+# Here, unpack with `tar xzf runs_state.tgz` (the command's logs are under gpu_logs/) and rebuild each checkpoint
+# with `cat NAME.part* > NAME` in its run folder (the parts are named <run folder>__<checkpoint>.part<k>). A run that
+# ends on the GPU machine translates and writes its record there as usual (runs_state.tgz holds the records and
+# tables written there). Every training process logs the hardware it ran on, so the records of the runs carried on
+# here name both machines.
 #
 # Usage, from the repository root, with the prepared data under runs/data (carried) and the run commands as
 # arguments, each one `python -m mma_nmt experiment` command line:
@@ -28,7 +29,8 @@ start_marker=$(mktemp) && touch "$start_marker"  # records and tables written af
 mkdir -p "$OUT/logs"
 say() { echo "[gpu $((SECONDS - start))s] $*" | tee -a "$OUT/logs/session.log"; }
 
-say "machine: $(nvidia-smi -L 2>&1 | head -1); $(nproc) cores; $(python3 -c 'import torch; print("torch", torch.__version__)')"
+say "machine: $(nvidia-smi -L 2>&1 | head -1); $(nproc) cores;" \
+    "$(python3 -c 'import torch; print("torch", torch.__version__)')"
 if [ -d .whl ]; then  # pure-Python packages the image lacks, carried as wheels
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site
