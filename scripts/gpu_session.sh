@@ -22,20 +22,12 @@ mkdir -p "$OUT/logs"
 say() { echo "[gpu $((SECONDS - start))s] $*" | tee -a "$OUT/session.log"; }
 
 say "machine: $(nvidia-smi -L 2>&1 | head -1); $(nproc) cores; $(python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda)')"
-if [ -d .whl ]; then  # pure-Python dependencies the image lacks (sacremoses), carried as wheels
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
-
 say "building mma_nmt with its CUDA kernels (sm_90)"
-export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
-# build.verbose: ninja prints every command, the link line too (read back below).
-if ! python3 -m pip install -v --no-build-isolation --no-deps --target /tmp/mma_build -Cbuild-dir="${BUILD_DIR:-build/gpu}" \
-     -Cbuild.verbose=true \
-     -Ccmake.define.MMA_NMT_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 . > "$OUT/build.log" 2>&1; then
+# shellcheck source=scripts/gpu_build.sh
+source scripts/gpu_build.sh
+if ! gpu_build "$OUT/build.log"; then
   say "build FAILED (build.log)"; exit 1
 fi
-cp /tmp/mma_build/mma_nmt/_C*.so mma_nmt/  # the package is imported from the repository, with the extension beside it
 # The toolchain and what the library links and defines: on the first H200 an error message formatting an integer
 # crashed inside the library, in libstdc++ code that seemed to be defined there (docs/cuda.md, section 4).
 # The session of 2026-11-26 (third) confirmed it: built with /opt/gcc/bin/g++ the library does not need
@@ -54,7 +46,6 @@ link_line=$(grep -m1 -e '-o _C\.cpython' "$OUT/build.log" | head -c 4000)
   echo "== linkage tests (cmake/shared_libstdcxx.cmake)"
   PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
     tests/python/packaging/test_extension_linkage.py; } >> "$OUT/build.log" 2>&1
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 say "built: $(python3 -c 'import mma_nmt; print(mma_nmt.build_info())' 2>&1 | tail -1)"
 
 pids=()

@@ -31,20 +31,12 @@ say() { echo "[gpu $((SECONDS - start))s] $*" | tee -a "$OUT/logs/session.log"; 
 
 say "machine: $(nvidia-smi -L 2>&1 | head -1); $(nproc) cores;" \
     "$(python3 -c 'import torch; print("torch", torch.__version__)')"
-if [ -d .whl ]; then  # pure-Python packages the image lacks, carried as wheels
-  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
-export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) PYTHONUNBUFFERED=1
-if [ -n "${REUSE_BUILD:-}" ] && ls mma_nmt/_C*.so > /dev/null 2>&1; then
-  say "reusing the extension built by an earlier call on this machine"
-elif ! python3 -m pip install -v --no-build-isolation --no-deps --target /tmp/mma_build -Cbuild-dir=build/gpu \
-     -Ccmake.define.MMA_NMT_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 . > "$OUT/logs/build.log" 2>&1; then
+export PYTHONUNBUFFERED=1
+# shellcheck source=scripts/gpu_build.sh
+source scripts/gpu_build.sh
+if ! gpu_build "$OUT/logs/build.log"; then
   say "build FAILED"; tail -40 "$OUT/logs/build.log"; exit 1
-else
-  cp /tmp/mma_build/mma_nmt/_C*.so mma_nmt/
 fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 say "built: $(python3 -c 'import mma_nmt; print(mma_nmt.build_info())' 2>&1 | tail -1)"
 
 pids=()

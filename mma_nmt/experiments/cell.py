@@ -78,7 +78,8 @@ def multi_reference_scores(run, hypotheses: Path) -> dict | None:
 def run_cell(run_dir: str | Path, *, progress: bool = True) -> dict:
     """Runs (or finishes) the cell in ``run_dir``; returns its result."""
     from mma_nmt import pipeline
-    from mma_nmt.experiments.records import hardware, software
+    from mma_nmt.experiments.records import software
+    from mma_nmt.training.hardware import hardware
     from mma_nmt.training.trainer import Trainer
 
     run_dir = Path(run_dir)

@@ -180,5 +180,4 @@ def write_record(cell: Cell, run_dir: Path, result: dict, root: Path) -> Path:
 
 
 __all__ = ["RECORD_FILE", "HYPOTHESES_FILE", "records_dir", "record_dir_for", "load_records", "write_record",
-           "learning_curve", "late_descent", "stopping_point", "training_segments", "training_minutes", "hardware",
-           "software"]
+           "learning_curve", "late_descent", "stopping_point", "training_segments", "training_minutes", "software"]

@@ -12,6 +12,8 @@ import textwrap
 import pytest
 import torch
 
+from mma_nmt.training.config import load_run_config
+from mma_nmt.training.trainer import Trainer
 from nmt_fixtures import tiny_data, tiny_overrides  # noqa: F401  (fixture)
 
 CHILD = textwrap.dedent("""
@@ -64,9 +66,6 @@ def test_a_run_checkpointed_on_cuda_resumes_on_cuda_and_on_cpu(tmp_path, tiny_da
     """A checkpoint's tensors are mapped to the device of the run that resumes it, its RNG states too; the generators
     take theirs back as CPU tensors (resuming on CUDA failed with "RNG state must be a torch.ByteTensor" until
     2026-11-27). A run begun on a GPU and carried on on a CPU resumes as well."""
-    from mma_nmt.training.config import load_run_config
-    from mma_nmt.training.trainer import Trainer
-
     def train(save_dir, device: str, steps: int) -> None:
         overrides = tiny_overrides(tiny_data, save_dir, f"train.max_steps={steps}", "train.save_every=3",
                                    "model.dropout=0.2", f"train.device={device}")

@@ -1,0 +1,22 @@
+# Sourced by the scripts that run on a lent GPU machine (gpu_session.sh, gpu_train_ahead.sh), from the repository root.
+# gpu_build LOG: installs the pure-Python packages the image lacks, carried as wheels in .whl (sacremoses), and builds
+# mma_nmt with its CUDA kernels for sm_90, its output in LOG (build.verbose: ninja prints every command, the link line
+# too); the extension is put beside the package, which is imported from the repository (both go on PYTHONPATH).
+# With REUSE_BUILD=1 a later call on the same warm machine keeps the extension an earlier one built. Returns non-zero
+# when the build fails.
+gpu_build() {
+  local log=$1
+  if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl \
+      && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  fi
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
+  if [ -n "${REUSE_BUILD:-}" ] && ls mma_nmt/_C*.so > /dev/null 2>&1; then
+    echo "reusing the extension built by an earlier call on this machine" >> "$log"
+    return 0
+  fi
+  python3 -m pip install -v --no-build-isolation --no-deps --target /tmp/mma_build \
+    -Cbuild-dir="${BUILD_DIR:-build/gpu}" -Cbuild.verbose=true \
+    -Ccmake.define.MMA_NMT_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 . > "$log" 2>&1 || return 1
+  cp /tmp/mma_build/mma_nmt/_C*.so mma_nmt/
+}
