@@ -125,8 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", action="append", type=int,
                    help="train only this seed (repeatable), e.g. one seed of a table's compared pair; default: every "
                         "seed of the table")
-    p.add_argument("--from-records", action="store_true",
-                   help="train nothing: rebuild the tables from the committed run records")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--from-records", action="store_true",
+                      help="train nothing: rebuild the tables from the committed run records")
+    mode.add_argument("--status", action="store_true",
+                      help="train and write nothing: say where each run stands (recorded, training, interrupted, not "
+                           "started) and print the command that trains each run without a record")
     p = _command(sub, "demo", "prepare Multi30k De-En, train the tiny MMA Transformer, translate, score")
     _add_config(p, default=str(DEMO_CONFIG))
     p.add_argument("--minutes", type=float, default=3.0, help="training time budget")
@@ -254,6 +258,12 @@ def _run(args) -> int:
         _evaluate(args)
     elif args.command == "average":
         print(pipeline.average(args.inputs, args.output))
+    elif args.command == "experiment" and args.status:
+        from mma_nmt.experiments.command import experiment_status
+
+        print(experiment_status(args.paper, tables=args.table, scale=args.scale, runs_dir=args.runs_dir,
+                                results_dir=args.results_dir, datasets=args.dataset, systems=args.system,
+                                seeds=args.seed))
     elif args.command == "experiment":
         from mma_nmt.experiments.command import run_experiment
 

@@ -3,7 +3,8 @@ tables (skipping runs that have a record, resuming interrupted ones), writes a r
 each table as Markdown, JSON and a learning-curve figure, built from the records alone.
 
 ``--from-records`` rebuilds the tables from the records without training anything (it first records the runs that
-finished under the runs directory, e.g. while other runs of the table still train)."""
+finished under the runs directory, e.g. while other runs of the table still train). ``--status`` trains and writes
+nothing: it says where each run stands and how to train the missing ones (:mod:`mma_nmt.experiments.status`)."""
 
 from __future__ import annotations
 
@@ -97,6 +98,42 @@ def _check_known(kind: str, asked: list | None, known: set, paper: str, tables: 
                               f"{', '.join(str(k) for k in sorted(known))}")
 
 
+def _chosen_tables(experiment: Experiment, tables: list[str] | None, scale: str) -> list[str]:
+    return tables or [name for name, table in experiment.tables.items() if scale in table.scales]
+
+
+def _results_dir(experiment: Experiment, scale: str, results_dir: str | Path | None) -> Path:
+    return Path(results_dir) if results_dir else experiment.path.parent / "results" / scale
+
+
+def _selected(experiment: Experiment, chosen: list[str], cells: list, datasets: list[str] | None,
+              systems: list[str] | None, seeds: list[int] | None) -> list:
+    """The cells of the asked columns, rows and seeds (each check names what exists when one is unknown)."""
+    _check_known("dataset", datasets, {cell.dataset.role for cell in cells}, experiment.name, chosen)
+    _check_known("system", systems, {cell.system.name for cell in cells}, experiment.name, chosen)
+    _check_known("seed", seeds, {cell.seed for cell in cells}, experiment.name, chosen)
+    return [cell for cell in cells if (not datasets or cell.dataset.role in datasets)
+            and (not systems or cell.system.name in systems) and (not seeds or cell.seed in seeds)]
+
+
+def experiment_status(name: str, *, tables: list[str] | None = None, scale: str = "mini",
+                      runs_dir: str | Path = "runs/experiments", results_dir: str | Path | None = None,
+                      datasets: list[str] | None = None, systems: list[str] | None = None,
+                      seeds: list[int] | None = None) -> str:
+    """Where each run of ``tables`` (default: all) stands (:mod:`mma_nmt.experiments.status`), limited to the asked
+    columns, rows and seeds; trains and writes nothing."""
+    from mma_nmt.experiments.status import format_status, table_status
+
+    experiment = experiment_named(name)
+    chosen = _chosen_tables(experiment, tables, scale)
+    cells = {table: experiment.cells(table, scale) for table in chosen}
+    every = [cell for table_cells in cells.values() for cell in table_cells]
+    wanted = {id(cell) for cell in _selected(experiment, chosen, every, datasets, systems, seeds)}
+    cells = {table: [cell for cell in table_cells if id(cell) in wanted] for table, table_cells in cells.items()}
+    records_root = _results_dir(experiment, scale, results_dir) / "runs"
+    return format_status(experiment.name, table_status(cells, Path(runs_dir), records_root))
+
+
 def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "mini", jobs: int = 1,
                    runs_dir: str | Path = "runs/experiments", results_dir: str | Path | None = None,
                    bootstrap_samples: int = 1000, command: str | None = None,
@@ -109,20 +146,15 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
     records), e.g. to train the seeds of a table's compared pair before its other rows; ``seeds`` likewise limits it
     to those seeds (e.g. one seed's baseline and proposed system on one machine, the next seed's on another)."""
     experiment = experiment_named(name)
-    chosen = tables or [name for name, table in experiment.tables.items() if scale in table.scales]
+    chosen = _chosen_tables(experiment, tables, scale)
     cells = [cell for table in chosen for cell in experiment.cells(table, scale)]
-    out_dir = Path(results_dir) if results_dir else experiment.path.parent / "results" / scale
+    out_dir = _results_dir(experiment, scale, results_dir)
     records_root = out_dir / "runs"
     records = collect_records(cells, Path(runs_dir), records_root)
     failures = []
     if not from_records:
-        _check_known("dataset", datasets, {cell.dataset.role for cell in cells}, experiment.name, chosen)
-        _check_known("system", systems, {cell.system.name for cell in cells}, experiment.name, chosen)
-        _check_known("seed", seeds, {cell.seed for cell in cells}, experiment.name, chosen)
-        pending = [cell for cell in cells if cell.identity not in records
-                   and (not datasets or cell.dataset.role in datasets)
-                   and (not systems or cell.system.name in systems)
-                   and (not seeds or cell.seed in seeds)]
+        pending = [cell for cell in _selected(experiment, chosen, cells, datasets, systems, seeds)
+                   if cell.identity not in records]
         pending.sort(key=_run_order(experiment, chosen))
         if pending:
             _, failures = run_cells(experiment, pending, Path(runs_dir), jobs=jobs,

@@ -59,6 +59,34 @@ class RunDirectoryLock:
         self.release()
 
 
+def lock_holder(directory: str | Path) -> int | None:
+    """The PID of the process that holds ``directory``'s lock now, or None; takes no lock itself (even a moment's
+    probe would make a run starting then fail as busy). The PID file outlives its process and PIDs are reused, so on
+    Linux the holder must also appear in ``/proc/locks`` with a flock on this very file (its inode); where that table
+    cannot be read, a live process with the PID counts."""
+    path = Path(directory) / LOCK_NAME
+    try:
+        pid, inode = int(path.read_text(encoding="utf-8").split()[0]), path.stat().st_ino
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        table = Path("/proc/locks").read_text(encoding="utf-8")
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:  # alive, another user's
+            pass
+        return pid
+    for line in table.splitlines():
+        fields = line.split()  # "2: FLOCK  ADVISORY  WRITE 24666 fe:00:5686982 0 EOF" (waiters have "->" as [1])
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[4] == str(pid) and \
+                fields[5].rsplit(":", 1)[-1] == str(inode):
+            return pid
+    return None
+
+
 def existing_checkpoints(directory: str | Path) -> list[Path]:
     """The checkpoint files of a run directory (``last.pt``, ``best.pt``, ``step_<n>.pt``), sorted."""
     directory = Path(directory)

@@ -1,0 +1,134 @@
+"""``mma-nmt experiment <paper> --status``: where every run of the chosen tables stands, read from the run records and
+the runs directory, without training, recording or writing anything.
+
+A run is, in this order of precedence:
+
+- ``recorded``: its record is committed (stopping point and test BLEU);
+- ``finished``: its run directory holds ``result.json`` but no record was written yet (``--from-records`` writes it);
+- ``training``: a process holds its run directory's lock now (its PID, progress and early-stopping state);
+- ``interrupted``: it has a log or checkpoints and nobody trains it (the next run of the table resumes it);
+- ``continues``: it has not started, and a finished run of the same config with a lower cap will be continued;
+- ``not started``.
+
+For every run that is not recorded it prints the command that trains just that run, so the rest of a table can be
+spread over machines or queued.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mma_nmt.experiments.cell import is_finished
+from mma_nmt.experiments.continuation import capped_predecessor, holds_run
+from mma_nmt.experiments.records import load_records, log_events
+from mma_nmt.experiments.runner import run_dir_for
+from mma_nmt.experiments.spec import Cell
+from mma_nmt.training.config import run_config_from_dict
+from mma_nmt.training.run_lock import lock_holder
+
+STATES = ("recorded", "finished", "training", "interrupted", "continues", "not started")
+
+
+@dataclass
+class RunStatus:
+    table: str
+    cell: Cell
+    state: str  # one of STATES
+    detail: str
+    run_dir: Path | None = None
+
+
+def _progress(cell: Cell, run_dir: Path) -> str:
+    """How far a run that has started has come, from its log: the last update logged, the last validation, and the
+    early-stopping state (validations in a row without a new best, of the patience)."""
+    train = run_config_from_dict(cell.config).train
+    log = run_dir / "log.jsonl"
+    if not log.is_file():
+        return "checkpoints but no log.jsonl"
+    events = [event for kind in ("train", "valid", "end") for event in log_events(log, kind)]
+    if not events:
+        return f"no update logged yet (max {train.max_steps:,})"
+    last = max(events, key=lambda event: event["time"])
+    text = f"update {last['step']:,} of {train.max_steps:,}"
+    valids = log_events(log, "valid")
+    if valids:
+        valid = valids[-1]
+        text += f"; validation at {valid['step']:,}: nll {valid['valid_nll']:.3f}"
+        if valid.get("best"):
+            text += " (best)"
+        if train.patience:
+            text += f", {valid.get('stale_validations', 0)} of {train.patience} without a new best"
+    minutes = (time.time() - last["time"]) / 60.0
+    return text + f"; last logged {minutes:.0f} min ago"
+
+
+def _resume_point(run_dir: Path) -> str:
+    """Where the next run resumes: the update of the last ``last.pt`` the log names (what a kill after it redoes)."""
+    log = run_dir / "log.jsonl"
+    saved = [event for event in log_events(log, "checkpoint") if Path(event.get("path", "")).name == "last.pt"] \
+        if log.is_file() else []
+    return f"; last checkpoint at {saved[-1]['step']:,} (resumes there)" if saved else "; no last.pt logged"
+
+
+def run_status(table: str, cell: Cell, runs_dir: Path, records: dict[str, dict]) -> RunStatus:
+    """The state of ``cell`` (see the module docstring)."""
+    record = records.get(cell.identity)
+    if record is not None:
+        stop, metrics = record.get("stopping", {}), record.get("metrics", {})
+        detail = (f"stopped at {stop.get('updates'):,} ({stop.get('reason')}; best {stop.get('best_update'):,}), "
+                  f"BLEU {metrics.get('bleu', float('nan')):.2f}")
+        return RunStatus(table, cell, "recorded", detail)
+    run_dir = run_dir_for(cell, runs_dir)
+    if is_finished(run_dir):
+        return RunStatus(table, cell, "finished", "no record yet: --from-records writes it", run_dir)
+    if holds_run(run_dir):
+        holder = lock_holder(run_dir)
+        if holder is not None:
+            return RunStatus(table, cell, "training", f"PID {holder}: " + _progress(cell, run_dir), run_dir)
+        return RunStatus(table, cell, "interrupted", _progress(cell, run_dir) + _resume_point(run_dir), run_dir)
+    predecessor = capped_predecessor(cell, runs_dir)
+    if predecessor is not None:
+        return RunStatus(table, cell, "continues", f"will continue the finished capped run {predecessor}", run_dir)
+    return RunStatus(table, cell, "not started", "", run_dir)
+
+
+def table_status(tables: dict[str, list[Cell]], runs_dir: Path, records_root: Path) -> list[RunStatus]:
+    """Every distinct run of ``tables`` (table name -> its cells, in reading order), each once, under the first table
+    that has it."""
+    records = load_records(records_root)
+    seen, statuses = set(), []
+    for table, cells in tables.items():
+        for cell in cells:
+            if cell.identity not in seen:
+                seen.add(cell.identity)
+                statuses.append(run_status(table, cell, Path(runs_dir), records))
+    return statuses
+
+
+def train_command(paper: str, status: RunStatus) -> str:
+    """The command that trains just this run (and rebuilds its table)."""
+    cell = status.cell
+    return " ".join(shlex.quote(str(part)) for part in (
+        "mma-nmt", "experiment", paper, "--table", status.table, "--scale", cell.scale, "--dataset",
+        cell.dataset.role, "--system", cell.system.name, "--seed", cell.seed, "--jobs", 1))
+
+
+def format_status(paper: str, statuses: list[RunStatus]) -> str:
+    """One line per run, a count per state, and the commands that train the runs without a record."""
+    def width(of) -> int:
+        return max((len(of(s)) for s in statuses), default=0)
+
+    table, system, dataset = width(lambda s: s.table), width(lambda s: s.cell.system.name), \
+        width(lambda s: s.cell.dataset.role)
+    lines = [f"{s.table:<{table}}  {s.cell.system.name:<{system}}  {s.cell.dataset.role:<{dataset}}  seed "
+             f"{s.cell.seed}  {s.state:<11} {s.detail}".rstrip() for s in statuses]
+    counts = {state: sum(1 for s in statuses if s.state == state) for state in STATES}
+    lines.append(f"{len(statuses)} runs: " + ", ".join(f"{n} {state}" for state, n in counts.items() if n))
+    missing = [s for s in statuses if s.state not in ("recorded", "finished", "training")]
+    if missing:
+        lines.append("to train the runs without a record, one command each (any order, any machine):")
+        lines.extend("  " + train_command(paper, s) for s in missing)
+    return "\n".join(lines)
