@@ -6,6 +6,8 @@ A run is, in this order of precedence:
 - ``recorded``: its record is committed (stopping point and test BLEU);
 - ``finished``: its run directory holds ``result.json`` but no record was written yet (``--from-records`` writes it);
 - ``training``: a process holds its run directory's lock now (its PID, progress and early-stopping state);
+- ``trained``: its training ended (patience or cap) but it is not translated and scored yet: that is running now, or
+  was interrupted and the next run of the table does it (the lock covers training only, so the two look alike);
 - ``interrupted``: it has a log or checkpoints and nobody trains it (the next run of the table resumes it);
 - ``continues``: it has not started, and a finished run of the same config with a lower cap will be continued;
 - ``not started``.
@@ -29,7 +31,7 @@ from mma_nmt.experiments.spec import Cell
 from mma_nmt.training.config import run_config_from_dict
 from mma_nmt.training.run_lock import lock_holder
 
-STATES = ("recorded", "finished", "training", "interrupted", "continues", "not started")
+STATES = ("recorded", "finished", "training", "trained", "interrupted", "continues", "not started")
 
 
 @dataclass
@@ -65,6 +67,18 @@ def _progress(cell: Cell, run_dir: Path) -> str:
     return text + f"; last logged {minutes:.0f} min ago"
 
 
+def _training_ended(run_dir: Path) -> dict | None:
+    """The ``end`` event of the run's last training segment, or None while that segment has not ended (a process
+    killed during training logs no end)."""
+    log = run_dir / "log.jsonl"
+    if not log.is_file():
+        return None
+    starts, ends = log_events(log, "start"), log_events(log, "end")
+    if ends and (not starts or ends[-1]["time"] >= starts[-1]["time"]):
+        return ends[-1]
+    return None
+
+
 def _resume_point(run_dir: Path) -> str:
     """Where the next run resumes: the update of the last ``last.pt`` the log names (what a kill after it redoes)."""
     log = run_dir / "log.jsonl"
@@ -88,6 +102,12 @@ def run_status(table: str, cell: Cell, runs_dir: Path, records: dict[str, dict])
         holder = lock_holder(run_dir)
         if holder is not None:
             return RunStatus(table, cell, "training", f"PID {holder}: " + _progress(cell, run_dir), run_dir)
+        ended = _training_ended(run_dir)
+        if ended is not None:
+            detail = (f"training stopped at {ended['step']:,} ({ended.get('stopped', 'max_steps')}; best "
+                      f"{ended.get('best_step', ended['step']):,}); translation and scoring not finished (running "
+                      f"now, or the table's next run does them)")
+            return RunStatus(table, cell, "trained", detail, run_dir)
         return RunStatus(table, cell, "interrupted", _progress(cell, run_dir) + _resume_point(run_dir), run_dir)
     predecessor = capped_predecessor(cell, runs_dir)
     if predecessor is not None:

@@ -42,7 +42,7 @@ title = "Main"
 columns = ["de_en"]
 rows = ["baseline", "wider"]
 baseline = "baseline"
-seeds = {{ smoke = [1, 2] }}
+seeds = {{ smoke = [1, 2, 3] }}
 [tables.longer]
 title = "Trained on"
 columns = ["de_en"]
@@ -64,8 +64,9 @@ def _lines_by_run(text: str) -> dict[tuple[str, int], str]:
 @pytest.fixture(scope="module")
 def states(tmp_path_factory):
     """The experiment's runs brought into every state: baseline seed 1 recorded; wider seed 1 finished and its record
-    removed; baseline seed 2 interrupted (trained, then its result removed as if killed before scoring); wider seed 2
-    not started; baseline_longer seed 1 continues baseline seed 1."""
+    removed; baseline seed 2 trained, its result removed as if killed before scoring; wider seed 2 interrupted (its
+    result and the log's ``end`` removed, as a kill during training leaves it); seed 3 not started; baseline_longer
+    seed 1 continues baseline seed 1."""
     folder = tmp_path_factory.mktemp("status")
     paper = folder / "states"
     paper.mkdir()
@@ -73,7 +74,7 @@ def states(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)
         run_experiment(str(paper), scale="smoke", runs_dir="runs", tables=["main"], seeds=[1])
-        run_experiment(str(paper), scale="smoke", runs_dir="runs", tables=["main"], seeds=[2], systems=["baseline"])
+        run_experiment(str(paper), scale="smoke", runs_dir="runs", tables=["main"], seeds=[2])
     experiment = load_experiment(paper)
     runs = folder / "runs" / "smoke"
 
@@ -86,11 +87,12 @@ def states(tmp_path_factory):
     for path in wider_record.iterdir():
         path.unlink()
     wider_record.rmdir()
-    (run_dir("baseline", 2) / "result.json").unlink()
-    (baseline_2_record,) = records.glob("baseline-seed2-*")
-    for path in baseline_2_record.iterdir():
-        path.unlink()
-    baseline_2_record.rmdir()
+    for system in ("baseline", "wider"):
+        (run_dir(system, 2) / "result.json").unlink()
+        (record,) = records.glob(f"{system}-seed2-*")
+        shutil.rmtree(record)
+    log = run_dir("wider", 2) / "log.jsonl"
+    log.write_text("".join(line for line in log.read_text().splitlines(keepends=True) if '"event": "end"' not in line))
     return folder, paper, run_dir
 
 
@@ -113,33 +115,37 @@ def test_every_state_is_told_apart_and_nothing_is_written(states):
     text = _status(folder, paper)
     assert _tree(folder) == before
     lines = _lines_by_run(text)
-    assert set(lines) == {("baseline", 1), ("wider", 1), ("baseline", 2), ("wider", 2), ("baseline_longer", 1)}
+    assert set(lines) == {("baseline", 1), ("wider", 1), ("baseline", 2), ("wider", 2), ("baseline", 3), ("wider", 3),
+                          ("baseline_longer", 1)}
     assert " recorded " in lines[("baseline", 1)] and "stopped at 4 (max_steps; best" in lines[("baseline", 1)]
     assert "BLEU " in lines[("baseline", 1)]
     assert " finished " in lines[("wider", 1)] and "--from-records" in lines[("wider", 1)]
-    interrupted = lines[("baseline", 2)]
+    trained = lines[("baseline", 2)]
+    assert " trained " in trained and "training stopped at 4 (max_steps; best " in trained
+    assert "translation and scoring not finished" in trained
+    interrupted = lines[("wider", 2)]
     assert " interrupted " in interrupted and "update 4 of 4" in interrupted and "last checkpoint at 4" in interrupted
     assert re.search(r"validation at 4: nll \d\.\d{3}( \(best\))?, \d of 3 without a new best", interrupted)
-    assert lines[("wider", 2)].rstrip().endswith("not started")
+    assert lines[("wider", 3)].rstrip().endswith("not started")
     assert " continues " in lines[("baseline_longer", 1)] and "capped run" in lines[("baseline_longer", 1)]
-    assert "5 runs: 1 recorded, 1 finished, 1 interrupted, 1 continues, 1 not started" in text
+    assert "7 runs: 1 recorded, 1 finished, 1 trained, 1 interrupted, 1 continues, 2 not started" in text
     commands = [line.strip() for line in text.splitlines() if line.strip().startswith("mma-nmt experiment")]
     assert {(c.split("--system ")[1].split()[0], int(c.split("--seed ")[1].split()[0])) for c in commands} == {
-        ("baseline", 2), ("wider", 2), ("baseline_longer", 1)}
+        ("baseline", 2), ("wider", 2), ("baseline", 3), ("wider", 3), ("baseline_longer", 1)}
 
 
 def test_a_run_whose_directory_is_locked_is_training_with_its_pid_and_patience(states):
     folder, paper, run_dir = states
-    with RunDirectoryLock(run_dir("baseline", 2)):
-        line = _lines_by_run(_status(folder, paper))[("baseline", 2)]
+    with RunDirectoryLock(run_dir("wider", 2)):
+        line = _lines_by_run(_status(folder, paper))[("wider", 2)]
     assert f" training    PID {os.getpid()}: update 4 of 4" in line
-    assert " interrupted " in _lines_by_run(_status(folder, paper))[("baseline", 2)]
+    assert " interrupted " in _lines_by_run(_status(folder, paper))[("wider", 2)]
 
 
 def test_filters_limit_the_runs_and_unknown_names_are_refused(states):
     folder, paper, _ = states
     lines = _lines_by_run(_status(folder, paper, tables=["main"], systems=["wider"]))
-    assert set(lines) == {("wider", 1), ("wider", 2)}
+    assert set(lines) == {("wider", 1), ("wider", 2), ("wider", 3)}
     assert set(_lines_by_run(_status(folder, paper, seeds=[2]))) == {("baseline", 2), ("wider", 2)}
     with pytest.raises(ExperimentError, match=r"no system \['wide'\]"):
         _status(folder, paper, systems=["wide"])
@@ -150,7 +156,7 @@ def test_the_printed_command_trains_exactly_that_run(states, tmp_path, monkeypat
     shutil.copytree(states[0], folder)
     paper = folder / "states"
     monkeypatch.chdir(folder)
-    assert main(["experiment", str(paper), "--scale", "smoke", "--runs-dir", "runs", "--status", "--seed", "2",
+    assert main(["experiment", str(paper), "--scale", "smoke", "--runs-dir", "runs", "--status", "--seed", "3",
                  "--system", "wider"]) == 0
     (command,) = [line.strip() for line in capsys.readouterr().out.splitlines()
                   if line.strip().startswith("mma-nmt experiment")]
@@ -161,9 +167,10 @@ def test_the_printed_command_trains_exactly_that_run(states, tmp_path, monkeypat
     monkeypatch.setattr(experiment_command, "run_cells", lambda experiment, cells, *a, **k: trained.extend(
         (c.system.name, c.seed) for c in cells) or real(experiment, cells, *a, **k))
     assert main(argv) == 0
-    assert trained == [("wider", 2)]
+    assert trained == [("wider", 3)]
     lines = _lines_by_run(_status(folder, paper))
-    assert " recorded " in lines[("wider", 2)] and " interrupted " in lines[("baseline", 2)]
+    assert " recorded " in lines[("wider", 3)] and " interrupted " in lines[("wider", 2)]
+    assert lines[("baseline", 3)].rstrip().endswith("not started")
     assert " recorded " in lines[("wider", 1)]  # the command records the runs that finished, as it always does
 
 
