@@ -3,7 +3,7 @@ the runs directory, without training, recording or writing anything.
 
 A run is, in this order of precedence:
 
-- ``recorded``: its record is committed (stopping point and test BLEU);
+- ``recorded``: its record is committed (stopping point and test sacreBLEU);
 - ``finished``: its run directory holds ``result.json`` but no record was written yet (``--from-records`` writes it);
 - ``training``: a process holds its run directory's lock now (its PID, progress and early-stopping state);
 - ``trained``: its training ended (patience or cap) but it is not translated and scored yet: that is running now, or
@@ -93,7 +93,7 @@ def run_status(table: str, cell: Cell, runs_dir: Path, records: dict[str, dict])
     if record is not None:
         stop, metrics = record.get("stopping", {}), record.get("metrics", {})
         detail = (f"stopped at {stop.get('updates'):,} ({stop.get('reason')}; best {stop.get('best_update'):,}), "
-                  f"BLEU {metrics.get('bleu', float('nan')):.2f}")
+                  f"sacreBLEU {metrics.get('bleu', float('nan')):.2f}")
         return RunStatus(table, cell, "recorded", detail)
     run_dir = run_dir_for(cell, runs_dir)
     if is_finished(run_dir):
