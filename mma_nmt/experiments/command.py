@@ -131,7 +131,7 @@ def experiment_status(name: str, *, tables: list[str] | None = None, scale: str 
     wanted = {id(cell) for cell in _selected(experiment, chosen, every, datasets, systems, seeds)}
     cells = {table: [cell for cell in table_cells if id(cell) in wanted] for table, table_cells in cells.items()}
     records_root = _results_dir(experiment, scale, results_dir) / "runs"
-    return format_status(experiment.name, table_status(cells, Path(runs_dir), records_root))
+    return format_status(name, table_status(cells, Path(runs_dir), records_root))  # commands name it as given
 
 
 def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "mini", jobs: int = 1,

@@ -43,6 +43,11 @@ class RunStatus:
     run_dir: Path | None = None
 
 
+def _count(value) -> str:
+    """An update count with thousands separators, or "?" where a record or log lacks it."""
+    return f"{value:,}" if isinstance(value, int) else "?"
+
+
 def _progress(cell: Cell, run_dir: Path) -> str:
     """How far a run that has started has come, from its log: the last update logged, the last validation, and the
     early-stopping state (validations in a row without a new best, of the patience)."""
@@ -92,8 +97,8 @@ def run_status(table: str, cell: Cell, runs_dir: Path, records: dict[str, dict])
     record = records.get(cell.identity)
     if record is not None:
         stop, metrics = record.get("stopping", {}), record.get("metrics", {})
-        detail = (f"stopped at {stop.get('updates'):,} ({stop.get('reason')}; best {stop.get('best_update'):,}), "
-                  f"sacreBLEU {metrics.get('bleu', float('nan')):.2f}")
+        detail = (f"stopped at {_count(stop.get('updates'))} ({stop.get('reason')}; best "
+                  f"{_count(stop.get('best_update'))}), sacreBLEU {metrics.get('bleu', float('nan')):.2f}")
         return RunStatus(table, cell, "recorded", detail)
     run_dir = run_dir_for(cell, runs_dir)
     if is_finished(run_dir):
@@ -104,8 +109,8 @@ def run_status(table: str, cell: Cell, runs_dir: Path, records: dict[str, dict])
             return RunStatus(table, cell, "training", f"PID {holder}: " + _progress(cell, run_dir), run_dir)
         ended = _training_ended(run_dir)
         if ended is not None:
-            detail = (f"training stopped at {ended['step']:,} ({ended.get('stopped', 'max_steps')}; best "
-                      f"{ended.get('best_step', ended['step']):,}); translation and scoring not finished (running "
+            detail = (f"training stopped at {_count(ended.get('step'))} ({ended.get('stopped', 'max_steps')}; best "
+                      f"{_count(ended.get('best_step', ended.get('step')))}); translation and scoring not finished (running "
                       f"now, or the table's next run does them)")
             return RunStatus(table, cell, "trained", detail, run_dir)
         return RunStatus(table, cell, "interrupted", _progress(cell, run_dir) + _resume_point(run_dir), run_dir)
