@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from mma_nmt.data.fileio import atomic_write_json
-from mma_nmt.experiments.records import training_minutes, training_segments
+from mma_nmt.experiments.records import log_events, training_minutes, training_segments
 from mma_nmt.training.config import run_config_from_dict
 
 CELL_FILE, RESULT_FILE = "cell.json", "result.json"
@@ -33,7 +33,7 @@ def is_finished(run_dir: Path) -> bool:
 def _training_stats(log_path: Path) -> dict:
     """Parameters, median training tokens/s, steps and training minutes (over every segment, killed ones included)
     from the log."""
-    events = [json.loads(line) for line in log_path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    events = log_events(log_path)
     speeds = [e["tokens_per_s"] for e in events if e["event"] == "train" and "tokens_per_s" in e]
     starts = [e for e in events if e["event"] == "start"]
     ends = [e for e in events if e["event"] == "end"]

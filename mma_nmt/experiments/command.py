@@ -106,14 +106,15 @@ def _results_dir(experiment: Experiment, scale: str, results_dir: str | Path | N
     return Path(results_dir) if results_dir else experiment.path.parent / "results" / scale
 
 
-def _selected(experiment: Experiment, chosen: list[str], cells: list, datasets: list[str] | None,
-              systems: list[str] | None, seeds: list[int] | None) -> list:
-    """The cells of the asked columns, rows and seeds (each check names what exists when one is unknown)."""
+def _selection(experiment: Experiment, chosen: list[str], cells: list, datasets: list[str] | None,
+               systems: list[str] | None, seeds: list[int] | None):
+    """Whether a cell is of the asked columns, rows and seeds (refusing, with what exists, a name none of ``cells``
+    has)."""
     _check_known("dataset", datasets, {cell.dataset.role for cell in cells}, experiment.name, chosen)
     _check_known("system", systems, {cell.system.name for cell in cells}, experiment.name, chosen)
     _check_known("seed", seeds, {cell.seed for cell in cells}, experiment.name, chosen)
-    return [cell for cell in cells if (not datasets or cell.dataset.role in datasets)
-            and (not systems or cell.system.name in systems) and (not seeds or cell.seed in seeds)]
+    return lambda cell: ((not datasets or cell.dataset.role in datasets)
+                         and (not systems or cell.system.name in systems) and (not seeds or cell.seed in seeds))
 
 
 def experiment_status(name: str, *, tables: list[str] | None = None, scale: str = "mini",
@@ -127,9 +128,9 @@ def experiment_status(name: str, *, tables: list[str] | None = None, scale: str 
     experiment = experiment_named(name)
     chosen = _chosen_tables(experiment, tables, scale)
     cells = {table: experiment.cells(table, scale) for table in chosen}
-    every = [cell for table_cells in cells.values() for cell in table_cells]
-    wanted = {id(cell) for cell in _selected(experiment, chosen, every, datasets, systems, seeds)}
-    cells = {table: [cell for cell in table_cells if id(cell) in wanted] for table, table_cells in cells.items()}
+    asked = _selection(experiment, chosen, [cell for table_cells in cells.values() for cell in table_cells],
+                       datasets, systems, seeds)
+    cells = {table: [cell for cell in table_cells if asked(cell)] for table, table_cells in cells.items()}
     records_root = _results_dir(experiment, scale, results_dir) / "runs"
     return format_status(name, table_status(cells, Path(runs_dir), records_root))  # commands name it as given
 
@@ -153,8 +154,8 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
     records = collect_records(cells, Path(runs_dir), records_root)
     failures = []
     if not from_records:
-        pending = [cell for cell in _selected(experiment, chosen, cells, datasets, systems, seeds)
-                   if cell.identity not in records]
+        asked = _selection(experiment, chosen, cells, datasets, systems, seeds)
+        pending = [cell for cell in cells if asked(cell) and cell.identity not in records]
         pending.sort(key=_run_order(experiment, chosen))
         if pending:
             _, failures = run_cells(experiment, pending, Path(runs_dir), jobs=jobs,

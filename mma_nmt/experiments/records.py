@@ -70,10 +70,10 @@ def software(where: Path) -> dict:
     return {"torch": torch.__version__, "python": platform.python_version(), "git_commit": code_commit(where)}
 
 
-def log_events(log_path: Path, kind: str) -> list[dict]:
-    """The events of one kind (``valid``, ``end``, ...) of a run's ``log.jsonl``, in order."""
+def log_events(log_path: Path, kind: str | None = None) -> list[dict]:
+    """The events of one kind (``valid``, ``end``, ...) of a run's ``log.jsonl``, or all of them, in order."""
     events = (json.loads(line) for line in Path(log_path).read_text(encoding="utf-8").splitlines() if line.strip())
-    return [event for event in events if event.get("event") == kind]
+    return [event for event in events if kind is None or event.get("event") == kind]
 
 
 def learning_curve(log_path: Path) -> list[dict]:

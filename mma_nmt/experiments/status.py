@@ -25,7 +25,7 @@ from pathlib import Path
 
 from mma_nmt.experiments.cell import is_finished
 from mma_nmt.experiments.continuation import capped_predecessor, holds_run
-from mma_nmt.experiments.records import load_records, log_events
+from mma_nmt.experiments.records import CONTINUE_EVENT, load_records, log_events, training_segments
 from mma_nmt.experiments.runner import run_dir_for
 from mma_nmt.experiments.spec import Cell
 from mma_nmt.training.config import run_config_from_dict
@@ -48,19 +48,19 @@ def _count(value) -> str:
     return f"{value:,}" if isinstance(value, int) else "?"
 
 
-def _progress(cell: Cell, run_dir: Path) -> str:
-    """How far a run that has started has come, from its log: the last update logged, the last validation, and the
-    early-stopping state (validations in a row without a new best, of the patience)."""
+def _of(events: list[dict], kind: str) -> list[dict]:
+    return [event for event in events if event["event"] == kind]
+
+
+def _progress(cell: Cell, events: list[dict]) -> str:
+    """How far a run that has started has come, from its log's events: the last update logged, the last validation,
+    and the early-stopping state (validations in a row without a new best, of the patience)."""
     train = run_config_from_dict(cell.config).train
-    log = run_dir / "log.jsonl"
-    if not log.is_file():
-        return "checkpoints but no log.jsonl"
-    events = [event for kind in ("train", "valid", "end") for event in log_events(log, kind)]
-    if not events:
+    stepped = [event for event in events if event["event"] in ("train", "valid", "end")]
+    if not stepped:
         return f"no update logged yet (max {train.max_steps:,})"
-    last = max(events, key=lambda event: event["time"])
-    text = f"update {last['step']:,} of {train.max_steps:,}"
-    valids = log_events(log, "valid")
+    text = f"update {stepped[-1]['step']:,} of {train.max_steps:,}"
+    valids = _of(events, "valid")
     if valids:
         valid = valids[-1]
         text += f"; validation at {valid['step']:,}: nll {valid['valid_nll']:.3f}"
@@ -68,28 +68,43 @@ def _progress(cell: Cell, run_dir: Path) -> str:
             text += " (best)"
         if train.patience:
             text += f", {valid.get('stale_validations', 0)} of {train.patience} without a new best"
-    minutes = (time.time() - last["time"]) / 60.0
-    return text + f"; last logged {minutes:.0f} min ago"
+    return text + f"; last logged {(time.time() - events[-1]['time']) / 60.0:.0f} min ago"
 
 
-def _training_ended(run_dir: Path) -> dict | None:
-    """The ``end`` event of the run's last training segment, or None while that segment has not ended (a process
-    killed during training logs no end)."""
-    log = run_dir / "log.jsonl"
-    if not log.is_file():
-        return None
-    starts, ends = log_events(log, "start"), log_events(log, "end")
-    if ends and (not starts or ends[-1]["time"] >= starts[-1]["time"]):
-        return ends[-1]
-    return None
-
-
-def _resume_point(run_dir: Path) -> str:
+def _resume_point(events: list[dict]) -> str:
     """Where the next run resumes: the update of the last ``last.pt`` the log names (what a kill after it redoes)."""
-    log = run_dir / "log.jsonl"
-    saved = [event for event in log_events(log, "checkpoint") if Path(event.get("path", "")).name == "last.pt"] \
-        if log.is_file() else []
+    saved = [event for event in _of(events, "checkpoint") if Path(event.get("path", "")).name == "last.pt"]
     return f"; last checkpoint at {saved[-1]['step']:,} (resumes there)" if saved else "; no last.pt logged"
+
+
+def _training_ended(events: list[dict]) -> dict | None:
+    """The ``end`` event of the log's last training segment when that segment ended and no continuation of a capped
+    run (:mod:`mma_nmt.experiments.continuation`, which copies the capped run's log, ``end`` included) followed it;
+    else None."""
+    segments = training_segments(events)
+    if not segments or not segments[-1]["ended"]:
+        return None
+    kinds = [event["event"] for event in events]
+    last_end = len(kinds) - 1 - kinds[::-1].index("end")
+    return None if CONTINUE_EVENT in kinds[last_end:] else events[last_end]
+
+
+def _started_run_status(table: str, cell: Cell, run_dir: Path) -> RunStatus:
+    """A run directory that holds a run but no result: training now, trained but not scored, or interrupted."""
+    log = run_dir / "log.jsonl"
+    events = log_events(log) if log.is_file() else []
+    holder = lock_holder(run_dir)
+    if holder is not None:
+        return RunStatus(table, cell, "training", f"PID {holder}: " + _progress(cell, events), run_dir)
+    end = _training_ended(events)
+    if end is not None:  # the lock covers training only: decoding now and killed while decoding look alike
+        detail = (f"training stopped at {_count(end.get('step'))} ({end.get('stopped', 'max_steps')}; best "
+                  f"{_count(end.get('best_step', end.get('step')))}); translation and scoring not finished (running "
+                  f"now, or the table's next run does them)")
+        return RunStatus(table, cell, "trained", detail, run_dir)
+    if not events:
+        return RunStatus(table, cell, "interrupted", "checkpoints but no log.jsonl", run_dir)
+    return RunStatus(table, cell, "interrupted", _progress(cell, events) + _resume_point(events), run_dir)
 
 
 def run_status(table: str, cell: Cell, runs_dir: Path, records: dict[str, dict]) -> RunStatus:
@@ -104,16 +119,7 @@ def run_status(table: str, cell: Cell, runs_dir: Path, records: dict[str, dict])
     if is_finished(run_dir):
         return RunStatus(table, cell, "finished", "no record yet: --from-records writes it", run_dir)
     if holds_run(run_dir):
-        holder = lock_holder(run_dir)
-        if holder is not None:
-            return RunStatus(table, cell, "training", f"PID {holder}: " + _progress(cell, run_dir), run_dir)
-        ended = _training_ended(run_dir)
-        if ended is not None:
-            detail = (f"training stopped at {_count(ended.get('step'))} ({ended.get('stopped', 'max_steps')}; best "
-                      f"{_count(ended.get('best_step', ended.get('step')))}); translation and scoring not finished (running "
-                      f"now, or the table's next run does them)")
-            return RunStatus(table, cell, "trained", detail, run_dir)
-        return RunStatus(table, cell, "interrupted", _progress(cell, run_dir) + _resume_point(run_dir), run_dir)
+        return _started_run_status(table, cell, run_dir)
     predecessor = capped_predecessor(cell, runs_dir)
     if predecessor is not None:
         return RunStatus(table, cell, "continues", f"will continue the finished capped run {predecessor}", run_dir)

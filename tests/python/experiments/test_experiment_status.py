@@ -17,6 +17,8 @@ import pytest
 
 from mma_nmt.cli.main import main
 from mma_nmt.experiments.command import experiment_status, run_experiment
+from mma_nmt.experiments.continuation import capped_predecessor, continue_from
+from mma_nmt.experiments.runner import run_dir_for
 from mma_nmt.experiments.spec import ExperimentError, load_experiment
 from mma_nmt.training.run_lock import RunDirectoryLock, lock_holder
 
@@ -140,6 +142,19 @@ def test_a_run_whose_directory_is_locked_is_training_with_its_pid_and_patience(s
         line = _lines_by_run(_status(folder, paper))[("wider", 2)]
     assert f" training    PID {os.getpid()}: update 4 of 4" in line
     assert " interrupted " in _lines_by_run(_status(folder, paper))[("wider", 2)]
+
+
+def test_a_continued_run_killed_before_its_first_update_is_interrupted_not_trained(states, tmp_path, monkeypatch):
+    """A continuation copies the capped run's log, ``end`` event included, then trains on: killed in between, it
+    resumes from the copied last.pt, so it is interrupted, not a run whose training ended."""
+    folder = tmp_path / "copy"
+    shutil.copytree(states[0], folder)
+    paper = folder / "states"
+    monkeypatch.chdir(folder)
+    cell = load_experiment(paper).cell("baseline_longer", "de_en", "smoke", seed=1)
+    continue_from(capped_predecessor(cell, Path("runs")), run_dir_for(cell, Path("runs")))
+    line = _lines_by_run(_status(folder, paper))[("baseline_longer", 1)]
+    assert " interrupted " in line and "update 4 of 8" in line and "last checkpoint at 4" in line
 
 
 def test_filters_limit_the_runs_and_unknown_names_are_refused(states):
