@@ -9,6 +9,7 @@ nothing: it says where each run stands and how to train the missing ones (:mod:`
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -64,6 +65,14 @@ def _lost_cells(path: Path, data: dict) -> list[str]:
     return sorted(f"{system} on {column}" for system, column in published_cells(old) - published_cells(data))
 
 
+def _with_relative_hypotheses(data: dict, out_dir: Path) -> dict:
+    """``data`` with each run's translations named relative to the table's folder, so that a committed table names
+    no path of the machine that wrote it and stays the same wherever it is rebuilt."""
+    runs = [{**run, "hypotheses": os.path.relpath(run["hypotheses"], out_dir)} if run.get("hypotheses") else run
+            for run in data.get("runs", [])]
+    return {**data, "runs": runs}
+
+
 def _write_table(out_dir: Path, data: dict, command: str) -> tuple[Path | None, str | None]:
     """Writes the table's Markdown, JSON and learning curves; refuses (returns the reason) when a cell the table
     publishes today would become empty."""
@@ -76,7 +85,7 @@ def _write_table(out_dir: Path, data: dict, command: str) -> tuple[Path | None, 
                       f"record now (a run failed or is not finished, or its config changed); finish those runs, or "
                       f"delete the table to start it afresh")
     data["command"] = command
-    atomic_write_json(out_dir / f"{name}.json", data)
+    atomic_write_json(out_dir / f"{name}.json", _with_relative_hypotheses(data, out_dir))
     figure = plot_learning_curves(data, out_dir / f"{name}.curves.png")
     markdown = to_markdown(data, command=command)
     if figure is not None:

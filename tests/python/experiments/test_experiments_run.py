@@ -119,6 +119,9 @@ def test_tables_rebuild_from_records_alone(toy, workdir, tmp_path, monkeypatch):
     after = json.loads(again.with_suffix(".json").read_text())
     assert [r["cells"] for r in after["rows"]] == [r["cells"] for r in before["rows"]]
     assert any(cell.get("per_seed") for r in after["rows"] for cell in r["cells"].values())  # the bootstrap ran
+    # the JSON names each run's translations relative to its own folder, not where the table was written
+    assert [r["hypotheses"] for r in after["runs"]] == [r["hypotheses"] for r in before["runs"]]
+    assert all((again.parent / r["hypotheses"]).is_file() for r in after["runs"])
     assert list((fresh / "runs" / "data").glob("*/meta.json")), "the references' corpus was not prepared"
 
 
