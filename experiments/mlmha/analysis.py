@@ -6,6 +6,8 @@ Writes next to the table:
 
 - ``analysis/<system>_distance_entropy.png``: distance and entropy per encoder layer and head (the lowest seed whose
   model is on disk);
+- ``analysis/mlmha_layers_by_seed.png``: the layer means of the report below against the layer, one line per system
+  and seed (those measured elsewhere included), so a difference that holds on every seed shows as two bands apart;
 - ``analysis/mlmha_layers.md``: the same averaged over the heads of each layer, for every seed of the baseline and M-10
   whose model is on disk (the run records keep the scores, not the models; the report names the seeds it lacks);
 - ``analysis/mlmha_layers_rows.json``: the report's rows; those of seeds whose models are not on the machine are kept
@@ -17,7 +19,7 @@ Writes next to the table:
 
 from __future__ import annotations
 
-from mma_nmt.analysis import head_distance_entropy, plot_distance_entropy
+from mma_nmt.analysis import head_distance_entropy, plot_distance_entropy, plot_layer_profiles
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
 from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, data_of, describe,
@@ -49,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
                 save_figure(plot_distance_entropy(stats, title=title), out / f"{system}_distance_entropy.png", dpi=80)
 
     rows = with_rows_measured_elsewhere(out / "mlmha_layers_rows.json", measured, "mlmha", "main", absent, args)
+    save_figure(plot_layer_profiles(layer_profiles(rows), title=f"Encoder self-attention per layer, every seed "
+                                                                f"({data_of('mlmha', args)})"),
+                out / "mlmha_layers_by_seed.png", dpi=80)
     sentences = rows[0]["sentences"]
     lines = [f"## Encoder attention distance and entropy per layer ({args.scale} scale, {data_of('mlmha', args)})", "",
              f"`{command_line(__file__, args)}`: {models_of('main', args)}, the first {sentences} test "
@@ -62,10 +67,23 @@ def main(argv: list[str] | None = None) -> int:
                      f"{row['distance']:.2f} ({distance_min:.2f}-{distance_max:.2f}) | "
                      f"{row['entropy']:.2f} ({entropy_min:.2f}-{entropy_max:.2f}) |")
     lines += elsewhere_note(rows)
-    lines += [""] + [f"![{system}](" + f"{system}_distance_entropy.png)" for system in SYSTEMS]
+    lines += ["", "![every seed](mlmha_layers_by_seed.png)", ""]
+    lines += [f"![{system}](" + f"{system}_distance_entropy.png)" for system in SYSTEMS]
     path = atomic_write_text(out / "mlmha_layers.md", "\n".join(lines) + "\n")
     print(path)
     return 0
+
+
+def layer_profiles(rows: list[dict]) -> dict[str, list[tuple[str, list[float], list[float]]]]:
+    """The report's rows (one per system, seed and layer) as :func:`plot_layer_profiles` takes them: per system, per
+    seed, the layer distances and entropies in layer order."""
+    profiles: dict[str, dict[str, list[dict]]] = {}
+    for row in rows:
+        profiles.setdefault(row["system"], {}).setdefault(f"seed {seed_text(row)}", []).append(row)
+    return {system: [(seed, [r["distance"] for r in layers], [r["entropy"] for r in layers])
+                     for seed, layers in ((seed, sorted(layers, key=lambda r: r["layer"]))
+                                          for seed, layers in seeds.items())]
+            for system, seeds in profiles.items()}
 
 
 if __name__ == "__main__":

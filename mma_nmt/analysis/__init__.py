@@ -17,7 +17,8 @@ from mma_nmt.analysis.attention_maps import (SentenceAttention, head_labels, plo
 from mma_nmt.analysis.buckets import (BucketScore, LayerMaskingRow, bleu_by_source_length, format_layer_masking_table,
                                       layer_masking_table, plot_bleu_by_source_length)
 from mma_nmt.analysis.distance_entropy import (DistanceEntropy, attention_distance, attention_entropy,
-                                               head_distance_entropy, plot_distance_entropy)
+                                               head_distance_entropy, plot_distance_entropy,
+                                               plot_layer_profiles)
 from mma_nmt.analysis.gmm_analysis import (EntropyByLength, GateDistribution, NgramPrecision,
                                            entropy_by_source_length, gate_distribution, ngram_precision_gap,
                                            ngram_precisions, plot_entropy_by_source_length, plot_gate_distribution,
@@ -63,6 +64,7 @@ __all__ = [
     "plot_gate_distribution",
     "plot_gmm_components",
     "plot_head_gates",
+    "plot_layer_profiles",
     "plot_layer_weights",
     "plot_ngram_precision_gap",
     "plot_relative_position_panels",

@@ -18,7 +18,7 @@ renormalised, exactly as printed).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
@@ -121,4 +121,32 @@ def plot_distance_entropy(result: DistanceEntropy, *, head_labels: Sequence[str]
         fig.colorbar(image, ax=ax, shrink=0.8)
     fig.suptitle(title or f"Attention distance and entropy over {result.sentences} sentences ({result.tokens} tokens)",
                  fontsize=10)
+    return fig
+
+
+def plot_layer_profiles(profiles: Mapping[str, Sequence[tuple[str, Sequence[float], Sequence[float]]]], *,
+                        title: str = ""):
+    """Layer distance (eq. 14) and layer entropy (eq. 16) against the layer, one line per model; returns the Figure.
+
+    ``profiles`` maps a system to its models (its seeds), each ``(label, distance per layer, entropy per layer)``.
+    Each system has one colour and each of its models one marker, so the seeds of a system read as a band and a
+    difference between systems that holds on every seed shows as two bands apart.
+    """
+    colours, markers = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"), "os^vDP*X"
+    fig = new_figure(9.5, 3.2)
+    axes = fig.subplots(1, 2, squeeze=False)[0]
+    for (system, models), colour in zip(profiles.items(), colours * len(profiles)):
+        for (label, distance, entropy), marker in zip(models, markers * len(models)):
+            if len(distance) != len(entropy):
+                raise ValueError(f"{system} {label}: {len(distance)} layer distances but {len(entropy)} entropies")
+            layers = range(1, len(distance) + 1)
+            for ax, values in ((axes[0], distance), (axes[1], entropy)):
+                ax.plot(layers, list(values), color=colour, marker=marker, markersize=4, linewidth=1,
+                        label=f"{system} {label}")
+    for ax, name in ((axes[0], "mean distance (tokens)"), (axes[1], "mean entropy (nats)")):
+        ax.set_xlabel("encoder layer")
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right center", fontsize=7)
+    fig.suptitle(title or "Attention distance and entropy per layer (mean over the heads of each layer)", fontsize=10)
     return fig

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from mma_nmt.analysis import attention_distance, attention_entropy, head_distance_entropy, plot_distance_entropy
+from mma_nmt.analysis import (attention_distance, attention_entropy, head_distance_entropy, plot_distance_entropy,
+                              plot_layer_profiles)
 from mma_nmt.analysis import save_figure
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -107,3 +108,24 @@ def test_plot_renders_png_without_display(tmp_path):
     result = head_distance_entropy([torch.softmax(torch.randn(2, 4, 6, 6), dim=-1)])
     path = save_figure(plot_distance_entropy(result, head_labels=list("GLFB")), tmp_path / "dist.png")
     assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_layer_profiles_draw_one_line_per_model_and_one_colour_per_system(tmp_path):
+    profiles = {"baseline": [("seed 1", [3.5, 2.8, 4.2], [2.0, 1.7, 1.9]), ("seed 2", [3.3, 3.1, 5.3], [1.9, 1.8, 2.2])],
+                "m10": [("seed 1", [4.1, 3.9, 5.2], [2.2, 2.1, 2.0])]}
+    fig = plot_layer_profiles(profiles, title="t")
+    distance_axis, entropy_axis = fig.axes[:2]
+    for axis, column in ((distance_axis, 1), (entropy_axis, 2)):
+        lines = axis.get_lines()
+        assert [line.get_label() for line in lines] == ["baseline seed 1", "baseline seed 2", "m10 seed 1"]
+        assert [list(line.get_xdata()) for line in lines] == [[1, 2, 3]] * 3
+        assert [list(line.get_ydata()) for line in lines] == [model[column] for models in profiles.values()
+                                                              for model in models]
+        colours = [line.get_color() for line in lines]
+        assert colours[0] == colours[1] != colours[2]
+    assert save_figure(fig, tmp_path / "profiles.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_layer_profiles_refuse_a_model_whose_distances_and_entropies_differ_in_length():
+    with pytest.raises(ValueError, match="m10 seed 2: 3 layer distances but 2 entropies"):
+        plot_layer_profiles({"m10": [("seed 2", [1.0, 2.0, 3.0], [2.0, 2.1])]})

@@ -415,8 +415,9 @@ ANALYSES = {  # paper: (table, dataset, extra arguments, files written, text the
     "gmm": ("main", "en_de", ["--gold-sentences", "20"], ["gmm_components.png", "gmm_gates.png"],
             ["| baseline | 1 |", "| ours | 1 |", "20 Europarl sentence pairs", "| mixture |", "layer 1:"]),
     "lstm_multihead": ("heads", "en_vi", [], ["lstm_head_response.png"], ["| h1 | 1 |", "| h4 | 1 |"]),
-    "mlmha": ("main", "en_de", [], ["baseline_distance_entropy.png", "m10_distance_entropy.png"],
-              ["| baseline | 1 |", "| m10 | 1 |", "| 6 |"]),
+    "mlmha": ("main", "en_de", [],
+              ["baseline_distance_entropy.png", "m10_distance_entropy.png", "mlmha_layers_by_seed.png"],
+              ["| baseline | 1 |", "| m10 | 1 |", "| 6 |", "mlmha_layers_by_seed.png"]),
     "multihop": ("main", "iwslt_de_en", [], ["multihop_head_gate_layer4.png"], ["| 1 |", "| 4 |", "log 4"]),
 }
 
