@@ -78,11 +78,10 @@ def layer_profiles(rows: list[dict]) -> dict[str, list[tuple[str, list[float], l
     """The report's rows (one per system, seed and layer) as :func:`plot_layer_profiles` takes them: per system, per
     seed, the layer distances and entropies in layer order."""
     profiles: dict[str, dict[str, list[dict]]] = {}
-    for row in rows:
+    for row in sorted(rows, key=lambda r: r["layer"]):  # stable: systems and seeds keep the report's order
         profiles.setdefault(row["system"], {}).setdefault(f"seed {seed_text(row)}", []).append(row)
     return {system: [(seed, [r["distance"] for r in layers], [r["entropy"] for r in layers])
-                     for seed, layers in ((seed, sorted(layers, key=lambda r: r["layer"]))
-                                          for seed, layers in seeds.items())]
+                     for seed, layers in seeds.items()]
             for system, seeds in profiles.items()}
 
 
