@@ -1,4 +1,5 @@
 # Sourced by the scripts that run on a lent GPU machine (gpu_session.sh, gpu_train_ahead.sh), from the repository root.
+# gpu_cuda_tests DIR starts the CUDA suite in the background, once per dispatch mode (see below).
 # gpu_build LOG: installs the pure-Python packages the image lacks, carried as wheels in .whl (sacremoses), and builds
 # mma_nmt with its CUDA kernels for sm_90, its output in LOG (build.verbose: ninja prints every command, the link line
 # too); the extension is put beside the package, which is imported from the repository (both go on PYTHONPATH).
@@ -19,4 +20,23 @@ gpu_build() {
     -Cbuild-dir="${BUILD_DIR:-build/gpu}" -Cbuild.verbose=true \
     -Ccmake.define.MMA_NMT_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 . > "$log" 2>&1 || return 1
   cp /tmp/mma_build/mma_nmt/_C*.so mma_nmt/
+}
+
+# gpu_cuda_tests DIR: starts the CUDA suite twice in the background, with the default dispatch and with
+# MMA_NMT_CUDA_KERNELS=handwritten, into DIR/test_cuda.log and DIR/test_cuda_handwritten.log (each ends with
+# "exit <status>"); their PIDs are left in cuda_test_pids. The suite: the operators' CUDA cases, the attention kernels
+# and the resume of a CUDA-trained run.
+gpu_cuda_tests() {
+  local dir=$1 workers=()
+  local tests=(-q -p no:cacheprovider -o addopts="" -m cuda -rfE tests/python/ops/test_cuda_operators.py
+               tests/python/ops/test_attention_cuda.py tests/python/training/test_train_resume.py)
+  # With pytest-xdist the tests run in worker processes: a test that crashes its process is reported by name and the
+  # others still run (a segmentation fault ended the first GPU run of the suite without its failure summary).
+  python3 -c "import xdist" 2> /dev/null && workers=(-n "${CUDA_TEST_WORKERS:-3}")
+  (MMA_NMT_REQUIRE_CUDA=1 python3 -m pytest "${workers[@]}" "${tests[@]}" > "$dir/test_cuda.log" 2>&1
+   echo "exit $?" >> "$dir/test_cuda.log") &
+  cuda_test_pids=($!)
+  (MMA_NMT_REQUIRE_CUDA=1 MMA_NMT_CUDA_KERNELS=handwritten python3 -m pytest "${workers[@]}" "${tests[@]}" \
+     > "$dir/test_cuda_handwritten.log" 2>&1; echo "exit $?" >> "$dir/test_cuda_handwritten.log") &
+  cuda_test_pids+=($!)
 }

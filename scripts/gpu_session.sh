@@ -59,17 +59,7 @@ done
 train_start=$SECONDS
 
 say "CUDA tests (default dispatch, then MMA_NMT_CUDA_KERNELS=handwritten) beside the training"
-cuda_tests=(-q -p no:cacheprovider -o addopts="" -m cuda -rfE tests/python/ops/test_cuda_operators.py
-            tests/python/ops/test_attention_cuda.py)
-# With pytest-xdist the tests run in worker processes: a test that crashes its process is reported by name and the
-# others still run (a segmentation fault ended the first GPU run of the suite without its failure summary).
-python3 -c "import xdist" 2> /dev/null && cuda_tests=(-n 3 "${cuda_tests[@]}")
-(MMA_NMT_REQUIRE_CUDA=1 python3 -m pytest "${cuda_tests[@]}" > "$OUT/test_cuda.log" 2>&1
- echo "exit $?" >> "$OUT/test_cuda.log") &
-tests_pids=($!)
-(MMA_NMT_REQUIRE_CUDA=1 MMA_NMT_CUDA_KERNELS=handwritten python3 -m pytest "${cuda_tests[@]}" \
-   > "$OUT/test_cuda_handwritten.log" 2>&1; echo "exit $?" >> "$OUT/test_cuda_handwritten.log") &
-tests_pids+=($!)
+gpu_cuda_tests "$OUT"
 
 # Progress every 15 s: the newest update of every run (its log.jsonl).
 steps_of() {
@@ -103,7 +93,7 @@ done
 for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
 wait "${pids[@]}" 2>/dev/null
 say "training commands ended: $(for log in "$OUT"/logs/train*.log; do tail -1 "$log"; done | tr '\n' ' ')"
-wait "${tests_pids[@]}" 2>/dev/null
+wait "${cuda_test_pids[@]}" 2>/dev/null
 say "tests: $(tail -2 "$OUT/test_cuda.log" | head -1) | handwritten: $(tail -2 "$OUT/test_cuda_handwritten.log" | head -1)"
 
 # The results must be packed before the command's own limit (LIMIT seconds, default 590) cuts everything off.

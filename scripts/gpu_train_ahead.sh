@@ -16,6 +16,9 @@
 #   MMA_NMT_GIT_COMMIT=<commit> DEADLINE=<s> bash scripts/gpu_train_ahead.sh "<experiment args>" ...
 # DEADLINE: seconds after the start at which every training is stopped (default 500). REUSE_BUILD=1: a later call
 # on the same warm machine uses the extension the first one built (the runs resume from their checkpoints).
+# CUDA_TESTS=1 runs the CUDA suite (gpu_build.sh's gpu_cuda_tests, CUDA_TEST_WORKERS workers per dispatch mode) and
+# BESIDE="<command>" one more command beside the training, their logs in runs_state.tgz's gpu_logs/; both are waited
+# for until DEADLINE, then stopped with the training.
 set -uo pipefail
 : "${OUT:?OUT must name the folder whose files come back}"
 stage=runs/gpu_stage
@@ -39,6 +42,17 @@ if ! gpu_build "$OUT/logs/build.log"; then
 fi
 say "built: $(python3 -c 'import mma_nmt; print(mma_nmt.build_info())' 2>&1 | tail -1)"
 
+side_pids=()
+if [ -n "${CUDA_TESTS:-}" ]; then
+  gpu_cuda_tests "$OUT/logs" && side_pids+=("${cuda_test_pids[@]}")
+  say "CUDA tests beside the training (pids ${cuda_test_pids[*]})"
+fi
+if [ -n "${BESIDE:-}" ]; then
+  setsid bash -c "$BESIDE" > "$OUT/logs/beside.log" 2>&1 &
+  side_pids+=($!)
+  say "beside the training (pid $!): $BESIDE"
+fi
+
 pids=()
 for args in "$@"; do
   log="$OUT/logs/train$((${#pids[@]} + 1)).log"
@@ -50,13 +64,17 @@ for args in "$@"; do
 done
 while [ $((SECONDS - start)) -lt "$deadline" ]; do
   running=0
-  for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && running=1; done
+  for pid in "${pids[@]}" "${side_pids[@]}"; do kill -0 "$pid" 2>/dev/null && running=1; done
   [ "$running" = 0 ] && break
   sleep 5
 done
 for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
 sleep 3
 for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null; done
+for pid in "${side_pids[@]}"; do kill -TERM -- "-$pid" "$pid" 2>/dev/null; done
+[ -n "${CUDA_TESTS:-}" ] && say "CUDA tests: $(tail -2 "$OUT/logs/test_cuda.log" | head -1) | handwritten:" \
+  "$(tail -2 "$OUT/logs/test_cuda_handwritten.log" | head -1)"
+[ -n "${BESIDE:-}" ] && { say "beside the training:"; cat "$OUT/logs/beside.log"; }
 say "trainings stopped: $(for log in "$OUT"/logs/train*.log; do tail -c 200 "$log" | tr '\r' '\n' | tail -1; done)"
 
 # What each run reached, and its files to carry on, staged in batches.
