@@ -71,7 +71,8 @@ done
 for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
 sleep 3
 for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null; done
-for pid in "${side_pids[@]}"; do kill -TERM -- "-$pid" "$pid" 2>/dev/null; done
+# the side commands still running: the BESIDE one is a process group; the test subshells' pytest is their child
+for pid in "${side_pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || { pkill -TERM -P "$pid"; kill "$pid"; } 2>/dev/null; done
 [ -n "${CUDA_TESTS:-}" ] && say "CUDA tests: $(tail -2 "$OUT/logs/test_cuda.log" | head -1) | handwritten:" \
   "$(tail -2 "$OUT/logs/test_cuda_handwritten.log" | head -1)"
 [ -n "${BESIDE:-}" ] && { say "beside the training:"; cat "$OUT/logs/beside.log"; }
