@@ -46,8 +46,8 @@ def probe(head_dim: int, padded_to: int, short: int, *, batch=2, heads=4, length
         q32, k32 = (torch.nn.functional.pad(t, pad) for t in (q32, k32))
     fused = gradients(q32, k32, v32, bias32.contiguous(), grad32, scale, FUSED)
     fused = [g[..., :head_dim] if i < 2 else g for i, g in enumerate(fused)]
-    error = lambda grads: [(g.double() - r).abs().max().item() for g, r in zip(grads, reference)]  # noqa: E731
-    return {FUSED.name.lower(): error(fused), "math": error(math32)}
+    return {name: [(g.double() - r).abs().max().item() for g, r in zip(grads, reference)]
+            for name, grads in ((FUSED.name.lower(), fused), ("math", math32))}
 
 
 def main() -> None:
