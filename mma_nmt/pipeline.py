@@ -50,13 +50,15 @@ def default_hypotheses(run: RunConfig, split: str | None = None) -> Path:
 
 
 def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | None = None,
-              split: str | None = None, input_file: str | None = None, progress: bool = False) -> Path:
+              split: str | None = None, input_file: str | None = None, progress: bool = False,
+              say: Callable[[str], None] = lambda text: None) -> Path:
     """Translates a prepared split (or the raw sentences of ``input_file``) with ``[decode]`` settings; writes one line
-    per sentence, and attention maps of the first ``eval.attention_maps`` sentences of a split. ``progress``: a
-    progress bar over the sentences (on a terminal)."""
+    per sentence (atomically: the old file or the complete new one, never part of it), and attention maps of the first
+    ``eval.attention_maps`` sentences of a split. An empty or whitespace-only input line gives an empty output line
+    (``say`` hears how many there were). ``progress``: a progress bar over the sentences (on a terminal)."""
     from mma_nmt.data import ParallelDataset, Tokenizer
-    from mma_nmt.data.fileio import read_text_lines
-    from mma_nmt.decoding.translate import special_ids, translate_ids, translate_texts
+    from mma_nmt.data.fileio import atomic_write_lines, read_text_lines
+    from mma_nmt.decoding.translate import blank_lines, special_ids, translate_ids, translate_texts
     from mma_nmt.evaluation.attention_maps import write_attention_maps
     from mma_nmt.evaluation.scoring import moses_detokenize
     from mma_nmt.training.checkpoint import load_model
@@ -69,8 +71,14 @@ def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | No
     src_tok, tgt_tok = Tokenizer.load(prepared / "spm_src.model"), Tokenizer.load(prepared / "spm_tgt.model")
     model, _ = load_model(checkpoint or default_checkpoint(run), device=device, tokenizers=(src_tok, tgt_tok))
     if input_file:
-        lines = translate_texts(model, read_text_lines(input_file), run.decode, src_tokenizer=src_tok,
-                                tgt_tokenizer=tgt_tok, device=device, progress=progress)
+        texts = read_text_lines(input_file)
+        blank = blank_lines(texts)
+        if blank:
+            shown = ", ".join(str(i + 1) for i in blank[:10]) + (" ..." if len(blank) > 10 else "")
+            say(f"{len(blank)} empty or whitespace-only line(s) of {input_file} left empty in the output "
+                f"(line {shown})")
+        lines = translate_texts(model, texts, run.decode, src_tokenizer=src_tok, tgt_tokenizer=tgt_tok,
+                                device=device, progress=progress)
     else:
         data = ParallelDataset.load(prepared, split)
         hyps = translate_ids(model, list(data.src), run.decode, special_ids(data.tgt_tokenizer), device=device,
@@ -81,8 +89,11 @@ def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | No
         lines = moses_detokenize(lines, meta.get("corpus", {}).get("tgt_lang", "en"))
     name = Path(input_file).name + ".hyp.txt" if input_file else f"{split}.hyp.txt"
     out = Path(output) if output else Path(run.train.save_dir) / "translations" / name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    try:
+        atomic_write_lines(out, lines)
+    except OSError as error:  # a full disk: nothing was written at ``out``, say so
+        raise OSError(f"cannot write the translations to {out} ({error.strerror or error}); {out} was left as it "
+                      f"was") from error
     for i in range(min(run.eval.attention_maps, len(data)) if data is not None else 0):
         write_attention_maps(model, data.src[i], hyps[i].tokens, src_tokenizer=data.src_tokenizer,
                              tgt_tokenizer=data.tgt_tokenizer, out_dir=out.parent / "attention", name=f"{split}_{i}")

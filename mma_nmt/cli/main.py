@@ -95,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p)
     p.add_argument("--checkpoint", help="default: <train.save_dir>/best.pt, else last.pt")
     p.add_argument("--split", help="default: eval.split")
-    p.add_argument("--input", help="raw source sentences, one per line, instead of a prepared split")
+    p.add_argument("--input", help="raw source sentences, one per line, instead of a prepared split; an empty or "
+                                   "whitespace-only line gives an empty output line (line count kept, the number of "
+                                   "such lines reported on stderr)")
     p.add_argument("--output", help="default: <train.save_dir>/translations/<split>.hyp.txt")
     _add_json(p, "<split>.scores.json beside the translations")
     p = _command(sub, "evaluate", "score translations: BLEU/chrF/TER, BLEU by length, paired bootstrap")
@@ -154,7 +156,7 @@ def _translate(args) -> dict:
 
     run = _run_config(args)
     out = pipeline.translate(run, checkpoint=args.checkpoint, output=args.output, split=args.split,
-                             input_file=args.input, progress=True)
+                             input_file=args.input, progress=True, say=lambda text: print(text, file=sys.stderr))
     files = {"translations": out}
     if args.input:
         count = sum(1 for _ in out.open(encoding="utf-8"))

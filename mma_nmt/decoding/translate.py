@@ -18,26 +18,41 @@ def special_ids(tokenizer) -> SpecialIds:
 def translate_ids(model, sources: list[torch.Tensor], config: SearchConfig, ids: SpecialIds, *,
                   device: torch.device | str = "cpu", progress: bool = False) -> list[Hypothesis]:
     """Best hypothesis per source (1-d id tensors without specials), in input order; batches of similar length.
-    A source longer than the model's ``max_positions`` fails naming it (``config.too_long = "fail"``) or is cut to
-    that length with a warning (``"truncate"``). ``progress``: a tqdm bar counting sentences (on a terminal only)."""
+    An empty source gets an empty hypothesis without running the model (:data:`EMPTY_LINE_POLICY`). A source longer
+    than the model's ``max_positions`` fails naming it (``config.too_long = "fail"``) or is cut to that length with a
+    warning (``"truncate"``). ``progress``: a tqdm bar counting sentences (on a terminal only)."""
     from tqdm import tqdm
 
     model.eval()
     sources = fit_sources(sources, _source_limit(model), config.too_long)
-    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
     results: list[Hypothesis | None] = [None] * len(sources)
+    for i in empty_sources(sources):
+        results[i] = Hypothesis(tokens=[], score=0.0, normalized=0.0)
+    order = sorted((i for i in range(len(sources)) if results[i] is None), key=lambda i: len(sources[i]))
     bar = tqdm(total=len(sources), desc="translating", unit=" sent", leave=False, disable=None if progress else True)
+    bar.update(len(sources) - len(order))
     for start in range(0, len(order), config.batch_size):
         chunk = order[start:start + config.batch_size]
         src, lengths = pad_sequences([sources[i] for i in chunk], pad_id=ids.pad)
-        if src.shape[1] == 0:  # only empty sources: one padding position to attend to
-            src = torch.full((len(chunk), 1), ids.pad, dtype=torch.long)
-        lengths = lengths.clamp(min=1)  # an empty source is read as one padding token
         for i, hyp in zip(chunk, search(model, src.to(device), lengths.to(device), config, ids)):
             results[i] = hyp
         bar.update(len(chunk))
     bar.close()
     return results
+
+
+EMPTY_LINE_POLICY = ("an empty or whitespace-only source line is translated to an empty line (as the Moses decoder "
+                     "does): the output keeps one line per input line, and the number of such lines is reported")
+
+
+def empty_sources(sources: list[torch.Tensor]) -> list[int]:
+    """Indices of the sources without a token (blank lines): :data:`EMPTY_LINE_POLICY` applies to them."""
+    return [i for i, source in enumerate(sources) if len(source) == 0]
+
+
+def blank_lines(texts: list[str]) -> list[int]:
+    """Indices of the empty or whitespace-only ``texts``: they are not encoded (:data:`EMPTY_LINE_POLICY`)."""
+    return [i for i, text in enumerate(texts) if not text.strip()]
 
 
 def _source_limit(model) -> int | None:
@@ -74,7 +89,10 @@ def translate_dataset(model, dataset, config: SearchConfig, *, device="cpu", lim
 
 def translate_texts(model, texts: list[str], config: SearchConfig, *, src_tokenizer, tgt_tokenizer,
                     device="cpu", progress: bool = False) -> list[str]:
-    """Translations of raw source sentences (SentencePiece-encoded here, decoded back to text)."""
-    sources = [torch.tensor(src_tokenizer.encode(text), dtype=torch.long) for text in texts]
+    """Translations of raw source sentences (SentencePiece-encoded here, decoded back to text), one per text: an
+    empty or whitespace-only text gives an empty line (:data:`EMPTY_LINE_POLICY`; :func:`blank_lines` counts them)."""
+    blank = set(blank_lines(texts))
+    sources = [torch.tensor([] if i in blank else src_tokenizer.encode(text), dtype=torch.long)
+               for i, text in enumerate(texts)]
     hyps = translate_ids(model, sources, config, special_ids(tgt_tokenizer), device=device, progress=progress)
     return [tgt_tokenizer.decode(h.tokens) for h in hyps]
