@@ -4,6 +4,7 @@ config; best/last/periodic retention; averaging."""
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -43,6 +44,11 @@ def load_checkpoint(path: str | Path, *, model_config: dict | None = None, map_l
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as error:  # zip, pickle and unpickler errors all mean the same thing here
+        foreign = _refused_global(error)
+        if foreign is not None:
+            raise CheckpointError(f"{path} is not a trusted mma_nmt checkpoint: it asks the unpickler for the Python "
+                                  f"global {foreign}, which no checkpoint of ours holds, so nothing of it was loaded; "
+                                  f"use a checkpoint written by mma-nmt train or average") from None
         raise CheckpointError(f"checkpoint {path} is corrupt or truncated and cannot be read "
                               f"({_load_failure(error)})") from error
     if not isinstance(payload, dict) or "format_version" not in payload:
@@ -53,6 +59,16 @@ def load_checkpoint(path: str | Path, *, model_config: dict | None = None, map_l
     if model_config is not None:
         check_same_model(payload.get("model_config"), model_config, path)
     return payload
+
+
+_GLOBAL = re.compile(r"\bGLOBAL ([\w.]+)")
+
+
+def _refused_global(error: Exception) -> str | None:
+    """The Python global (``module.name``) that ``torch.load(weights_only=True)`` refused to load, if that is what
+    ``error`` says: a file asking for one was not written by us (torch's advice to allow-list it is not relayed)."""
+    found = _GLOBAL.search(str(error)) if "Weights only load failed" in str(error) else None
+    return found.group(1) if found else None
 
 
 def _load_failure(error: Exception) -> str:
@@ -121,14 +137,44 @@ class CheckpointManager:
         return last
 
 
+def check_finite_weights(weights: dict, path) -> None:
+    """Refuses (:class:`CheckpointError`) weights with a NaN or inf in a floating tensor, naming the first such tensor
+    and how many of its values are not finite: such a model decodes to empty lines or fails inside the search."""
+    for name, value in weights.items():
+        if torch.is_tensor(value) and value.is_floating_point():
+            bad = int((~torch.isfinite(value)).sum())
+            if bad:
+                raise CheckpointError(f"checkpoint {path} holds non-finite weights: {name} has {bad} NaN or inf "
+                                      f"value(s) of {value.numel()}; use an earlier checkpoint of the run")
+
+
+def _check_same_tokenizers(first: dict, first_path, payload: dict, path) -> None:
+    """Refuses to average checkpoints trained with different SentencePiece models (their fingerprints differ)."""
+    mine, theirs = first.get("tokenizers"), payload.get("tokenizers")
+    if mine == theirs:
+        return
+    if mine is None or theirs is None:
+        missing = first_path if mine is None else path
+        raise CheckpointError(f"cannot average {first_path} and {path}: {missing} records no tokenizer fingerprints, "
+                              f"so they may come from different SentencePiece models")
+    sides = [side for side in ("src", "tgt") if mine.get(side) != theirs.get(side)]
+    detail = "; ".join(f"{side} {mine.get(side)} vs {theirs.get(side)}" for side in sides)
+    raise CheckpointError(f"cannot average {first_path} and {path}: they were trained with different SentencePiece "
+                          f"models ({detail}); average checkpoints of one run")
+
+
 def average_checkpoints(paths: list[str | Path]) -> dict:
-    """The first checkpoint's payload with its model weights replaced by the mean over all ``paths`` (same model)."""
+    """The first checkpoint's payload with its model weights replaced by the mean over all ``paths``: refused unless
+    every checkpoint has the same model config and tokenizer fingerprints and only finite weights."""
     if not paths:
         raise ValueError("average_checkpoints needs at least one path")
     first = load_checkpoint(paths[0])
+    check_finite_weights(first["model"], paths[0])
     total = {k: v.double() if v.is_floating_point() else v.clone() for k, v in first["model"].items()}
     for path in paths[1:]:
         payload = load_checkpoint(path, model_config=first["model_config"])
+        _check_same_tokenizers(first, paths[0], payload, path)
+        check_finite_weights(payload["model"], path)
         for key, value in payload["model"].items():
             if value.is_floating_point():
                 total[key] += value.double()
@@ -162,12 +208,14 @@ def check_tokenizers(payload: dict, path, src_tokenizer, tgt_tokenizer) -> None:
 
 
 def load_model(path: str | Path, device="cpu", *, tokenizers: tuple | None = None):
-    """``(model in eval mode, model config)`` rebuilt from a checkpoint's config and weights; with ``tokenizers``
-    (source, target) first checks that the checkpoint was trained with them (:func:`check_tokenizers`)."""
+    """``(model in eval mode, model config)`` rebuilt from a checkpoint's config and weights, refused when a weight is
+    NaN or inf (:func:`check_finite_weights`); with ``tokenizers`` (source, target) first checks that the checkpoint
+    was trained with them (:func:`check_tokenizers`)."""
     from mma_nmt.models import build_model
     from mma_nmt.training.config import model_config_from_dict
 
     payload = load_checkpoint(path, map_location=device)
+    check_finite_weights(payload["model"], path)
     if tokenizers is not None:
         check_tokenizers(payload, path, *tokenizers)
     config = model_config_from_dict({"preset": "", **payload["model_config"]})
