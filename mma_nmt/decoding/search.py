@@ -18,9 +18,9 @@ class SearchConfig:
     beam_size: int = 5  # 1 = greedy
     length_penalty: LengthPenalty = "fairseq"  # "fairseq": length ** alpha (see decoding.penalties)
     alpha: float = 1.0
-    max_len_a: float = 1.2  # maximum output length a * src_len + b
+    max_len_a: float = 1.2  # maximum output length a * src_len + b (EOS included; see output_limits)
     max_len_b: int = 10
-    min_len: int = 1  # EOS is forbidden before this many tokens
+    min_len: int = 1  # EOS is forbidden before this many tokens; at most the output limit (refused otherwise)
     batch_size: int = 64  # sentences per batch when translating a corpus
     # a source longer than the model's max_positions: "fail" (naming it) | "truncate" (warning)
     too_long: Literal["fail", "truncate"] = "fail"
@@ -28,6 +28,37 @@ class SearchConfig:
     def __post_init__(self):
         check_choices("decode", self)
         require_at_least("decode", self, beam_size=1, batch_size=1, alpha=0.0, max_len_a=0.0, max_len_b=0, min_len=0)
+        if self.max_len_a == 0 and self.min_len > max(1, self.max_len_b):
+            raise ValueError(f"decode.min_len={self.min_len} can never be met: with decode.max_len_a=0 every output "
+                             f"ends by decode.max_len_b={self.max_len_b} tokens (EOS included); lower decode.min_len "
+                             f"or raise decode.max_len_b")
+
+
+def check_min_len_fits(config: SearchConfig, max_positions: int | None) -> None:
+    """Refuses (ValueError) a ``decode.min_len`` that no sentence can reach: outputs end by ``max_positions - 1``
+    tokens (EOS included), whatever the source length."""
+    if max_positions is not None and config.min_len > max_positions - 1:
+        raise ValueError(f"decode.min_len={config.min_len} can never be met: the model's max_positions="
+                         f"{max_positions} ends every output by {max_positions - 1} tokens (EOS included); lower "
+                         f"decode.min_len")
+
+
+def output_limits(model, src_lengths: list[int], config: SearchConfig, labels: list[str] | None = None) -> list[int]:
+    """Maximum output length per sentence (EOS included): ``floor(max_len_a * src_len + max_len_b)``, at most the
+    model's ``max_positions - 1``. Refuses (ValueError) sentences whose limit is below ``decode.min_len``, naming the
+    first of them by ``labels`` (default: "sentence <i> of the batch")."""
+    cap = _cap(model)
+    limits = max_lengths(src_lengths, config.max_len_a, config.max_len_b, cap)
+    short = [i for i, limit in enumerate(limits) if limit < config.min_len]
+    if short:
+        i = short[0]
+        label = labels[i] if labels else f"sentence {i} of the batch"
+        capped = f", at most max_positions - 1 = {cap}" if cap is not None else ""
+        raise ValueError(f"decode.min_len={config.min_len} cannot be met for {len(short)} sentence(s), first {label} "
+                         f"({src_lengths[i]} source tokens): its output limit is {limits[i]} tokens (decode.max_len_a="
+                         f"{config.max_len_a:g} x {src_lengths[i]} + decode.max_len_b={config.max_len_b}{capped}); "
+                         f"lower decode.min_len or raise decode.max_len_a / max_len_b")
+    return limits
 
 
 @dataclass
@@ -65,7 +96,7 @@ def greedy_search(model, src: torch.Tensor, src_lengths: torch.Tensor, config: S
                   ids: SpecialIds = SpecialIds()) -> list[Hypothesis]:
     """src (B, S), src_lengths (B,) -> one hypothesis per sentence: the argmax token at every step."""
     batch = src.shape[0]
-    limits = torch.tensor(max_lengths(src_lengths.tolist(), config.max_len_a, config.max_len_b, _cap(model)))
+    limits = torch.tensor(output_limits(model, src_lengths.tolist(), config))
     encoder_out = model.encode(src, src_lengths)
     tokens = torch.full((batch, 1), ids.bos, dtype=torch.long, device=src.device)
     scores = torch.zeros(batch, device=src.device)
@@ -144,7 +175,7 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, config: Sea
     Rows are sentence-major: row ``b * K + k`` is beam k of sentence b. A sentence stops when K hypotheses have
     finished (EOS among the top K candidates of a step); at its maximum length only EOS is allowed."""
     batch, beam, device = src.shape[0], config.beam_size, src.device
-    limits = max_lengths(src_lengths.tolist(), config.max_len_a, config.max_len_b, _cap(model))
+    limits = output_limits(model, src_lengths.tolist(), config)
     rows = torch.arange(batch, device=device).repeat_interleave(beam)  # (B*K,)
     encoder_out = model.encode(src, src_lengths).index_select(rows)
     tokens = torch.full((batch * beam, 1), ids.bos, dtype=torch.long, device=device)

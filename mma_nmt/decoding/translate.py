@@ -7,7 +7,7 @@ import warnings
 import torch
 
 from mma_nmt.data.batch import pad_sequences
-from mma_nmt.decoding.search import Hypothesis, SearchConfig, SpecialIds, search
+from mma_nmt.decoding.search import Hypothesis, SearchConfig, SpecialIds, output_limits, search
 
 
 def special_ids(tokenizer) -> SpecialIds:
@@ -29,6 +29,7 @@ def translate_ids(model, sources: list[torch.Tensor], config: SearchConfig, ids:
     for i in empty_sources(sources):
         results[i] = Hypothesis(tokens=[], score=0.0, normalized=0.0)
     order = sorted((i for i in range(len(sources)) if results[i] is None), key=lambda i: len(sources[i]))
+    output_limits(model, [len(sources[i]) for i in order], config, labels=[f"line {i + 1}" for i in order])
     bar = tqdm(total=len(sources), desc="translating", unit=" sent", leave=False, disable=None if progress else True)
     bar.update(len(sources) - len(order))
     for start in range(0, len(order), config.batch_size):

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from mma_nmt.config_io import (apply_overrides, check_choices, deep_merge, from_dict, load_file, require_at_least,
                                to_dict)
-from mma_nmt.decoding.search import SearchConfig
+from mma_nmt.decoding.search import SearchConfig, check_min_len_fits
 from mma_nmt.models.config import MODEL_CONFIGS, ModelConfig, upgrade_stored_model_config
 from mma_nmt.models.presets import preset
 from mma_nmt.training.early_stopping import BestMetric
@@ -98,6 +98,9 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: SearchConfig = field(default_factory=SearchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self):
+        check_min_len_fits(self.decode, getattr(self.model, "max_positions", None))
 
     def prepared_dir(self) -> Path:
         return Path(self.data.get("out_dir", "runs/data/multi30k_de_en"))
