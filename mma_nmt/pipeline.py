@@ -108,23 +108,31 @@ def _same_count(lines: list[str], path, references: list[str], where) -> None:
 
 
 def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str | None = None,
-             baseline: str | None = None, split: str | None = None, bootstrap_samples: int = 1000) -> dict:
+             baseline: str | None = None, split: str | None = None, bootstrap_samples: int = 1000,
+             use_split: bool = True) -> dict:
     """Scores a hypothesis file (default: :func:`default_hypotheses`) against references (default: the prepared
     split's target text): sacreBLEU BLEU with signature, tokenised BLEU, chrF, TER, BLEU by source-length bucket, and
-    paired bootstrap against ``baseline``."""
+    paired bootstrap against ``baseline``. ``use_split=False`` (with ``references``) scores the two plain text files
+    alone: no prepared split is read, so no BLEU by source length, and tokenised BLEU Moses-tokenises as English.
+    Empty files are refused (nothing to score)."""
     from mma_nmt.data import ParallelDataset
     from mma_nmt.data.fileio import read_text_lines
     from mma_nmt.evaluation.bootstrap import paired_bootstrap
     from mma_nmt.analysis.buckets import bleu_by_source_length
     from mma_nmt.evaluation.scoring import score_corpus
 
+    if references is None and not use_split:
+        raise ValueError("evaluate without the prepared split needs a reference file (--ref)")
     split = split or run.eval.split
     hyp_path = hypotheses or default_hypotheses(run, split)
     hyps = read_text_lines(hyp_path)
-    data = ParallelDataset.load(run.prepared_dir(), split) if references is None or run.eval.buckets else None
+    wants_split = references is None or (use_split and run.eval.buckets)
+    data = ParallelDataset.load(run.prepared_dir(), split) if wants_split else None
     refs = read_text_lines(references) if references else data.tgt_text
     ref_source = references or f"split {split} of {run.prepared_dir()}"
     _same_count(hyps, hyp_path, refs, ref_source)
+    if not hyps:
+        raise ValueError(f"nothing to score: {hyp_path} and the references ({ref_source}) are both empty")
     base = read_text_lines(baseline) if baseline else None
     if base is not None:
         _same_count(base, baseline, refs, ref_source)

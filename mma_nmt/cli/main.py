@@ -103,7 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "evaluate", "score translations: BLEU/chrF/TER, BLEU by length, paired bootstrap")
     _add_config(p)
     p.add_argument("--hyp", help="default: <train.save_dir>/translations/<split>.hyp.txt")
-    p.add_argument("--ref", help="default: the prepared split's target text")
+    p.add_argument("--ref", help="default: the prepared split's target text; --hyp H --ref R without --config, "
+                                 "--split or --set data.* scores the two text files alone (no prepared data needed, "
+                                 "no BLEU by source length)")
     p.add_argument("--baseline", help="baseline system output for paired bootstrap resampling")
     p.add_argument("--split")
     p.add_argument("--bootstrap-samples", type=_positive_int, default=1000)
@@ -174,13 +176,20 @@ def _translate(args) -> dict:
     return result
 
 
+def _names_a_split(args) -> bool:
+    """Whether ``evaluate`` reads the prepared split: always without ``--ref``, and with it when a config, ``--split``
+    or a ``--set data.*`` names one (for BLEU by source length); ``--hyp H --ref R`` alone scores two text files."""
+    return args.ref is None or bool(args.config or args.split or any(s.startswith("data.") for s in args.set))
+
+
 def _evaluate(args) -> dict:
     from mma_nmt import pipeline
     from mma_nmt.cli import summary
 
     run = _run_config(args)
     result = pipeline.evaluate(run, hypotheses=args.hyp, references=args.ref, baseline=args.baseline,
-                               split=args.split, bootstrap_samples=args.bootstrap_samples)
+                               split=args.split, bootstrap_samples=args.bootstrap_samples,
+                               use_split=_names_a_split(args))
     hyp = args.hyp or pipeline.default_hypotheses(run, args.split)
     json_path = Path(args.scores) if args.scores else summary.scores_path(hyp)
     summary.report(result, summary.scores_lines(result) + summary.files_lines({"scores": json_path}),

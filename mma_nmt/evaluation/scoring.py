@@ -42,6 +42,8 @@ def moses_detokenize(lines: list[str], lang: str) -> list[str]:
 def _check(hypotheses: list[str], references: list[str]) -> None:
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+    if not hypotheses:
+        raise ValueError("nothing to score: no hypotheses and no references")
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str], *, tokenize: str = "13a") -> tuple[float, str]:
