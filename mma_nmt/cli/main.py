@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+")
     p.add_argument("--output", required=True)
     p = _command(sub, "experiment", "reproduce a paper's tables (experiments/<paper>/experiment.toml)")
+    from mma_nmt.experiments.losses import TABLE_POLICY  # no heavy imports: the parser is built on every command
+
+    p.description += "\n\n" + TABLE_POLICY
     p.add_argument("paper", help="a folder name under experiments/ (mma, lstm_multihead, mlmha, multihop, gmm) or a path")
     p.add_argument("--table", action="append", help="table name (repeatable); default: every table of the paper")
     p.add_argument("--scale", default="mini", choices=["full", "mini", "smoke"])
@@ -129,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", action="append", type=int,
                    help="train only this seed (repeatable), e.g. one seed of a table's compared pair; default: every "
                         "seed of the table")
+    p.add_argument("--allow-fewer", action="store_true",
+                   help="rewrite a table even when it would publish fewer seeds, runs or significance daggers than it "
+                        "does now (see above); without it such a table is kept and the command exits non-zero")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--from-records", action="store_true",
                       help="train nothing: rebuild the tables from the committed run records")
@@ -281,7 +287,7 @@ def _run(args) -> int:
         run_experiment(args.paper, tables=args.table, scale=args.scale, jobs=args.jobs, runs_dir=args.runs_dir,
                        results_dir=args.results_dir, bootstrap_samples=args.bootstrap_samples,
                        from_records=args.from_records, datasets=args.dataset, systems=args.system,
-                       seeds=args.seed)
+                       seeds=args.seed, allow_fewer=args.allow_fewer)
     elif args.command == "demo":
         demo(args)
     return 0

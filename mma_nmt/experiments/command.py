@@ -16,7 +16,8 @@ from pathlib import Path
 
 from mma_nmt.data.fileio import atomic_write_json, atomic_write_text
 from mma_nmt.experiments.records import load_records, write_record
-from mma_nmt.experiments.report import build_table, published_cells, to_markdown
+from mma_nmt.experiments.losses import lost_numbers
+from mma_nmt.experiments.report import build_table, to_markdown
 from mma_nmt.experiments.runner import run_cells
 from mma_nmt.experiments.spec import Experiment, ExperimentError, load_experiment
 
@@ -54,15 +55,15 @@ def collect_records(cells: list, runs_dir: Path, records_root: Path) -> dict[str
     return load_records(records_root)
 
 
-def _lost_cells(path: Path, data: dict) -> list[str]:
-    """The cells the table at ``path`` publishes today that ``data`` would leave empty."""
+def _lost_numbers(path: Path, data: dict) -> list[str]:
+    """What the table at ``path`` publishes today that ``data`` would not (:func:`~.losses.lost_numbers`)."""
     if not path.is_file():
         return []
     try:
         old = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    return sorted(f"{system} on {column}" for system, column in published_cells(old) - published_cells(data))
+    except (OSError, ValueError) as error:
+        return [f"whatever {path} holds (it cannot be read: {error})"]
+    return lost_numbers(old, data)
 
 
 def _with_relative_hypotheses(data: dict, out_dir: Path) -> dict:
@@ -73,17 +74,21 @@ def _with_relative_hypotheses(data: dict, out_dir: Path) -> dict:
     return {**data, "runs": runs}
 
 
-def _write_table(out_dir: Path, data: dict, command: str) -> tuple[Path | None, str | None]:
-    """Writes the table's Markdown, JSON and learning curves; refuses (returns the reason) when a cell the table
-    publishes today would become empty."""
+def _write_table(out_dir: Path, data: dict, command: str, *,
+                 allow_fewer: bool = False) -> tuple[Path | None, str | None]:
+    """Writes the table's Markdown, JSON and learning curves; refuses (returns the reason) when the table would publish
+    fewer seeds, runs or significance daggers than it does today (:mod:`~.losses`), unless ``allow_fewer``."""
     from mma_nmt.experiments.curves import plot_learning_curves
 
     name = data["table"]
-    lost = _lost_cells(out_dir / f"{name}.json", data)
+    lost = _lost_numbers(out_dir / f"{name}.json", data)
+    if lost and not allow_fewer:
+        return None, (f"{out_dir / (name + '.md')} not rewritten: it publishes {'; '.join(lost)} (a run failed or is "
+                      f"not finished, its record was removed, or its config changed); finish or restore those runs, "
+                      f"or pass --allow-fewer to publish the table with less")
     if lost:
-        return None, (f"{out_dir / (name + '.md')} not rewritten: it publishes {', '.join(lost)}, which have no "
-                      f"record now (a run failed or is not finished, or its config changed); finish those runs, or "
-                      f"delete the table to start it afresh")
+        print(f"[experiment] {out_dir / (name + '.md')} publishes less than before (--allow-fewer): {'; '.join(lost)}",
+              flush=True)
     data["command"] = command
     atomic_write_json(out_dir / f"{name}.json", _with_relative_hypotheses(data, out_dir))
     figure = plot_learning_curves(data, out_dir / f"{name}.curves.png")
@@ -148,12 +153,14 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
                    runs_dir: str | Path = "runs/experiments", results_dir: str | Path | None = None,
                    bootstrap_samples: int = 1000, command: str | None = None,
                    from_records: bool = False, datasets: list[str] | None = None,
-                   systems: list[str] | None = None, seeds: list[int] | None = None) -> list[Path]:
+                   systems: list[str] | None = None, seeds: list[int] | None = None,
+                   allow_fewer: bool = False) -> list[Path]:
     """Runs ``tables`` (default: all) of experiment ``name`` at ``scale``; returns the Markdown reports written.
     Records go to ``<results_dir>/runs`` (default results dir: ``experiments/<paper>/results/<scale>``). Raises
-    RuntimeError after writing what it can when some run failed or a table was not rewritten. ``datasets`` and
-    ``systems`` limit the training to those columns and rows (the tables are still written with every cell that has
-    records), e.g. to train the seeds of a table's compared pair before its other rows; ``seeds`` likewise limits it
+    RuntimeError after writing what it can when some run failed or a table was not rewritten because it would publish
+    fewer seeds, runs or significance daggers than it does (:mod:`~.losses`; ``allow_fewer`` writes it anyway).
+    ``datasets`` and ``systems`` limit the training to those columns and rows (the tables are still written with
+    every cell that has records), e.g. to train the seeds of a table's compared pair before its other rows; ``seeds`` likewise limits it
     to those seeds (e.g. one seed's baseline and proposed system on one machine, the next seed's on another)."""
     experiment = experiment_named(name)
     chosen = _chosen_tables(experiment, tables, scale)
@@ -175,13 +182,16 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
     written, refused = [], []
     for table in chosen:
         data = build_table(experiment, experiment.tables[table], scale, records, bootstrap_samples=bootstrap_samples)
-        path, reason = _write_table(out_dir, data, command)
+        path, reason = _write_table(out_dir, data, command, allow_fewer=allow_fewer)
         if path is None:
             refused.append(reason)
             print(f"[experiment] {reason}", flush=True)
         else:
             written.append(path)
             print(f"[experiment] wrote {path}", flush=True)
-    if failures or refused:
-        raise RuntimeError("\n  ".join(["some runs failed or tables were kept as they were:", *failures, *refused]))
+    problems = failures + refused
+    if refused and not failures and len(refused) == 1:  # one line on the command line
+        raise RuntimeError(refused[0])
+    if problems:
+        raise RuntimeError("\n  ".join(["some runs failed or tables were kept as they were:", *problems]))
     return written

@@ -5,7 +5,9 @@ A record lives in ``experiments/<paper>/results/<scale>/runs/<dataset>/<system>-
 - ``record.json``: the cell's names and data label, the run config and its hash (the run identity), the seed, the
   stopping point (updates, epoch, why it stopped, the best validation's update, the checkpoint translated), the test
   metrics, the validation curve, training statistics, and the hardware and software it ran on;
-- ``test.hyp.txt``: the test-set translations, from which the paired bootstrap is recomputed.
+- ``test.hyp.txt``: the test-set translations, from which the paired bootstrap is recomputed; ``record.json`` holds
+  their sha256 (``translations_sha256``), and a record whose translations do not match it, or that has none, is
+  refused (:func:`load_records`): a changed file would silently change a table's significance marks.
 
 Tables are built from records only. A failed or interrupted run writes no record, so it can never erase a number a
 finished run published; records are never overwritten.
@@ -13,6 +15,7 @@ finished run published; records are never overwritten.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -26,6 +29,11 @@ from mma_nmt.experiments.spec import Cell, Experiment
 from mma_nmt.training.hardware import hardware
 
 RECORD_FILE, HYPOTHESES_FILE = "record.json", "test.hyp.txt"
+CHECKSUM_KEY = "translations_sha256"  # the sha256 of the record's test.hyp.txt, written with the record
+
+
+class RecordError(ValueError):
+    """A run record that cannot be trusted; the message names the file and the way out."""
 
 
 def records_dir(experiment: Experiment, scale: str) -> Path:
@@ -37,12 +45,43 @@ def record_dir_for(cell: Cell, root: Path) -> Path:
     return Path(root) / cell.dataset.role / f"{cell.system.name}-seed{seed}-{cell.identity}"
 
 
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def read_record(path: Path) -> dict:
+    """The record in ``path`` (a ``record.json``) with ``hypotheses``, the path of its translations, added; refuses a
+    file that is not a record and translations that are missing or do not match the record's checksum."""
+    path = Path(path)
+    way_out = f"restore the record's folder from git (git checkout -- {path.parent}) or delete it to rerun the run"
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        reason = str(error) if isinstance(error, json.JSONDecodeError) else "not UTF-8"
+        raise RecordError(f"{path} is not a valid run record ({reason}): {way_out}") from None
+    missing = [key for key in ("identity", "seed", "metrics") if not isinstance(record, dict) or key not in record]
+    if missing:
+        raise RecordError(f"{path} is not a valid run record (no {', '.join(missing)}): {way_out}")
+    hypotheses = path.parent / HYPOTHESES_FILE
+    if not hypotheses.is_file():
+        raise RecordError(f"{path}: its translations {hypotheses} are missing: {way_out}")
+    expected, actual = record.get(CHECKSUM_KEY), file_sha256(hypotheses)
+    if not expected:
+        raise RecordError(f"{path} has no {CHECKSUM_KEY} (the checksum of {hypotheses}), so its translations cannot "
+                          f"be trusted: a record written before records had one is stamped, once its translations "
+                          f"are checked against its scores, by python -m mma_nmt.experiments.stamp_records {path}")
+    if actual != expected:
+        raise RecordError(f"{path}: its translations {hypotheses} were changed after the run was scored (sha256 "
+                          f"{actual[:12]}..., recorded {expected[:12]}...): {way_out}")
+    record["hypotheses"] = str(hypotheses)
+    return record
+
+
 def load_records(root: Path) -> dict[str, dict]:
-    """Every record under ``root`` by run identity; each gains ``hypotheses`` (the path of its translations)."""
+    """Every record under ``root`` by run identity (:func:`read_record`)."""
     found = {}
     for path in sorted(Path(root).glob(f"*/*/{RECORD_FILE}")):
-        record = json.loads(path.read_text(encoding="utf-8"))
-        record["hypotheses"] = str(path.parent / HYPOTHESES_FILE)
+        record = read_record(path)
         found.setdefault(record["identity"], record)
     return found
 
@@ -174,10 +213,12 @@ def write_record(cell: Cell, run_dir: Path, result: dict, root: Path) -> Path:
               "curve": learning_curve(run_dir / "log.jsonl"),
               "hardware": result.get("hardware") or hardware(train.get("device", "cpu"), train.get("threads", 0)),
               "software": result.get("software") or software(Path(__file__).parent),
-              "finished": result.get("finished", time.strftime("%Y-%m-%d %H:%M:%S"))}
+              "finished": result.get("finished", time.strftime("%Y-%m-%d %H:%M:%S")),
+              CHECKSUM_KEY: file_sha256(target / HYPOTHESES_FILE)}
     atomic_write_json(target / RECORD_FILE, record)
     return target
 
 
-__all__ = ["RECORD_FILE", "HYPOTHESES_FILE", "records_dir", "record_dir_for", "load_records", "write_record",
+__all__ = ["RECORD_FILE", "HYPOTHESES_FILE", "CHECKSUM_KEY", "RecordError", "file_sha256", "read_record", "records_dir",
+           "record_dir_for", "load_records", "write_record",
            "learning_curve", "late_descent", "stopping_point", "training_segments", "training_minutes", "software"]

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from mma_nmt.data.fileio import read_text_lines
-from mma_nmt.experiments.records import late_descent
+from mma_nmt.experiments.records import CHECKSUM_KEY, late_descent
 from mma_nmt.experiments.spec import Experiment, Table, resolved_run_config
 from mma_nmt.training.hardware import hardware_name
 
@@ -60,6 +60,15 @@ def _spread(values: list[float]) -> dict:
             "std": statistics.stdev(values) if len(values) > 1 else None, "n": len(values)}
 
 
+def _translations(record: dict, references: list[str]) -> list[str]:
+    """A record's test translations, refused (naming the file) unless they are line for line with ``references``."""
+    from mma_nmt.pipeline import _same_count
+
+    lines = read_text_lines(record["hypotheses"])
+    _same_count(lines, record["hypotheses"], references, f"the test split of {record['dataset']}")
+    return lines
+
+
 def _compare(ours: dict, base: dict, references: list[str], metric: str, samples: int) -> dict:
     """One seed's difference to the baseline of that seed, with its paired bootstrap (a zero difference is never
     significant)."""
@@ -67,7 +76,7 @@ def _compare(ours: dict, base: dict, references: list[str], metric: str, samples
 
     delta = score(ours, metric) - score(base, metric)
     tokenize = ours.get("config", {}).get("eval", {}).get("bleu_tokenize", "13a")  # ja-mecab for Japanese
-    test = paired_bootstrap(read_text_lines(base["hypotheses"]), read_text_lines(ours["hypotheses"]), references,
+    test = paired_bootstrap(_translations(base, references), _translations(ours, references), references,
                             samples=samples, tokenize=tokenize)
     return {"seed": ours["seed"], "delta": delta, "p_value": test["p_value"], "bleu_ci95": test["system_ci"],
             "significant": bool(test["p_value"] < SIGNIFICANT and delta != 0.0)}
@@ -119,8 +128,9 @@ def build_table(experiment: Experiment, table: Table, scale: str, records: dict[
         for column in columns:
             for seed in table.seeds_at(scale, row):
                 record = records.get(experiment.cell(row, column, scale, seed=seed).identity)
-                if record:
-                    runs.append({**record, "row": row, "column": column})
+                if record:  # the checksum stays in the record: a table is the same whether or not its records have it
+                    run = {key: value for key, value in record.items() if key != CHECKSUM_KEY}
+                    runs.append({**run, "row": row, "column": column})
     return {"experiment": experiment.name, "paper": experiment.title, "table": table.name, "title": table.title,
             "scale": scale, "metric": table.metric, "note": table.note,
             "columns": {c: experiment.datasets[c].data_label(scale) for c in columns},
@@ -256,8 +266,3 @@ def to_markdown(data: dict, *, command: str = "") -> str:
         lines += ["", "sacreBLEU signature: " + "; ".join(f"`{s}`" for s in signatures)]
     return "\n".join(lines) + "\n"
 
-
-def published_cells(data: dict) -> set[tuple[str, str]]:
-    """The (system, column) cells of a table that hold a number."""
-    return {(row["system"], column) for row in data.get("rows", []) for column, cell in row["cells"].items()
-            if cell.get("bleu") is not None}

@@ -15,6 +15,9 @@
   (``{ mini = [1, 2, 3] }``: every row trained once per seed at that scale; default: the recipe's own seed) and
   ``paper`` (``{ row = { column = BLEU } }``, the paper's numbers).
 
+Any other key, at any level, is an error naming the file and the key's path (``tabels``, ``datasets.de_en.lable``),
+as in run configs; a file without tables (e.g. a run config) is not an experiment and is refused.
+
 :func:`load_experiment` validates all of it and :meth:`Experiment.cells` turns a table into resolved run configs.
 """
 
@@ -25,6 +28,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mma_nmt.config_io import from_dict, load_file, set_dotted
 
@@ -200,6 +204,62 @@ def _table(name: str, raw: dict, path: Path) -> Table:
     return table
 
 
+@dataclass
+class _ExperimentFile:
+    """The keys ``experiment.toml`` may hold at its top level (checked with :func:`~mma_nmt.config_io.from_dict`)."""
+
+    name: str = ""
+    title: str = ""
+    datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    systems: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class _DatasetEntry:
+    """The keys of a ``[datasets.<role>]`` section: the paper's corpus name and one recipe per scale."""
+
+    label: str = ""
+    full: dict[str, Any] | None = None
+    mini: dict[str, Any] | None = None
+    smoke: dict[str, Any] | None = None
+
+
+@dataclass
+class _RecipeEntry:
+    """The keys of one scale's recipe, ``{ base = "file.toml", set = {...}, average_last = N, label = "..." }``."""
+
+    base: str
+    set: dict[str, Any] = field(default_factory=dict)
+    average_last: int = 0
+    label: str = ""
+
+
+def _checked(cls, data, where: str, path: Path):
+    """``data`` as dataclass ``cls``; an unknown or missing key is an error naming ``path`` and the key's path."""
+    try:
+        return from_dict(cls, data, where)
+    except ValueError as error:
+        raise ExperimentError(f"{path}: {error}") from None
+
+
+def _dataset(role: str, raw: dict, path: Path) -> Dataset:
+    spec = _checked(_DatasetEntry, raw, f"datasets.{role}", path)
+    scales = {}
+    for scale in SCALES:
+        if getattr(spec, scale) is None:
+            continue
+        entry = _checked(_RecipeEntry, getattr(spec, scale), f"datasets.{role}.{scale}", path)
+        base = path.parent / entry.base
+        if not base.is_file():
+            raise ExperimentError(f"{path}: datasets.{role}.{scale}.base {base} does not exist")
+        scales[scale] = ScaleRecipe(base=base, set=dict(entry.set), average_last=entry.average_last, label=entry.label)
+        if scale != "full" and not entry.label:
+            raise ExperimentError(f"{path}: datasets.{role}.{scale} needs a label naming the data it runs on "
+                                  f"(our {scale} numbers must not sit under the paper's corpus name)")
+    return Dataset(role=role, label=spec.label or role, scales=scales)
+
+
 def load_experiment(path: str | Path) -> Experiment:
     """Reads and checks ``experiment.toml`` (or a directory holding one)."""
     path = Path(path)
@@ -207,28 +267,14 @@ def load_experiment(path: str | Path) -> Experiment:
         path = path / "experiment.toml"
     if not path.is_file():
         raise ExperimentError(f"no experiment file {path}")
-    raw = load_file(path)
+    raw = _checked(_ExperimentFile, load_file(path), "the top level", path)
+    if not raw.tables:
+        raise ExperimentError(f"{path} is not an experiment: it has no [tables.<name>] section (an experiment file "
+                              f"names its [datasets.*], [systems.*] and [tables.*]; see experiments/README.md)")
     here = path.parent
-    datasets = {}
-    for role, spec in raw.get("datasets", {}).items():
-        scales = {}
-        for scale in SCALES:
-            if scale in spec:
-                entry = dict(spec[scale])
-                base = here / entry.pop("base")
-                if not base.is_file():
-                    raise ExperimentError(f"{path}: datasets.{role}.{scale}.base {base} does not exist")
-                scales[scale] = ScaleRecipe(base=base, set=dict(entry.pop("set", {})),
-                                            average_last=int(entry.pop("average_last", 0)),
-                                            label=str(entry.pop("label", "")))
-                if entry:
-                    raise ExperimentError(f"{path}: datasets.{role}.{scale}: unknown key(s) {sorted(entry)}")
-                if scale != "full" and not scales[scale].label:
-                    raise ExperimentError(f"{path}: datasets.{role}.{scale} needs a label naming the data it runs on "
-                                          f"(our {scale} numbers must not sit under the paper's corpus name)")
-        datasets[role] = Dataset(role=role, label=spec.get("label", role), scales=scales)
+    datasets = {role: _dataset(role, spec, path) for role, spec in raw.datasets.items()}
     systems = {}
-    for name, spec in raw.get("systems", {}).items():
+    for name, spec in raw.systems.items():
         unknown = sorted(set(spec) - {"label", "set", "note", "scale_set", "average_last"}) + sorted(
             (set(spec.get("scale_set", {})) | set(spec.get("average_last", {}))) - set(SCALES))
         if unknown:
@@ -237,7 +283,7 @@ def load_experiment(path: str | Path) -> Experiment:
                                note=spec.get("note", ""), scale_set={k: dict(v) for k, v in
                                                                      spec.get("scale_set", {}).items()},
                                average_last={k: int(v) for k, v in spec.get("average_last", {}).items()})
-    tables = {name: _table(name, spec, path) for name, spec in raw.get("tables", {}).items()}
+    tables = {name: _table(name, spec, path) for name, spec in raw.tables.items()}
     for table in tables.values():
         where = f"{path}: tables.{table.name}"
         for role in table.columns:
@@ -253,7 +299,7 @@ def load_experiment(path: str | Path) -> Experiment:
             if row not in table.rows or not set(values) <= set(table.columns):
                 raise ExperimentError(f"{where}: paper numbers for {row!r} {sorted(values)} do not match the "
                                       f"rows {table.rows} / columns {table.columns}")
-    return Experiment(name=raw.get("name", here.name), title=raw.get("title", here.name), path=path,
+    return Experiment(name=raw.name or here.name, title=raw.title or here.name, path=path,
                       datasets=datasets, systems=systems, tables=tables)
 
 

@@ -105,6 +105,36 @@ def test_malformed_experiment_files_name_the_problem(tmp_path, change, message):
         experiment.cells("t", "mini")
 
 
+@pytest.mark.parametrize("change, key", [
+    (("[tables.t]", "[tabels.t]"), r"\['tabels'\] in the top level"),
+    (('name = "toy"', 'name = "toy"\ntitel = "Toy"'), r"\['titel'\] in the top level"),
+    (("[datasets.de_en]", "[datasets.de_en]\nlable = 'De-En'"), r"\['lable'\] in datasets.de_en;"),
+    (("[datasets.de_en]", "[datasets.de_en]\nmidi = { base = 'base.toml' }"), r"\['midi'\] in datasets.de_en;"),
+    (('smoke = { base = "base.toml",', 'smoke = { base = "base.toml", average = 2,'),
+     r"\['average'\] in datasets.de_en.smoke;"),
+])
+def test_unknown_keys_at_any_level_name_the_file_and_the_key_path(tmp_path, change, key):
+    """Issue 50, case 9: ``[tabels.main]`` used to load as an experiment without that table, with exit 0."""
+    old, new = change
+    assert old in GOOD
+    path = write_experiment(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(ExperimentError, match=f"^{path}: unknown key\\(s\\) {key}"):
+        load_experiment(path)
+
+
+@pytest.mark.parametrize("text", [BASE, "", 'name = "toy"\n'])
+def test_a_file_without_experiment_content_is_refused(tmp_path, text, capsys):
+    """Issue 50, case 9: a run config (or an empty file) used to load as an experiment with no tables."""
+    from mma_nmt.cli.main import main as cli
+
+    path = tmp_path / "not_an_experiment.toml"
+    path.write_text(text)
+    with pytest.raises(ExperimentError, match=f"^{path}: unknown key|^{path} is not an experiment"):
+        load_experiment(path)
+    assert cli(["experiment", str(path), "--from-records"]) == 2
+    assert str(path) in capsys.readouterr().err
+
+
 PAPERS = sorted(p.parent.name for p in (REPO / "experiments").glob("*/experiment.toml"))
 
 
