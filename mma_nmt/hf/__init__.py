@@ -18,10 +18,10 @@ except ImportError as error:  # pragma: no cover - the message is the point
 
 from mma_nmt.hf.attention import mma_nmt_attention
 from mma_nmt.hf.masks import register_mask_function
-from mma_nmt.hf.spec import ATTENTION_NAME, CONFIG_KEY, HeadSpec, head_spec_of, set_head_spec
+from mma_nmt.hf.spec import ATTENTION_NAME, CONFIG_KEY, HeadSpec, head_spec_of, restore_head_spec, set_head_spec
 
 __all__ = ["ATTENTION_NAME", "CONFIG_KEY", "HeadSpec", "head_spec_of", "mma_nmt_attention", "register",
-           "set_head_spec"]
+           "restore_head_spec", "set_head_spec"]
 
 
 def register() -> None:

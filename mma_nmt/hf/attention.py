@@ -9,8 +9,9 @@ Which calls take the head kinds (the policy, also in docs/huggingface.md):
   ``module.is_causal`` are False: Marian, BART, mBART, M2M100 and Pegasus set both on decoder self-attention and on
   cross-attention, and cross-attention exists only in the decoder), and queries and keys have the same length;
 - of a model whose config carries a spec (:func:`mma_nmt.hf.set_head_spec`), in a layer the spec covers: the layer
-  index is the module's ``layer_idx`` (Marian, BART) or the tag ``set_head_spec`` puts on the module (mBART, M2M100,
-  Pegasus, whose encoder attention has no ``layer_idx``);
+  index is the module's ``layer_idx`` (BART) or the tag that ``set_head_spec`` / ``restore_head_spec`` put on the
+  module (Marian, mBART, M2M100 and Pegasus give their encoder attention no ``layer_idx``); a spec for all layers
+  (``layers=None``) needs no index;
 - with no position bias, softcap or sliding window among the arguments.
 Everything else (decoder self-attention, cross-attention, uncovered encoder layers) goes to transformers' own ``sdpa``
 function unchanged, or to eager attention when attention weights are asked for (sdpa returns none).
@@ -84,7 +85,7 @@ def _covering_spec(module, query, key, kwargs) -> HeadSpec | None:
     if layer is None:
         raise ValueError(f"mma_nmt.hf: the head spec covers encoder layers {list(spec.layers)}, but "
                          f"{type(module).__name__} does not know its layer index; call "
-                         "mma_nmt.hf.set_head_spec(model, ...) after from_pretrained to mark the layers")
+                         "mma_nmt.hf.restore_head_spec(model) after from_pretrained to mark the layers")
     return spec if spec.covers(layer) else None
 
 

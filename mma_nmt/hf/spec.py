@@ -86,12 +86,22 @@ def _checked_spec(head_spec, window, layers, *, heads: int, encoder_layers: int)
     return HeadSpec(head_spec.upper(), window, layers)
 
 
+def restore_head_spec(model) -> HeadSpec | None:
+    """After ``from_pretrained``: marks the encoder layers for the spec stored in ``model.config`` and returns it (None
+    when there is none). Needed only when the stored spec names ``layers``: an attention module of Marian, mBART,
+    M2M100 or Pegasus does not know its layer index, and a spec for all layers needs none."""
+    spec = head_spec_of(model.config)
+    if spec is not None:
+        _tag_encoder_layers(model)
+    return spec
+
+
 LAYER_TAG = "_mma_nmt_encoder_layer"
 
 
 def _tag_encoder_layers(model) -> None:
-    """Marks each encoder self-attention module with its layer index. Marian and BART give their attention modules
-    ``layer_idx``; mBART, M2M100 and Pegasus do not, and the attention function reads this tag there instead."""
+    """Marks each encoder self-attention module with its layer index. Only BART's encoder gives its attention modules a
+    ``layer_idx``; Marian, mBART, M2M100 and Pegasus do not, and the attention function reads this tag there."""
     encoder = model.get_encoder()
     for index, layer in enumerate(encoder.layers):
         setattr(layer.self_attn, LAYER_TAG, index)

@@ -36,14 +36,14 @@ _CLASSES = {
 BASELINE = "eager_with_reference_kinds"
 
 
-def make_model(model_type: str = "marian", attn_implementation: str = "eager", seed: int = 0):
+def make_model(model_type: str = "marian", attn_implementation: str = "eager", seed: int = 0, dropout: float = 0.0):
     mma_nmt.hf.register()
     config_class, model_class = (getattr(transformers, name) for name in _CLASSES[model_type])
     config = config_class(
         vocab_size=VOCAB, d_model=16, encoder_layers=ENCODER_LAYERS, decoder_layers=2, encoder_attention_heads=HEADS,
         decoder_attention_heads=HEADS, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
         pad_token_id=PAD, eos_token_id=EOS, bos_token_id=START, decoder_start_token_id=START, forced_eos_token_id=None,
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True,
+        dropout=dropout, attention_dropout=dropout, activation_dropout=0.0, scale_embedding=True,
         init_std=0.3)  # large enough weights that attention is far from uniform and head kinds change the output
     torch.manual_seed(seed)
     return model_class._from_config(config, attn_implementation=attn_implementation).eval()
