@@ -79,3 +79,12 @@ def test_hand_edited_spec_in_config_is_checked():
     model.config.mma_nmt_head_spec = {"head_spec": "GLF", "window": 1, "layers": None}  # 3 kinds for 4 heads
     with pytest.raises(ValueError, match="neither equals nor divides num_heads=4"):
         model(**padded_batch())
+
+
+def test_importing_mma_nmt_does_not_import_transformers():
+    import subprocess
+    import sys
+
+    code = "import sys, mma_nmt; print('transformers' in sys.modules, 'mma_nmt.hf' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
