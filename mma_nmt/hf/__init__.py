@@ -25,8 +25,9 @@ __all__ = ["ATTENTION_NAME", "CONFIG_KEY", "HeadSpec", "head_spec_of", "mma_nmt_
 
 
 def register() -> None:
-    """Registers the attention function ``"mma_nmt"`` with transformers' ``AttentionInterface``, and sdpa's mask function
-    under the same name (without it, transformers 5 builds no mask for a custom attention function). Idempotent."""
+    """Registers the attention function ``"mma_nmt"`` with transformers' ``AttentionInterface``, and sdpa's mask
+    function under the same name (without it, transformers 5 builds no mask for a custom attention function).
+    Idempotent."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(ATTENTION_NAME, mma_nmt_attention)

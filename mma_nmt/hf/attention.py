@@ -45,8 +45,8 @@ def mma_nmt_attention(module, query, key, value, attention_mask, dropout: float 
     if spec is None:
         return _hf_fallback(module, query, key, value, attention_mask, dropout, scaling, wants_weights, kwargs)
     if kwargs.get("head_mask") is not None:
-        raise ValueError("mma_nmt.hf: head_mask (transformers 4.x) is not supported in encoder layers with mixed heads; "
-                         "leave it out, or load the model without attn_implementation='mma_nmt'")
+        raise ValueError("mma_nmt.hf: head_mask (transformers 4.x) is not supported in encoder layers with mixed "
+                         "heads; leave it out, or load the model without attn_implementation='mma_nmt'")
     batch, heads, query_len, _ = query.shape
     key_len = key.shape[2]
     kinds = parse_head_spec(spec.head_spec, heads)

@@ -1,4 +1,5 @@
-"""The head spec of a Hugging Face model, stored in its config so that ``save_pretrained`` / ``from_pretrained`` keep it.
+"""The head spec of a Hugging Face model, stored in its config so that ``save_pretrained`` / ``from_pretrained`` keep
+it.
 
 ``set_head_spec(model, "GLFB", window=1, layers=None)`` writes ``config.mma_nmt_head_spec = {"head_spec": "GLFB",
 "window": 1, "layers": None}`` (a plain dict: ``config.json`` stores it as it is) and switches the model's attention
@@ -81,7 +82,8 @@ def _checked_spec(head_spec, window, layers, *, heads: int, encoder_layers: int)
             raise ValueError(f"{where}: layers must be None (all encoder layers) or a list of ints, got {layers!r}")
         bad = [i for i in layers if not 0 <= i < encoder_layers]
         if bad or not layers:
-            raise ValueError(f"{where}: layers must be encoder layer indices in 0..{encoder_layers - 1}, got {layers!r}")
+            raise ValueError(f"{where}: layers must be encoder layer indices in 0..{encoder_layers - 1}, "
+                             f"got {layers!r}")
         layers = tuple(sorted(set(layers)))
     return HeadSpec(head_spec.upper(), window, layers)
 
