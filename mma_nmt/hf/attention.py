@@ -57,7 +57,7 @@ def mma_nmt_attention(module, query, key, value, attention_mask, dropout: float 
                                  return_probs=wants_weights)
         out, weights = result.out, result.probs  # (B, H, T, Dv), (B, H, T, S) or None
     else:
-        visible = hf_visibility(attention_mask, module, query_len, key_len) & visibility_mask(
+        visible = hf_visibility(attention_mask, module, query_len, key_len, query.device) & visibility_mask(
             kinds, query_len, key_len, window=spec.window, device=query.device)  # (B, H, T, S)
         out, weights = masked_attention(query, key, value, visible, scaling, dropout, module.training)
         weights = weights if wants_weights else None
@@ -100,20 +100,20 @@ def _hf_fallback(module, query, key, value, attention_mask, dropout, scaling, wa
     if eager is None:
         raise ValueError(f"mma_nmt.hf: {type(module).__module__} has no eager_attention_forward to return attention "
                          "weights with; leave output_attentions off")
-    mask = hf_visibility(attention_mask, module, query.shape[2], key.shape[2])  # (B or 1, 1, T, S) bool
+    mask = hf_visibility(attention_mask, module, query.shape[2], key.shape[2], query.device)  # (B or 1, 1, T, S)
     additive = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
         ~mask, torch.finfo(query.dtype).min)
     return eager(module, query, key, value, additive, dropout=dropout, scaling=scaling, **kwargs)
 
 
-def hf_visibility(attention_mask, module, query_len: int, key_len: int) -> torch.Tensor:
+def hf_visibility(attention_mask, module, query_len: int, key_len: int, device=None) -> torch.Tensor:
     """transformers' mask as a bool (B or 1, 1, T, S) tensor, True where a query may see a key. ``None`` means every
     key, or causal visibility for a causal module (sdpa then relies on its ``is_causal`` flag)."""
     if attention_mask is None:
         if getattr(module, "is_causal", False) and query_len > 1:
-            i = torch.arange(query_len).view(-1, 1) + (key_len - query_len)  # (T, 1) key position of each query
-            return (torch.arange(key_len).view(1, -1) <= i).view(1, 1, query_len, key_len)
-        return torch.ones(1, 1, query_len, key_len, dtype=torch.bool)
+            i = torch.arange(query_len, device=device).view(-1, 1) + (key_len - query_len)  # (T, 1) last key seen
+            return (torch.arange(key_len, device=device).view(1, -1) <= i).view(1, 1, query_len, key_len)
+        return torch.ones(1, 1, query_len, key_len, dtype=torch.bool, device=device)
     if attention_mask.dtype == torch.bool:
         return attention_mask
     return attention_mask > torch.finfo(attention_mask.dtype).min / 2
