@@ -61,6 +61,11 @@ def load_run_parts(run_dir: str | Path, *, checkpoint: str | Path | None = None,
     it was trained with other SentencePiece models), the prepared folder's SentencePiece models, and the export's
     ``config.json`` keys (decode defaults, corpus, the word-level processing of ``meta.json``'s corpus and
     settings)."""
+    return parts_of_run(run_config_of(run_dir, config, overrides), checkpoint=checkpoint, device=device)
+
+
+def parts_of_run(run, *, checkpoint: str | Path | None = None, device="cpu"):
+    """:func:`load_run_parts` of a :class:`~mma_nmt.training.config.RunConfig` (its ``train.save_dir``)."""
     import mma_nmt
     from mma_nmt.config_io import to_dict
     from mma_nmt.data import Tokenizer
@@ -68,7 +73,7 @@ def load_run_parts(run_dir: str | Path, *, checkpoint: str | Path | None = None,
     from mma_nmt.export import FORMAT, FORMAT_VERSION, ModelParts
     from mma_nmt.training.checkpoint import load_checkpoint, load_model, tokenizer_fingerprints
 
-    run = run_config_of(run_dir, config, overrides)
+    run_dir = Path(run.train.save_dir)
     prepared = run.prepared_dir()
     if not (prepared / "meta.json").is_file():
         raise FileNotFoundError(f"the prepared data of {run_dir} ({prepared}, data.out_dir) is missing: it holds the "

@@ -99,8 +99,10 @@ def translate_dataset(model, dataset, config: SearchConfig, *, device="cpu", lim
 
 def translate_texts(model, texts: list[str], config: SearchConfig, *, src_tokenizer, tgt_tokenizer,
                     device="cpu", progress: bool = False) -> list[str]:
-    """Translations of raw source sentences (SentencePiece-encoded here, decoded back to text), one per text: an
-    empty or whitespace-only text gives an empty line (:data:`EMPTY_LINE_POLICY`; :func:`blank_lines` counts them)."""
+    """Translations of source sentences already word-level preprocessed as the corpus (SentencePiece-encoded here,
+    decoded back to text, no postprocessing), one per text: an empty or whitespace-only text gives an empty line
+    (:data:`EMPTY_LINE_POLICY`; :func:`blank_lines` counts them). For raw text use :class:`mma_nmt.Translator`,
+    which applies the corpus's preprocessing and postprocessing."""
     blank = set(blank_lines(texts))
     sources = [torch.tensor([] if i in blank else src_tokenizer.encode(text), dtype=torch.long)
                for i, text in enumerate(texts)]
