@@ -30,11 +30,18 @@ def ensure_prepared(run: RunConfig, *, say: Callable[[str], None] = lambda text:
 
 
 def train(run: RunConfig) -> dict:
-    """Trains (preparing the data first when it is not there); returns the last validation result."""
+    """Trains (preparing the data first when it is not there); returns the last validation result. The run config
+    is then written to ``<train.save_dir>/run_config.json`` (with absolute paths), so that the run directory alone
+    can be exported or translated with (``mma-nmt export``, ``translate --model``)."""
     from mma_nmt.training.trainer import Trainer
 
+    from mma_nmt.data.fileio import atomic_write_json
+    from mma_nmt.run_directory import RUN_CONFIG_FILE
+
     ensure_prepared(run)
-    return Trainer(run).train()
+    result = Trainer(run).train()
+    atomic_write_json(Path(run.train.save_dir) / RUN_CONFIG_FILE, absolute_run_config(run))  # for export/--model
+    return result
 
 
 def default_checkpoint(run: RunConfig) -> Path:
@@ -57,8 +64,8 @@ def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | No
     ``eval.attention_maps`` sentences of a split. An empty or whitespace-only input line gives an empty output line
     (``say`` hears how many there were). ``progress``: a progress bar over the sentences (on a terminal)."""
     from mma_nmt.data import ParallelDataset, Tokenizer
-    from mma_nmt.data.fileio import atomic_write_lines, read_text_lines
-    from mma_nmt.decoding.translate import blank_lines, special_ids, translate_ids, translate_texts
+    from mma_nmt.data.fileio import atomic_write_lines
+    from mma_nmt.decoding.translate import special_ids, translate_ids
     from mma_nmt.evaluation.attention_maps import write_attention_maps
     from mma_nmt.evaluation.scoring import moses_detokenize
     from mma_nmt.training.checkpoint import load_model
@@ -67,34 +74,33 @@ def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | No
     if run.train.threads:
         torch.set_num_threads(run.train.threads)
     device = torch.device("cuda" if torch.cuda.is_available() and run.train.device != "cpu" else "cpu")
-    data, prepared = None, run.prepared_dir()
+    if input_file:  # raw text: the corpus's word-level pre- and postprocessing around the model
+        from mma_nmt.run_directory import parts_of_run
+        from mma_nmt.translate_text import translate_file
+        from mma_nmt.translator import Translator
+
+        translator = Translator(parts_of_run(run, checkpoint=checkpoint or default_checkpoint(run), device=device),
+                                device=device)
+        out = Path(output) if output else Path(run.train.save_dir) / "translations" / (Path(input_file).name +
+                                                                                       ".hyp.txt")
+        return translate_file(translator, input_file, out, config=run.decode, progress=progress, say=say)
+    prepared = run.prepared_dir()
     src_tok, tgt_tok = Tokenizer.load(prepared / "spm_src.model"), Tokenizer.load(prepared / "spm_tgt.model")
     model, _ = load_model(checkpoint or default_checkpoint(run), device=device, tokenizers=(src_tok, tgt_tok))
-    if input_file:
-        texts = read_text_lines(input_file)
-        blank = blank_lines(texts)
-        if blank:
-            shown = ", ".join(str(i + 1) for i in blank[:10]) + (" ..." if len(blank) > 10 else "")
-            say(f"{len(blank)} empty or whitespace-only line(s) of {input_file} left empty in the output "
-                f"(line {shown})")
-        lines = translate_texts(model, texts, run.decode, src_tokenizer=src_tok, tgt_tokenizer=tgt_tok,
-                                device=device, progress=progress)
-    else:
-        data = ParallelDataset.load(prepared, split)
-        hyps = translate_ids(model, list(data.src), run.decode, special_ids(data.tgt_tokenizer), device=device,
-                             progress=progress)
-        lines = [data.tgt_tokenizer.decode(h.tokens) for h in hyps]
+    data = ParallelDataset.load(prepared, split)
+    hyps = translate_ids(model, list(data.src), run.decode, special_ids(data.tgt_tokenizer), device=device,
+                         progress=progress)
+    lines = [data.tgt_tokenizer.decode(h.tokens) for h in hyps]
     if run.eval.detokenize == "moses":
         meta = json.loads((prepared / "meta.json").read_text(encoding="utf-8"))
         lines = moses_detokenize(lines, meta.get("corpus", {}).get("tgt_lang", "en"))
-    name = Path(input_file).name + ".hyp.txt" if input_file else f"{split}.hyp.txt"
-    out = Path(output) if output else Path(run.train.save_dir) / "translations" / name
+    out = Path(output) if output else Path(run.train.save_dir) / "translations" / f"{split}.hyp.txt"
     try:
         atomic_write_lines(out, lines)
     except OSError as error:  # a full disk: nothing was written at ``out``, say so
         raise OSError(f"cannot write the translations to {out} ({error.strerror or error}); {out} was left as it "
                       f"was") from error
-    for i in range(min(run.eval.attention_maps, len(data)) if data is not None else 0):
+    for i in range(min(run.eval.attention_maps, len(data))):
         write_attention_maps(model, data.src[i], hyps[i].tokens, src_tokenizer=data.src_tokenizer,
                              tgt_tokenizer=data.tgt_tokenizer, out_dir=out.parent / "attention", name=f"{split}_{i}")
     return out

@@ -1,4 +1,4 @@
-"""``mma-nmt`` / ``python -m mma_nmt``: prepare | train | translate | evaluate | average | experiment | demo.
+"""``mma-nmt`` / ``python -m mma_nmt``: prepare | train | translate | evaluate | average | export | experiment | demo.
 
 Every command reads a run config (``--config file.toml|.yaml|.json``) and dotted overrides
 (``--set model.encoder.attention=mma --set train.max_steps=1000``). This module only parses the command line, calls
@@ -20,9 +20,11 @@ EXAMPLES = {
     "train": f"mma-nmt train --config {TINY} --set train.max_minutes=3\n"
              f"  torchrun --standalone --nproc_per_node=2 -m mma_nmt train --config {TINY}   # data parallel",
     "translate": f"mma-nmt translate --config {TINY}                # the test split, with scores\n"
-                 f"  mma-nmt translate --config {TINY} --input my_sentences.de --output my_sentences.en",
+                 f"  mma-nmt translate --config {TINY} --input my_sentences.de --output my_sentences.en\n"
+                 f"  echo 'Ein Hund läuft.' | mma-nmt translate --model exported/ --input - --nbest 3",
     "evaluate": f"mma-nmt evaluate --config {TINY} --hyp system.txt --baseline baseline.txt",
     "average": "mma-nmt average runs/big/step_*.pt --output runs/big/averaged.pt",
+    "export": "mma-nmt export runs/train exported/   # then: mma-nmt translate --model exported/ --input -",
     "experiment": "mma-nmt experiment mma --table main --scale mini --jobs 2   (--from-records: rebuild, no training)",
     "demo": "mma-nmt demo --minutes 3",
 }
@@ -93,12 +95,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p, "<train.save_dir>/log.jsonl")
     p = _command(sub, "translate", "translate a prepared split (and score it) or a file of sentences")
     _add_config(p)
+    p.add_argument("--model", help="an exported model (mma-nmt export) or a run directory, instead of --config; "
+                                   "translates --input (--set decode.KEY=VALUE still applies)")
     p.add_argument("--checkpoint", help="default: <train.save_dir>/best.pt, else last.pt")
     p.add_argument("--split", help="default: eval.split")
-    p.add_argument("--input", help="raw source sentences, one per line, instead of a prepared split; an empty or "
-                                   "whitespace-only line gives an empty output line (line count kept, the number of "
-                                   "such lines reported on stderr)")
-    p.add_argument("--output", help="default: <train.save_dir>/translations/<split>.hyp.txt")
+    p.add_argument("--input", help="raw source sentences, one per line, instead of a prepared split ('-': stdin, "
+                                   "each batch written and flushed as soon as it is translated, one line at a time "
+                                   "from a terminal); they get the corpus's word-level preprocessing (e.g. Moses "
+                                   "tokenisation, lowercasing) before SentencePiece and the outputs its "
+                                   "postprocessing (detokenisation); an empty or whitespace-only line gives an empty "
+                                   "output line (line count kept, the number of such lines reported on stderr)")
+    p.add_argument("--preprocessed", action="store_true",
+                   help="the --input text is already word-level preprocessed as the corpus: SentencePiece only")
+    p.add_argument("--nbest", type=_positive_int,
+                   help="write the N best translations per input line as 'INDEX ||| TRANSLATION ||| SCORE' (0-based "
+                        "line index, length-normalised log-probability; fairseq-style); N <= the beam size")
+    p.add_argument("--output", help="default: <train.save_dir>/translations/<split>.hyp.txt (with --input FILE: "
+                                    "<input name>.hyp.txt there); stdout with --input - or --model")
     _add_json(p, "<split>.scores.json beside the translations")
     p = _command(sub, "evaluate", "score translations: BLEU/chrF/TER, BLEU by length, paired bootstrap")
     _add_config(p)
@@ -114,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "average", "average the weights of several checkpoints")
     p.add_argument("inputs", nargs="+")
     p.add_argument("--output", required=True)
+    p = _command(sub, "export", "write a trained run as a self-contained folder (weights, tokenizers, config)")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run's train.save_dir")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="the folder to write (refused when it exists and is not empty)")
+    _add_config(p)
+    p.add_argument("--checkpoint", help="default: the one result.json names, else best.pt, else last.pt")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
     p = _command(sub, "experiment", "reproduce a paper's tables (experiments/<paper>/experiment.toml)")
     from mma_nmt.experiments.losses import TABLE_POLICY  # no heavy imports: the parser is built on every command
 
@@ -162,6 +181,10 @@ def _translate(args) -> dict:
     from mma_nmt import pipeline
     from mma_nmt.cli import summary
 
+    if args.model or args.input == "-" or args.nbest or args.preprocessed:
+        from mma_nmt.cli.translate_command import translate_text
+
+        return translate_text(args)
     run = _run_config(args)
     out = pipeline.translate(run, checkpoint=args.checkpoint, output=args.output, split=args.split,
                              input_file=args.input, progress=True, say=lambda text: print(text, file=sys.stderr))
@@ -275,6 +298,11 @@ def _run(args) -> int:
         _evaluate(args)
     elif args.command == "average":
         print(pipeline.average(args.inputs, args.output))
+    elif args.command == "export":
+        from mma_nmt.export import export_run
+
+        print(export_run(args.run_dir, args.out_dir, checkpoint=args.checkpoint, config=args.config,
+                         overrides=args.set, overwrite=args.overwrite))
     elif args.command == "experiment" and args.status:
         from mma_nmt.experiments.command import experiment_status
 

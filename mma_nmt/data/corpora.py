@@ -13,7 +13,7 @@ concatenated in that order (its target file holds their first references); each 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mma_nmt.data.download import RemoteFile
@@ -41,6 +41,10 @@ class CorpusSpec:
         note: protocol remarks (which paper setup the splits follow).
         test_sets: the stems of the test sets whose concatenation, in this order, is the test split; () = one set.
         references: references per test-set sentence (files ``<test_set>.<tgt_lang><i>``, see the module doc).
+        preprocessing: per language, the word-level steps that made the local files from raw text (``{"de":
+            {"moses_tokenize": True, "lowercase": True, "escape": True}}``), or ``{"unsupported": "<tool>"}`` for a
+            step this library cannot apply; raw text to translate needs them too (:mod:`mma_nmt.data.text_processing`).
+            A language not named is raw text.
     """
 
     name: str
@@ -54,6 +58,7 @@ class CorpusSpec:
     note: str = ""
     test_sets: tuple[str, ...] = ()
     references: int = 1
+    preprocessing: dict[str, dict] = field(default_factory=dict)
 
     def files(self, split: str, data_dir: str | os.PathLike) -> tuple[Path | None, Path | None]:
         """The (src, tgt) files of ``split`` under ``data_dir`` (``.gz`` or plain), None where missing."""
@@ -88,7 +93,7 @@ class CorpusSpec:
         so the reversed corpus has one reference)."""
         return CorpusSpec(name=name, src_lang=self.tgt_lang, tgt_lang=self.src_lang, splits=dict(self.splits),
                           local_folder=self.local_folder, remote_files=self.remote_files, builder=self.builder,
-                          text_state=self.text_state, note=self.note)
+                          text_state=self.text_state, note=self.note, preprocessing=dict(self.preprocessing))
 
 
 def default_data_dir() -> Path:
@@ -143,6 +148,7 @@ IWSLT14 = CorpusSpec(
     note="fairseq setup: valid = every 23rd cleaned training pair (7,283), test = dev2010+tedx.dev2012+tst2010-2012 "
          "(6,750). The archive is the WIT3 2014-01 de-en release as mirrored by fairseq "
          "(formerly https://wit3.fbk.eu/archive/2014-01/texts/de/en/de-en.tgz).",
+    preprocessing={lang: {"moses_tokenize": True, "lowercase": True, "escape": True} for lang in ("de", "en")},
 )
 
 _STANFORD = "https://nlp.stanford.edu/projects/nmt/data/iwslt15.en-vi"
@@ -153,6 +159,7 @@ IWSLT15 = CorpusSpec(
                        for stem in ("train", "tst2012", "tst2013") for lang in ("en", "vi")),
     text_state="tokenized, cased, HTML-escaped (Stanford NMT files)",
     note="Luong & Manning (2015): train 133,317 / dev tst2012 1,553 / test tst2013 1,268.",
+    preprocessing={lang: {"moses_tokenize": True, "escape": True} for lang in ("en", "vi")},
 )
 
 _HF_IWSLT17 = ("https://huggingface.co/datasets/IWSLT/iwslt2017/resolve/main/data/2017-01-trnted/texts/de/en/"
@@ -242,6 +249,8 @@ SMALL_ENJA = CorpusSpec(
         for name, sha in _ENJA_SHA256.items()),
     text_state="tokenized; English lowercased; Japanese KyTea-segmented",
     note="Tanaka-corpus subset: train 50,000 / dev 500 / test 500.",
+    preprocessing={"en": {"unsupported": "the Stanford Tokenizer and lowercasing"},
+                   "ja": {"unsupported": "KyTea word segmentation"}},
 )
 
 ASPEC = CorpusSpec(
@@ -263,6 +272,8 @@ NIST_ZH_EN = CorpusSpec(
          "mt0N.zh and mt0N.en0 .. mt0N.en3, and mt03_08.{zh,en}: the five sets concatenated in that order, with "
          "their first references.",
     test_sets=("mt03", "mt04", "mt05", "mt06", "mt08"), references=4,
+    preprocessing={"zh": {"unsupported": "Stanford Segmenter word segmentation"},
+                   "en": {"moses_tokenize": True, "lowercase": True}},
 )
 
 WMT17_ZH_EN = CorpusSpec(

@@ -208,6 +208,21 @@ def beam_search(model, src: torch.Tensor, src_lengths: torch.Tensor, config: Sea
 
 def search(model, src, src_lengths, config: SearchConfig, ids: SpecialIds = SpecialIds()) -> list[Hypothesis]:
     """The best hypothesis per sentence: greedy search for ``beam_size == 1``, beam search otherwise."""
+    return [hyps[0] for hyps in search_nbest(model, src, src_lengths, config, ids)]
+
+
+def check_nbest(nbest: int, config: SearchConfig) -> None:
+    """Refuses (ValueError) an ``nbest`` that the search cannot give: beam search finds at most ``beam_size``."""
+    if nbest < 1 or nbest > config.beam_size:
+        raise ValueError(f"nbest={nbest} needs 1 <= nbest <= decode.beam_size={config.beam_size} (beam search keeps "
+                         f"beam_size hypotheses per sentence); raise the beam size (--beam, decode.beam_size)")
+
+
+def search_nbest(model, src, src_lengths, config: SearchConfig, ids: SpecialIds = SpecialIds(),
+                 nbest: int = 1) -> list[list[Hypothesis]]:
+    """The ``nbest`` best hypotheses per sentence, best first (by length-normalised score): greedy search for
+    ``beam_size == 1``, beam search otherwise. A sentence may get fewer when fewer than ``nbest`` finished."""
+    check_nbest(nbest, config)
     if config.beam_size == 1:
-        return greedy_search(model, src, src_lengths, config, ids)
-    return [hyps[0] for hyps in beam_search(model, src, src_lengths, config, ids)]
+        return [[hyp] for hyp in greedy_search(model, src, src_lengths, config, ids)]
+    return [hyps[:nbest] for hyps in beam_search(model, src, src_lengths, config, ids)]

@@ -7,27 +7,36 @@ import warnings
 import torch
 
 from mma_nmt.data.batch import pad_sequences
-from mma_nmt.decoding.search import Hypothesis, SearchConfig, SpecialIds, output_limits, search
+from mma_nmt.decoding.search import (Hypothesis, SearchConfig, SpecialIds, check_nbest, output_limits,
+                                    search_nbest)
 
 
 def special_ids(tokenizer) -> SpecialIds:
     return SpecialIds(pad=tokenizer.pad_id, bos=tokenizer.bos_id, eos=tokenizer.eos_id)
 
 
-@torch.no_grad()
 def translate_ids(model, sources: list[torch.Tensor], config: SearchConfig, ids: SpecialIds, *,
                   device: torch.device | str = "cpu", progress: bool = False) -> list[Hypothesis]:
     """Best hypothesis per source (1-d id tensors without specials), in input order; batches of similar length.
     An empty source gets an empty hypothesis without running the model (:data:`EMPTY_LINE_POLICY`). A source longer
     than the model's ``max_positions`` fails naming it (``config.too_long = "fail"``) or is cut to that length with a
     warning (``"truncate"``). ``progress``: a tqdm bar counting sentences (on a terminal only)."""
+    return [hyps[0] for hyps in translate_ids_nbest(model, sources, config, ids, device=device, progress=progress)]
+
+
+@torch.no_grad()
+def translate_ids_nbest(model, sources: list[torch.Tensor], config: SearchConfig, ids: SpecialIds, *, nbest: int = 1,
+                        device: torch.device | str = "cpu", progress: bool = False) -> list[list[Hypothesis]]:
+    """:func:`translate_ids` with the ``nbest`` best hypotheses of each source, best first (an empty source: one
+    empty hypothesis of score 0)."""
     from tqdm import tqdm
 
+    check_nbest(nbest, config)
     model.eval()
     sources = fit_sources(sources, _source_limit(model), config.too_long)
-    results: list[Hypothesis | None] = [None] * len(sources)
+    results: list[list[Hypothesis] | None] = [None] * len(sources)
     for i in empty_sources(sources):
-        results[i] = Hypothesis(tokens=[], score=0.0, normalized=0.0)
+        results[i] = [Hypothesis(tokens=[], score=0.0, normalized=0.0)]
     order = sorted((i for i in range(len(sources)) if results[i] is None), key=lambda i: len(sources[i]))
     output_limits(model, [len(sources[i]) for i in order], config, labels=[f"line {i + 1}" for i in order])
     bar = tqdm(total=len(sources), desc="translating", unit=" sent", leave=False, disable=None if progress else True)
@@ -35,8 +44,8 @@ def translate_ids(model, sources: list[torch.Tensor], config: SearchConfig, ids:
     for start in range(0, len(order), config.batch_size):
         chunk = order[start:start + config.batch_size]
         src, lengths = pad_sequences([sources[i] for i in chunk], pad_id=ids.pad)
-        for i, hyp in zip(chunk, search(model, src.to(device), lengths.to(device), config, ids)):
-            results[i] = hyp
+        for i, hyps in zip(chunk, search_nbest(model, src.to(device), lengths.to(device), config, ids, nbest)):
+            results[i] = hyps
         bar.update(len(chunk))
     bar.close()
     return results
@@ -90,8 +99,10 @@ def translate_dataset(model, dataset, config: SearchConfig, *, device="cpu", lim
 
 def translate_texts(model, texts: list[str], config: SearchConfig, *, src_tokenizer, tgt_tokenizer,
                     device="cpu", progress: bool = False) -> list[str]:
-    """Translations of raw source sentences (SentencePiece-encoded here, decoded back to text), one per text: an
-    empty or whitespace-only text gives an empty line (:data:`EMPTY_LINE_POLICY`; :func:`blank_lines` counts them)."""
+    """Translations of source sentences already word-level preprocessed as the corpus (SentencePiece-encoded here,
+    decoded back to text, no postprocessing), one per text: an empty or whitespace-only text gives an empty line
+    (:data:`EMPTY_LINE_POLICY`; :func:`blank_lines` counts them). For raw text use :class:`mma_nmt.Translator`,
+    which applies the corpus's preprocessing and postprocessing."""
     blank = set(blank_lines(texts))
     sources = [torch.tensor([] if i in blank else src_tokenizer.encode(text), dtype=torch.long)
                for i, text in enumerate(texts)]

@@ -11,7 +11,7 @@ import pytest
 from mma_nmt.cli import summary
 from mma_nmt.cli.main import EXAMPLES, build_parser, main
 
-COMMANDS = ["prepare", "train", "translate", "evaluate", "average", "experiment", "demo"]
+COMMANDS = ["prepare", "train", "translate", "evaluate", "average", "export", "experiment", "demo"]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
