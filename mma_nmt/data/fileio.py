@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import hashlib
 import io
@@ -34,9 +35,36 @@ def _temp_beside(path: Path) -> tuple[int, str]:
     return fd, tmp
 
 
+class NoSpaceLeft(OSError):
+    """A write that failed for want of space (``ENOSPC`` or ``EDQUOT``), whatever layer reported it: ``str()`` is one
+    line naming the directory and the file."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        super().__init__(errno.ENOSPC, f"no space left on {path.parent} (writing {path.name}; the file is unchanged "
+                                       f"and the partial temporary file removed): free some space and run again")
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+def _out_of_space(error: BaseException) -> bool:
+    """Whether ``error`` or one it was raised from or during is an ``ENOSPC``/``EDQUOT``: torch's archive writer turns
+    the ``OSError`` of a full disk into ``RuntimeError("[enforce fail at inline_container.cc] ... unexpected pos")``
+    raised during it."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
     """Calls ``write(handle)`` on a temporary file beside ``path``, fsyncs it and renames it over ``path``: readers see
-    the old file or the new one, never a partial file (streams, so large payloads are not held in memory twice)."""
+    the old file or the new one, never a partial file (streams, so large payloads are not held in memory twice). A full
+    disk raises :class:`NoSpaceLeft`; the temporary file is removed on any failure."""
     path = Path(path)
     fd, tmp = _temp_beside(path)
     try:
@@ -45,8 +73,10 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         Path(tmp).unlink(missing_ok=True)
+        if _out_of_space(error) and not isinstance(error, NoSpaceLeft):
+            raise NoSpaceLeft(path) from error
         raise
     return path
 

@@ -107,6 +107,22 @@ class CheckpointManager:
         """Temporary files of this manager's checkpoints, left behind by a killed save."""
         return sorted(p for pattern in self.TEMPORARY_PATTERNS for p in self.directory.glob(pattern))
 
+    def resume_point(self) -> Path | None:
+        """The checkpoint a resumed run continues from: ``last.pt``; where a save failed (a full disk) before the first
+        ``last.pt`` was written, the newest complete one of ``step_<n>.pt`` and ``best.pt`` (every file is written
+        atomically, so each one present is whole and holds the full training state of its step); None when there is
+        no checkpoint."""
+        last = self.directory / "last.pt"
+        if last.is_file():
+            return last
+        candidates = self.periodic()[-1:]
+        best = self.directory / "best.pt"
+        if best.is_file():
+            candidates.append(best)
+        if not candidates:
+            return None
+        return max(candidates, key=lambda path: load_checkpoint(path)["step"])
+
     def save(self, payload: dict, step: int, *, is_best: bool = False) -> Path:
         for stale in self.stale_temporaries():
             stale.unlink(missing_ok=True)
@@ -161,6 +177,18 @@ def check_tokenizers(payload: dict, path, src_tokenizer, tgt_tokenizer) -> None:
                                   f"data (data.out_dir) the model was trained on")
 
 
+def load_weights(model: torch.nn.Module, weights: dict, path) -> None:
+    """``model.load_state_dict(weights)``, refusing weights that do not fit with one line (:class:`CheckpointError`)
+    naming the checkpoint and the first misfits, instead of torch's message of one line per tensor."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as error:
+        lines = [line.strip().rstrip(".") for line in str(error).splitlines()[1:] if line.strip()]
+        shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more" if len(lines) > 3 else "")
+        raise CheckpointError(f"the weights of checkpoint {path} do not fit the model of its config: "
+                              f"{' '.join(shown.split()) or str(error).strip()}") from error
+
+
 def load_model(path: str | Path, device="cpu", *, tokenizers: tuple | None = None):
     """``(model in eval mode, model config)`` rebuilt from a checkpoint's config and weights; with ``tokenizers``
     (source, target) first checks that the checkpoint was trained with them (:func:`check_tokenizers`)."""
@@ -172,5 +200,5 @@ def load_model(path: str | Path, device="cpu", *, tokenizers: tuple | None = Non
         check_tokenizers(payload, path, *tokenizers)
     config = model_config_from_dict({"preset": "", **payload["model_config"]})
     model = build_model(config).to(device)
-    model.load_state_dict(payload["model"])
+    load_weights(model, payload["model"], path)
     return model.eval(), config

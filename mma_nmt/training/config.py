@@ -99,6 +99,11 @@ class RunConfig:
     decode: SearchConfig = field(default_factory=SearchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
+    def __post_init__(self):
+        from mma_nmt.data.prepare import PrepareConfig
+
+        PrepareConfig.from_section(self.data)  # [data] is checked when the config is read, as every other section
+
     def prepared_dir(self) -> Path:
         return Path(self.data.get("out_dir", "runs/data/multi30k_de_en"))
 
