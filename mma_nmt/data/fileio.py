@@ -121,6 +121,39 @@ def open_binary(path: str | os.PathLike) -> BinaryIO:
     return open(path, "rb")
 
 
+_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32 LE"), (b"\x00\x00\xfe\xff", "UTF-32 BE"), (b"\xff\xfe", "UTF-16 LE"),
+              (b"\xfe\xff", "UTF-16 BE"))
+
+
+def wide_encoding(path: str | os.PathLike, sample: int = 4096) -> str | None:
+    """What a (plain or gzip) text file that is UTF-16 or UTF-32 rather than UTF-8 looks like, from its first bytes:
+    ``"UTF-16 LE (byte order mark FF FE)"``, ``"UTF-16 BE (NUL bytes before its characters)"`` ..., or None. UTF-16 of
+    ASCII text is valid UTF-8 (each character followed or preceded by a NUL byte), so it must be caught by its shape:
+    a byte order mark, or NUL bytes at every other offset."""
+    with open_binary(path) as handle:
+        head = handle.read(sample)
+    for bom, name in _WIDE_BOMS:
+        if head.startswith(bom):
+            return f"{name} (byte order mark {bom.hex(' ').upper()})"
+    pairs = len(head) // 2
+    if pairs < 2:
+        return None
+    even = head[0:2 * pairs:2].count(0)  # NULs at even offsets: the high byte first (big-endian)
+    odd = head[1:2 * pairs:2].count(0)
+    if odd >= 0.4 * pairs and even <= 0.05 * pairs:
+        return "UTF-16 LE (a NUL byte after each character)"
+    if even >= 0.4 * pairs and odd <= 0.05 * pairs:
+        return "UTF-16 BE (a NUL byte before each character)"
+    return None
+
+
+def not_utf8_message(path: str | os.PathLike, encoding: str) -> str:
+    """Why a UTF-16/32 file is refused, and how to convert it."""
+    family = encoding.split()[0]
+    return (f"{path} looks like {encoding}, not UTF-8 text: convert it first, e.g. iconv -f {family} -t UTF-8 "
+            f"{path} > {Path(path).name}.utf8")
+
+
 def iter_byte_lines(path: str | os.PathLike) -> Iterator[bytes]:
     """Yields the lines of a plain or gzip file as bytes without their ``\\n``.
 
@@ -140,8 +173,12 @@ def read_text_lines(path: str | os.PathLike) -> list[str]:
 
     The one reader of the command line's text files (sources to translate, hypotheses, references) and of the analysis
     data: only ``\\n`` ends a line, a Windows ``\\r`` before it is dropped, and a last line without a final newline is
-    kept (``"a\\nb"`` is two lines, as is ``"a\\nb\\n"``). Invalid UTF-8 raises ``ValueError`` naming the file and line.
+    kept (``"a\\nb"`` is two lines, as is ``"a\\nb\\n"``). Invalid UTF-8 raises ``ValueError`` naming the file and line, as
+    does a UTF-16/32 file (:func:`wide_encoding`).
     """
+    encoding = wide_encoding(path)
+    if encoding is not None:
+        raise ValueError(not_utf8_message(path, encoding))
     lines = []
     for number, raw in enumerate(iter_byte_lines(path), start=1):
         try:
