@@ -130,8 +130,11 @@ def wide_encoding(path: str | os.PathLike, sample: int = 4096) -> str | None:
     ``"UTF-16 LE (byte order mark FF FE)"``, ``"UTF-16 BE (NUL bytes before its characters)"`` ..., or None. UTF-16 of
     ASCII text is valid UTF-8 (each character followed or preceded by a NUL byte), so it must be caught by its shape:
     a byte order mark, or NUL bytes at every other offset."""
-    with open_binary(path) as handle:
-        head = handle.read(sample)
+    try:
+        with open_binary(path) as handle:
+            head = handle.read(sample)
+    except (EOFError, gzip.BadGzipFile, OSError):
+        return None  # unreadable: iter_byte_lines says so, naming the file
     for bom, name in _WIDE_BOMS:
         if head.startswith(bom):
             return f"{name} (byte order mark {bom.hex(' ').upper()})"
