@@ -60,9 +60,9 @@ class TrainingInterrupted(KeyboardInterrupt):
 
     def __init__(self, step: int, saved: tuple[int, Path] | None):
         self.step, self.saved = step, saved
-        where = (f"{saved[1]} holds step {saved[0]}" if saved is not None else
+        where = (f"the last checkpoint, {saved[1]}, holds step {saved[0]}" if saved is not None else
                  "no checkpoint was written yet")
-        super().__init__(f"training interrupted at step {step}; {where}")
+        super().__init__(f"training stopped at step {step} (interrupted); {where}")
 
 
 def check_resume_tokenizers(payload: dict, path, data: ParallelDataset, prepared: Path) -> None:
