@@ -48,23 +48,28 @@ class NoSpaceLeft(OSError):
         return self.strerror
 
 
-def _out_of_space(error: BaseException) -> bool:
-    """Whether ``error`` or one it was raised from or during is an ``ENOSPC``/``EDQUOT``: torch's archive writer turns
-    the ``OSError`` of a full disk into ``RuntimeError("[enforce fail at inline_container.cc] ... unexpected pos")``
-    raised during it."""
+def _underlying(error: BaseException | None, kind: Callable[[BaseException], bool]) -> bool:
+    """Whether ``error`` or one it was raised from or during is of ``kind``: torch's archive writer turns an exception
+    of the file's ``write`` (the ``OSError`` of a full disk, the ``KeyboardInterrupt`` of a Ctrl-C) into
+    ``RuntimeError("[enforce fail at inline_container.cc] ... unexpected pos")`` raised during it."""
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        if kind(error):
             return True
         error = error.__cause__ or error.__context__
     return False
 
 
+def _out_of_space(error: BaseException) -> bool:
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
     """Calls ``write(handle)`` on a temporary file beside ``path``, fsyncs it and renames it over ``path``: readers see
     the old file or the new one, never a partial file (streams, so large payloads are not held in memory twice). A full
-    disk raises :class:`NoSpaceLeft`; the temporary file is removed on any failure."""
+    disk raises :class:`NoSpaceLeft`, a Ctrl-C ``KeyboardInterrupt`` (whatever ``write`` made of them); the temporary
+    file is removed on any failure."""
     path = Path(path)
     fd, tmp = _temp_beside(path)
     try:
@@ -75,7 +80,9 @@ def atomic_write_with(path: str | os.PathLike, write: Callable[[BinaryIO], None]
         os.replace(tmp, path)
     except BaseException as error:
         Path(tmp).unlink(missing_ok=True)
-        if _out_of_space(error) and not isinstance(error, NoSpaceLeft):
+        if isinstance(error, Exception) and _underlying(error, lambda e: isinstance(e, KeyboardInterrupt)):
+            raise KeyboardInterrupt from error  # Ctrl-C stays Ctrl-C
+        if _underlying(error, _out_of_space) and not isinstance(error, NoSpaceLeft):
             raise NoSpaceLeft(path) from error
         raise
     return path

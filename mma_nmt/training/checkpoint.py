@@ -82,6 +82,15 @@ def check_same_model(saved: dict | None, wanted: dict, path) -> None:
         raise CheckpointError(f"checkpoint {path} was written for a different model config: " + "; ".join(diffs[:8]))
 
 
+def checkpoint_step(path: str | Path) -> int:
+    """The ``step`` of a checkpoint, read without loading its tensors (memory-mapped)."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["step"])
+    except Exception as error:
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated and cannot be read "
+                              f"({_load_failure(error)})") from error
+
+
 class CheckpointManager:
     """``last.pt`` after every save, ``best.pt`` when the validation metric improves, ``step_<n>.pt`` kept for the
     ``keep_periodic`` most recent saves (0 keeps none).
@@ -121,7 +130,7 @@ class CheckpointManager:
             candidates.append(best)
         if not candidates:
             return None
-        return max(candidates, key=lambda path: load_checkpoint(path)["step"])
+        return max(candidates, key=checkpoint_step)
 
     def save(self, payload: dict, step: int, *, is_best: bool = False) -> Path:
         for stale in self.stale_temporaries():

@@ -24,8 +24,8 @@ from mma_nmt.evaluation.scoring import corpus_bleu
 from mma_nmt.models import build_model
 from mma_nmt.models.lstm_attention import holds_reference_layout
 from mma_nmt.training import distributed as dist
-from mma_nmt.training.checkpoint import (CheckpointError, CheckpointManager, check_same_model, load_checkpoint,
-                                         load_weights, tokenizer_fingerprints)
+from mma_nmt.training.checkpoint import (CheckpointError, CheckpointManager, check_same_model, checkpoint_step,
+                                         load_checkpoint, load_weights, tokenizer_fingerprints)
 from mma_nmt.training.early_stopping import EarlyStopping
 from mma_nmt.training.hardware import hardware
 from mma_nmt.training.config import LossNormalization, RunConfig
@@ -213,7 +213,6 @@ class Trainer:
         self.save_dir = Path(cfg.save_dir)
         self.checkpoints = CheckpointManager(self.save_dir, keep_periodic=cfg.keep_periodic)
         self.logger = JsonLinesLogger(self.save_dir / "log.jsonl", enabled=self.info.is_main)
-        self.saved: tuple[int, Path] | None = None  # (step, file) of the newest checkpoint this run wrote or resumed
         self._resume_event: dict | None = None  # logged once the run directory's lock is held (see train)
         resume_from = self.checkpoints.resume_point() if cfg.resume else None
         self.resumed = resume_from is not None
@@ -240,7 +239,6 @@ class Trainer:
         payload = self.state_dict()  # every process takes part (RNG states are gathered)
         if self.info.is_main:
             path = self.checkpoints.save(payload, self.step, is_best=is_best)
-            self.saved = (self.step, path)
             self.logger.log("checkpoint", step=self.step, path=str(path), best=is_best)
         dist.barrier(self.info)
 
@@ -268,7 +266,6 @@ class Trainer:
         self.early_stopping.load_state_dict(payload)
         self.recent_losses.clear()
         self.recent_losses.extend(payload.get("recent_losses", []))
-        self.saved = (self.step, Path(path))
         self._resume_event = {"step": self.step, "path": str(path), "epoch": self.sampler.epoch}
 
     # ---- one update --------------------------------------------------------------------------------------------
@@ -420,7 +417,16 @@ class Trainer:
             try:
                 return self._train()
             except KeyboardInterrupt:
-                raise TrainingInterrupted(self.step, self.saved) from None
+                raise TrainingInterrupted(self.step, self._resume_point()) from None
+
+    def _resume_point(self) -> tuple[int, Path] | None:
+        """(step, file) of the checkpoint the next run resumes from, as it is on disk now (a Ctrl-C may have come after
+        a save's rename, before the save returned)."""
+        try:
+            path = self.checkpoints.resume_point()
+            return None if path is None else (checkpoint_step(path), path)
+        except CheckpointError:
+            return None
 
     def _train(self) -> dict:
         from tqdm import tqdm

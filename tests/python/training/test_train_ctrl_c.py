@@ -9,8 +9,10 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
+from mma_nmt.training.checkpoint import save_checkpoint
 from nmt_fixtures import tiny_data, tiny_overrides  # noqa: F401  (fixture)
 
 
@@ -47,3 +49,32 @@ def test_ctrl_c_prints_one_line_with_the_last_checkpoint_and_the_resume_command(
     resume = err.split("to resume, run: ", 1)[1].strip()
     assert resume.startswith("mma-nmt train --set ") and "train.max_steps=100000" in resume, err
     assert "--overwrite" not in resume and "train.resume" not in resume, err  # the same command would start over
+
+
+class Interrupted:
+    """A file handle that gets a Ctrl-C once some of the file is written."""
+
+    def __init__(self, handle):
+        self.handle, self.room = handle, 4096
+
+    def write(self, data):
+        if len(data) > self.room:
+            raise KeyboardInterrupt
+        self.room -= len(data)
+        return self.handle.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+
+def test_ctrl_c_during_a_checkpoint_write_stays_a_keyboard_interrupt(tmp_path, monkeypatch):
+    """torch's archive writer turns an exception of the file's write into "[enforce fail at inline_container.cc]
+    unexpected pos" (a RuntimeError): a Ctrl-C during a save must still be a Ctrl-C (and leave no temporary file)."""
+    import mma_nmt.training.checkpoint as checkpoint
+
+    real = checkpoint.atomic_write_with
+    monkeypatch.setattr(checkpoint, "atomic_write_with",
+                        lambda path, write: real(path, lambda handle: write(Interrupted(handle))))
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint({"model": {"w": torch.zeros(1000)}, "step": 1}, tmp_path / "last.pt")
+    assert list(tmp_path.iterdir()) == []
