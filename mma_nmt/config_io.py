@@ -104,18 +104,41 @@ def check_choices(section: str, config) -> None:
 
 
 def load_file(path: str | Path) -> dict:
-    """A TOML (``.toml``), YAML (``.yaml``/``.yml``) or JSON file as a dict."""
+    """A TOML (``.toml``), YAML (``.yaml``/``.yml``) or JSON file as a dict. A UTF-8 byte order mark at the start is
+    accepted and dropped (TOML forbids it, but Windows editors write it); a file that does not parse raises ValueError
+    in one line naming the file, the line and column, and the parser's complaint."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    if path.suffix not in (".toml", ".yaml", ".yml", ".json"):
+        raise ValueError(f"config file {path} must end in .toml, .yaml, .yml or .json")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"config file {path} is not UTF-8 text (byte {error.start}): save it as UTF-8") from None
     if path.suffix == ".toml":
         import tomllib
-        return tomllib.loads(text)
-    if path.suffix in (".yaml", ".yml"):
-        import yaml
-        return yaml.safe_load(text) or {}
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as error:
+            raise ValueError(f"{path}: not valid TOML: {error}") from None
     if path.suffix == ".json":
-        return json.loads(text)
-    raise ValueError(f"config file {path} must end in .toml, .yaml, .yml or .json")
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{error.lineno}:{error.colno}: not valid JSON: {error.msg}") from None
+    import yaml
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(_yaml_error(path, error)) from None
+
+
+def _yaml_error(path: Path, error) -> str:
+    """PyYAML's several-line message (with source excerpts and carets) as ``path:line:column: not valid YAML: ...``."""
+    mark = getattr(error, "problem_mark", None)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    context = getattr(error, "context", None)
+    return f"{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
 
 
 def parse_value(text: str):

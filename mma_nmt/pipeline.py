@@ -16,17 +16,22 @@ from mma_nmt.training.config import RunConfig
 
 def prepare_data(run: RunConfig) -> Path:
     """Runs the data package's (idempotent) preparation described by the ``[data]`` section."""
-    from mma_nmt.config_io import from_dict
     from mma_nmt.data import PrepareConfig, prepare
 
-    return prepare(from_dict(PrepareConfig, run.data, "data"))
+    return prepare(PrepareConfig.from_section(run.data))
 
 
 def ensure_prepared(run: RunConfig, *, say: Callable[[str], None] = lambda text: None) -> None:
-    """Prepares the data of ``run`` unless its prepared directory is complete (``say`` hears when it starts)."""
-    if not (run.prepared_dir() / "meta.json").is_file():
+    """Prepares the data of ``run`` unless its prepared directory is complete (``say`` hears when it starts); a
+    complete one must have been prepared with the settings ``[data]`` gives (ValueError naming the first that differ,
+    see :mod:`mma_nmt.data.prepared_settings`)."""
+    from mma_nmt.data.prepared_settings import check_prepared_matches, recorded_settings
+
+    if recorded_settings(run.prepared_dir()) is None:
         say(f"preparing {run.data.get('corpus')} into {run.prepared_dir()}")
         prepare_data(run)
+    else:
+        check_prepared_matches(run.data, run.prepared_dir())
 
 
 def train(run: RunConfig) -> dict:

@@ -7,6 +7,7 @@ Every command reads a run config (``--config file.toml|.yaml|.json``) and dotted
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
@@ -271,11 +272,44 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _run(args)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: one line, the shell's status for SIGINT
+        if debug:
+            raise
+        print(f"mma-nmt: {_interrupted(args.command, interrupt, argv)}", file=sys.stderr)
+        return 130
     except Exception as error:
         if debug:
             raise
         print(f"mma-nmt: error: {_message(error)}", file=sys.stderr)
         return 2
+
+
+_STARTS_OVER = ("--overwrite", "train.resume=", "train.overwrite=")  # what a resuming command must not repeat
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command line that resumes an interrupted ``train``: ``argv`` without what would start it over
+    (``--overwrite``, ``--set train.resume=...``, ``--set train.overwrite=...``)."""
+    kept, skip_next = [], False
+    for index, arg in enumerate(argv):
+        if skip_next:
+            skip_next = False
+            continue
+        value = arg.split("=", 1)[1] if arg.startswith("--set=") else argv[index + 1] if (
+            arg == "--set" and index + 1 < len(argv)) else None
+        if arg == "--overwrite" or (value is not None and value.strip().startswith(_STARTS_OVER[1:])):
+            skip_next = arg == "--set"
+            continue
+        kept.append(arg)
+    return shlex.join(["mma-nmt", *kept])
+
+
+def _interrupted(command: str, interrupt: KeyboardInterrupt, argv: list[str]) -> str:
+    """The line printed for Ctrl-C: where a training run stopped (its last checkpoint) and how to resume it."""
+    if command != "train":
+        return f"{command} interrupted"
+    where = str(interrupt) or "training interrupted"
+    return f"{where}; to resume, run: {resume_command(argv)}"
 
 
 def _message(error: Exception) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from mma_nmt.config_io import check_choices
+from mma_nmt.config_io import check_choices, from_dict, load_file, require_at_least
 from mma_nmt.data.corpora import CorpusSpec, default_data_dir, get_corpus
 from mma_nmt.data.dataset import save_ids
 from mma_nmt.data.fileio import atomic_write_bytes, atomic_write_json, atomic_write_lines
@@ -97,17 +97,18 @@ class PrepareConfig:
         return cls(**values)
 
     @classmethod
+    def from_section(cls, values: dict, where: str = "data") -> "PrepareConfig":
+        """Builds and validates a config from a run config's ``[data]`` table, as every other section is read: an
+        unknown key, a value of the wrong type or out of range raises ValueError naming ``data.<key>``."""
+        config = from_dict(cls, values, where)
+        config.validate()
+        return config
+
+    @classmethod
     def from_file(cls, path: str | os.PathLike, section: str | None = None) -> "PrepareConfig":
-        """Reads a ``.json`` or ``.toml`` file (optionally one table of it, e.g. ``section="data"``)."""
+        """Reads a ``.json``, ``.toml`` or ``.yaml`` file (optionally one table of it, e.g. ``section="data"``)."""
         path = Path(path)
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".toml":
-            import tomllib  # Python >= 3.11
-            values = tomllib.loads(text)
-        elif path.suffix == ".json":
-            values = json.loads(text)
-        else:
-            raise ValueError(f"{path}: expected a .json or .toml config file")
+        values = load_file(path)
         if section is not None:
             if section not in values:
                 raise KeyError(f"{path}: no [{section}] section")
@@ -116,12 +117,16 @@ class PrepareConfig:
 
     def validate(self) -> None:
         """Raises ValueError for an invalid setting, naming it."""
-        get_corpus(self.corpus)
+        try:
+            get_corpus(self.corpus)
+        except KeyError as error:
+            raise ValueError(f"data.corpus: {error.args[0]}") from None
         check_choices("data", self)
-        if self.vocab_size <= 4 or self.max_len <= 0:
-            raise ValueError(f"vocab_size must be > 4 and max_len > 0, got {self.vocab_size} and {self.max_len}")
+        require_at_least("data", self, vocab_size=5, max_len=1, max_line_chars=1, workers=0)
         if self.max_train_lines is not None and self.max_train_lines <= 0:
-            raise ValueError(f"max_train_lines must be positive or None, got {self.max_train_lines}")
+            raise ValueError(f"data.max_train_lines must be positive or absent, got {self.max_train_lines}")
+        if self.character_coverage is not None and not 0 < self.character_coverage <= 1:
+            raise ValueError(f"data.character_coverage must be in (0, 1], got {self.character_coverage}")
 
 
 def _digest(obj) -> str:

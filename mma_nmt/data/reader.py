@@ -7,6 +7,11 @@ Problems found, per line of either file (``kind`` names used in reports and erro
 - ``line_too_long``: the line has more than ``max_line_chars`` characters.
 - ``windows_line_ending``: the line ends in ``\\r\\n``.
 - ``line_count_mismatch``: one file has lines past the end of the other.
+- ``nul_byte``: the line holds a NUL byte (binary data; UTF-8 text has none).
+
+A file that is UTF-16 or UTF-32 rather than UTF-8 (a byte order mark, or NUL bytes at every other offset: UTF-16 of
+ASCII text is valid UTF-8) is refused whole under both policies (``DataFormatError`` of kind ``not_utf8``, naming the
+file and the likely encoding).
 
 ``on_error="fail"`` raises :class:`DataFormatError` (``path:line: kind: detail``) at the first problem.
 ``on_error="skip"`` drops every pair with a problem on either side (the ``\\r`` of a Windows line ending is removed instead
@@ -27,7 +32,7 @@ from typing import Literal
 
 from tqdm import tqdm
 
-from mma_nmt.data.fileio import iter_byte_lines
+from mma_nmt.data.fileio import iter_byte_lines, not_utf8_message, wide_encoding
 
 OnError = Literal["skip", "fail"]
 ON_ERROR_POLICIES = typing.get_args(OnError)
@@ -108,6 +113,9 @@ def _check_line(raw: bytes, number: int, max_line_chars: int) -> tuple[str | Non
     if number == 1 and text.startswith("\ufeff"):
         text = text[1:]
         problems.append(("bom", "UTF-8 byte order mark removed"))
+    if "\x00" in text:
+        problems.append(("nul_byte", f"NUL byte at character {text.index(chr(0))} (binary data, or UTF-16 text?)"))
+        return None, problems
     text = text.strip()
     if not text:
         problems.append(("empty_line", "line is empty or whitespace only"))
@@ -163,6 +171,9 @@ def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike, *, o
     for path in paths:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: no such file")
+        encoding = wide_encoding(path)
+        if encoding is not None:  # refused under both policies: every line would be garbage
+            raise DataFormatError(path, 1, "not_utf8", not_utf8_message(path, encoding))
     report = ReadReport(src_path=str(paths[0]), tgt_path=str(paths[1]))
     src: list[str] = []
     tgt: list[str] = []

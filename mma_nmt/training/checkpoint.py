@@ -98,6 +98,15 @@ def check_same_model(saved: dict | None, wanted: dict, path) -> None:
         raise CheckpointError(f"checkpoint {path} was written for a different model config: " + "; ".join(diffs[:8]))
 
 
+def checkpoint_step(path: str | Path) -> int:
+    """The ``step`` of a checkpoint, read without loading its tensors (memory-mapped)."""
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["step"])
+    except Exception as error:
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated and cannot be read "
+                              f"({_load_failure(error)})") from error
+
+
 class CheckpointManager:
     """``last.pt`` after every save, ``best.pt`` when the validation metric improves, ``step_<n>.pt`` kept for the
     ``keep_periodic`` most recent saves (0 keeps none).
@@ -122,6 +131,22 @@ class CheckpointManager:
     def stale_temporaries(self) -> list[Path]:
         """Temporary files of this manager's checkpoints, left behind by a killed save."""
         return sorted(p for pattern in self.TEMPORARY_PATTERNS for p in self.directory.glob(pattern))
+
+    def resume_point(self) -> Path | None:
+        """The checkpoint a resumed run continues from: ``last.pt``; where a save failed (a full disk) before the first
+        ``last.pt`` was written, the newest complete one of ``step_<n>.pt`` and ``best.pt`` (every file is written
+        atomically, so each one present is whole and holds the full training state of its step); None when there is
+        no checkpoint."""
+        last = self.directory / "last.pt"
+        if last.is_file():
+            return last
+        candidates = self.periodic()[-1:]
+        best = self.directory / "best.pt"
+        if best.is_file():
+            candidates.append(best)
+        if not candidates:
+            return None
+        return max(candidates, key=checkpoint_step)
 
     def save(self, payload: dict, step: int, *, is_best: bool = False) -> Path:
         for stale in self.stale_temporaries():
@@ -207,6 +232,18 @@ def check_tokenizers(payload: dict, path, src_tokenizer, tgt_tokenizer) -> None:
                                   f"data (data.out_dir) the model was trained on")
 
 
+def load_weights(model: torch.nn.Module, weights: dict, path) -> None:
+    """``model.load_state_dict(weights)``, refusing weights that do not fit with one line (:class:`CheckpointError`)
+    naming the checkpoint and the first misfits, instead of torch's message of one line per tensor."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as error:
+        lines = [line.strip().rstrip(".") for line in str(error).splitlines()[1:] if line.strip()]
+        shown = "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more" if len(lines) > 3 else "")
+        raise CheckpointError(f"the weights of checkpoint {path} do not fit the model of its config: "
+                              f"{' '.join(shown.split()) or str(error).strip()}") from error
+
+
 def load_model(path: str | Path, device="cpu", *, tokenizers: tuple | None = None):
     """``(model in eval mode, model config)`` rebuilt from a checkpoint's config and weights, refused when a weight is
     NaN or inf (:func:`check_finite_weights`); with ``tokenizers`` (source, target) first checks that the checkpoint
@@ -220,5 +257,5 @@ def load_model(path: str | Path, device="cpu", *, tokenizers: tuple | None = Non
         check_tokenizers(payload, path, *tokenizers)
     config = model_config_from_dict({"preset": "", **payload["model_config"]})
     model = build_model(config).to(device)
-    model.load_state_dict(payload["model"])
+    load_weights(model, payload["model"], path)
     return model.eval(), config

@@ -100,6 +100,9 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self):
+        from mma_nmt.data.prepare import PrepareConfig
+
+        PrepareConfig.from_section(self.data)  # [data] is checked when the config is read, as every other section
         check_min_len_fits(self.decode, getattr(self.model, "max_positions", None))
 
     def prepared_dir(self) -> Path:

@@ -100,7 +100,7 @@ def claim_for_fresh_start(directory: str | Path, *, overwrite: bool) -> list[Pat
     if found and not overwrite:
         names = ", ".join(p.name for p in found[:5])
         raise ValueError(f"{directory} already holds checkpoints ({names}) and this run starts afresh (train.resume is "
-                         f"false, or there is no last.pt to resume from): it would overwrite them. Choose a new "
+                         f"false): it would overwrite them. Resume it (train.resume=true), choose a new "
                          f"train.save_dir, or delete them with --overwrite (train.overwrite=true)")
     for path in found:
         path.unlink()

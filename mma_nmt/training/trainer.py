@@ -18,12 +18,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mma_nmt.config_io import to_dict
 from mma_nmt.data import ParallelDataset, TokenBatchSampler, collate
+from mma_nmt.data.prepared_settings import check_prepared_matches
 from mma_nmt.decoding.translate import translate_dataset
 from mma_nmt.evaluation.scoring import corpus_bleu
 from mma_nmt.models import build_model
 from mma_nmt.models.lstm_attention import holds_reference_layout
 from mma_nmt.training import distributed as dist
-from mma_nmt.training.checkpoint import CheckpointError, CheckpointManager, load_checkpoint, tokenizer_fingerprints
+from mma_nmt.training.checkpoint import (CheckpointError, CheckpointManager, check_same_model, checkpoint_step,
+                                         load_checkpoint, load_weights, tokenizer_fingerprints)
 from mma_nmt.training.early_stopping import EarlyStopping
 from mma_nmt.training.hardware import hardware
 from mma_nmt.training.config import LossNormalization, RunConfig
@@ -50,6 +52,38 @@ NORMALIZATIONS = typing.get_args(LossNormalization)
 class TrainingDiverged(RuntimeError):
     """More skipped steps (NaN/inf loss or gradient, loss spike) than ``train.max_bad_steps``, or parameters that are
     no longer finite when a checkpoint is due."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :meth:`Trainer.train`; ``str()`` says at which step, and which checkpoint a resumed run starts
+    from."""
+
+    def __init__(self, step: int, saved: tuple[int, Path] | None):
+        self.step, self.saved = step, saved
+        where = (f"the last checkpoint, {saved[1]}, holds step {saved[0]}" if saved is not None else
+                 "no checkpoint was written yet")
+        super().__init__(f"training stopped at step {step} (interrupted); {where}")
+
+
+def check_resume_tokenizers(payload: dict, path, data: ParallelDataset, prepared: Path) -> None:
+    """Refuses (:class:`CheckpointError`, naming both fingerprints and the ways out) to resume checkpoint ``path`` on
+    prepared data whose subword models are not the ones it was trained with (another vocabulary size, or the same size
+    with other pieces). Checkpoints from before the fingerprints were recorded are checked on the vocabulary sizes."""
+    saved = payload.get("tokenizers") or {}
+    now = tokenizer_fingerprints(data.src_tokenizer, data.tgt_tokenizer)
+    sizes = {"src": data.src_tokenizer.vocab_size, "tgt": data.tgt_tokenizer.vocab_size}
+    config = payload.get("model_config") or {}
+    for side in ("src", "tgt"):
+        if saved.get(side, now[side]) != now[side]:
+            found = f"SentencePiece model {saved[side][:16]}, but {prepared} now holds {now[side][:16]}"
+        elif config.get(f"{side}_vocab_size", sizes[side]) != sizes[side]:
+            found = f"vocabulary of {config[f'{side}_vocab_size']} pieces, but {prepared} now holds {sizes[side]}"
+        else:
+            continue
+        raise CheckpointError(
+            f"cannot resume {path}: it was trained with the {side} {found} (the data was prepared again with other "
+            f"settings); resuming would go on training on other token ids. Train in another train.save_dir, start over "
+            f"in this one with --overwrite (train.resume=false, train.overwrite=true), or prepare the data as before")
 
 
 def pick_device(name: str) -> torch.device:
@@ -152,6 +186,7 @@ class Trainer:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.info = dist.init_distributed(self.device)
+        check_prepared_matches(run.data, run.prepared_dir())
         self.train_data = ParallelDataset.load(run.prepared_dir(), "train")
         self.valid_data = ParallelDataset.load(run.prepared_dir(), "valid")
         self.model_config = with_vocabulary(run.model, self.train_data)
@@ -178,9 +213,11 @@ class Trainer:
         self.save_dir = Path(cfg.save_dir)
         self.checkpoints = CheckpointManager(self.save_dir, keep_periodic=cfg.keep_periodic)
         self.logger = JsonLinesLogger(self.save_dir / "log.jsonl", enabled=self.info.is_main)
-        self.resumed = cfg.resume and (self.save_dir / "last.pt").is_file()
+        self._resume_event: dict | None = None  # logged once the run directory's lock is held (see train)
+        resume_from = self.checkpoints.resume_point() if cfg.resume else None
+        self.resumed = resume_from is not None
         if self.resumed:
-            self.load(self.save_dir / "last.pt")
+            self.load(resume_from)
 
     # ---- checkpoints -------------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -206,14 +243,18 @@ class Trainer:
         dist.barrier(self.info)
 
     def load(self, path: Path) -> None:
-        """Restores everything needed to continue exactly: weights, optimizer, schedule, data position, RNG."""
-        payload = load_checkpoint(path, model_config=to_dict(self.model_config), map_location=self.device)
+        """Restores everything needed to continue exactly: weights, optimizer, schedule, data position, RNG. Refuses
+        (:class:`CheckpointError`) a checkpoint trained with other subword models than the prepared data's: training
+        would go on with other token ids, and the next save would record the new tokenizers as the model's."""
+        payload = load_checkpoint(path, map_location=self.device)
+        check_resume_tokenizers(payload, path, self.train_data, self.run.prepared_dir())
+        check_same_model(payload.get("model_config"), to_dict(self.model_config), path)
         if holds_reference_layout(payload["model"]):
             raise CheckpointError(
                 f"{path} holds the LSTM attention in its earlier layout (written before the LSTM used "
                 "LuongMultiheadAttention): its weights load for translation and evaluation, but its optimizer state "
                 "has the earlier shapes, so training cannot resume from it; train in a new train.save_dir")
-        self.model.load_state_dict(payload["model"])
+        load_weights(self.model, payload["model"], path)
         self.optimizer.load_state_dict(payload["optimizer"])
         self.schedule.load_state_dict(payload["schedule"])
         self.sampler.load_state_dict({**payload["sampler"], "rank": self.info.rank})
@@ -225,7 +266,7 @@ class Trainer:
         self.early_stopping.load_state_dict(payload)
         self.recent_losses.clear()
         self.recent_losses.extend(payload.get("recent_losses", []))
-        self.logger.log("resume", step=self.step, path=str(path), epoch=self.sampler.epoch)
+        self._resume_event = {"step": self.step, "path": str(path), "epoch": self.sampler.epoch}
 
     # ---- one update --------------------------------------------------------------------------------------------
     def train_step(self, batches) -> torch.Tensor | None:
@@ -363,13 +404,29 @@ class Trainer:
     def train(self) -> dict:
         """Trains until max_steps / max_epochs / max_minutes; returns the last validation result. Holds the run
         directory's lock meanwhile (``RunDirectoryBusy`` when another run holds it); a run that does not resume
-        refuses a directory with checkpoints unless ``train.overwrite``."""
+        refuses a directory with checkpoints unless ``train.overwrite``. Nothing is written to the run directory before
+        the lock is held. Ctrl-C raises :class:`TrainingInterrupted`, which says where the run stopped."""
         with RunDirectoryLock(self.save_dir) if self.info.is_main else contextlib.nullcontext():
             if self.info.is_main and not self.resumed:
                 for path in claim_for_fresh_start(self.save_dir, overwrite=self.run.train.overwrite):
                     self.logger.log("overwrite", path=str(path))
+            if self._resume_event is not None:
+                self.logger.log("resume", **self._resume_event)
+                self._resume_event = None
             dist.barrier(self.info)
-            return self._train()
+            try:
+                return self._train()
+            except KeyboardInterrupt:
+                raise TrainingInterrupted(self.step, self._resume_point()) from None
+
+    def _resume_point(self) -> tuple[int, Path] | None:
+        """(step, file) of the checkpoint the next run resumes from, as it is on disk now (a Ctrl-C may have come after
+        a save's rename, before the save returned)."""
+        try:
+            path = self.checkpoints.resume_point()
+            return None if path is None else (checkpoint_step(path), path)
+        except CheckpointError:
+            return None
 
     def _train(self) -> dict:
         from tqdm import tqdm

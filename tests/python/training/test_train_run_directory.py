@@ -113,3 +113,14 @@ def test_compiled_training_matches_eager(tiny_data, tmp_path, monkeypatch):
     for name, weight in eager.items():
         torch.testing.assert_close(compiled[name], weight, rtol=1e-4, atol=1e-6, msg=functools.partial(
             lambda name, message: f"{name}: {message}", name))
+
+
+def test_a_run_refused_by_the_lock_writes_nothing_into_the_running_jobs_log(tiny_data, tmp_path):
+    """A second run that would resume the running job's checkpoint is refused by the lock before it writes anything:
+    no ``resume`` event of its own in the job's ``log.jsonl`` (issue 50, case 17)."""
+    Trainer(_run(tiny_data, tmp_path, "train.max_steps=2")).train()
+    log_before = (tmp_path / "log.jsonl").read_bytes()
+    with RunDirectoryLock(tmp_path):  # the running job
+        with pytest.raises(RunDirectoryBusy):
+            Trainer(_run(tiny_data, tmp_path, "train.max_steps=4")).train()
+    assert (tmp_path / "log.jsonl").read_bytes() == log_before
