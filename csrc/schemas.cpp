@@ -7,10 +7,10 @@ TORCH_LIBRARY(mma_nmt, m) {
   // as lengths. Returns (out (B,H,T,Dv), lse (B,H,T), probs (B,H,T,S) if return_probs else (0,)).
   m.def(
       "attention(Tensor q, Tensor k, Tensor v, Tensor? key_lengths, int[] head_kinds, int window, float scale, "
-      "int query_offset=0, float dropout_p=0.0, int seed=0, bool return_probs=False) -> (Tensor, Tensor, Tensor)");
+      "int query_offset=0, float dropout_p=0.0, SymInt seed=0, bool return_probs=False) -> (Tensor, Tensor, Tensor)");
   m.def(
       "attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? key_lengths, "
-      "int[] head_kinds, int window, float scale, int query_offset, float dropout_p, int seed) "
+      "int[] head_kinds, int window, float scale, int query_offset, float dropout_p, SymInt seed) "
       "-> (Tensor, Tensor, Tensor)");
 
   // Gaussian-mixture concentrated cross-attention (SPEC section 5, csrc/gmm/): per query, out = (1 - gate) * (alpha v)

@@ -52,7 +52,13 @@ SdpaVisibility sdpa_visibility(const AttentionParams& p, const at::Tensor& q,
     visible = visible & keys_past_sentence(*key_lengths, p.key_len).logical_not();  // (B, 1, T, S)
   }
   const at::Tensor empty = visible.any(-1, /*keepdim=*/true).logical_not_();  // (B or 1, 1, T, 1)
-  return {visible | empty, false, empty.squeeze(-1)};
+  if (!padded) return {visible | empty, false, empty.squeeze(-1)};
+  // A row without a visible key is shown its sentence's padding keys, which the callers zero (without_padding_keys),
+  // so that no NaN of a real key hidden from the row reaches its weights (exp(NaN - inf) in the backward); every key
+  // in a sentence without padding.
+  const at::Tensor padding = keys_past_sentence(*key_lengths, p.key_len);                      // (B, 1, 1, S)
+  const at::Tensor shown = padding | padding.any(-1, /*keepdim=*/true).logical_not();          // (B, 1, 1, S)
+  return {visible | (empty & shown), false, empty.squeeze(-1)};
 }
 
 // SDPA's kernels take one head size for q, k and v: the narrower side is padded with zero columns, which change neither
@@ -222,7 +228,8 @@ std::optional<AttentionTriple> attention_forward_by_sdpa(
     const std::optional<at::Tensor>& key_lengths) {
   const SdpaVisibility visibility = sdpa_visibility(p, q, key_lengths);
   const int64_t dim = common_head_dim(p);
-  const auto result = fused_forward({widened(q, dim), widened(k, dim), widened(v, dim), visibility, p.scale});
+  const at::Tensor keys = without_padding_keys(k, key_lengths), values = without_padding_keys(v, key_lengths);
+  const auto result = fused_forward({widened(q, dim), widened(keys, dim), widened(values, dim), visibility, p.scale});
   if (!result.has_value()) return std::nullopt;
   at::Tensor out = first_columns(result->first, p.value_dim);             // (B, H, T, Dv)
   at::Tensor lse = result->second.to(stats_dtype(q.scalar_type())).contiguous();  // (B, H, T)
@@ -243,7 +250,8 @@ std::optional<AttentionTriple> attention_backward_by_sdpa(
     row_lse = lse.masked_fill(visibility.empty_rows, std::numeric_limits<double>::infinity());
   }
   const int64_t dim = common_head_dim(p);
-  const auto grads = fused_backward({widened(q, dim), widened(k, dim), widened(v, dim), visibility, p.scale},
+  const at::Tensor keys = without_padding_keys(k, key_lengths), values = without_padding_keys(v, key_lengths);
+  const auto grads = fused_backward({widened(q, dim), widened(keys, dim), widened(values, dim), visibility, p.scale},
                                     widened(grad, dim), widened(out, dim), row_lse);
   if (!grads.has_value()) return std::nullopt;
   const auto& [grad_q, grad_k, grad_v] = *grads;

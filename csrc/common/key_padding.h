@@ -4,6 +4,9 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
+#include <vector>
+
 namespace mma_nmt {
 
 // (B, 1, 1, S) bool, true at the keys past each sentence's length. Lengths are clamped to [0, S] as the kernels clamp
@@ -11,6 +14,18 @@ namespace mma_nmt {
 inline at::Tensor keys_past_sentence(const at::Tensor& key_lengths, int64_t key_len) {
   const at::Tensor lengths = key_lengths.clamp(0, key_len).view({-1, 1, 1, 1});     // (B, 1, 1, 1)
   return at::arange(key_len, lengths.options()).view({1, 1, 1, key_len}) >= lengths;  // (B, 1, 1, S)
+}
+
+// x (B, ..., S, D) with the keys past each sentence's length set to 0; x itself without key_lengths. The compositions
+// call this on their keys and values before any product: torch's kernels (SDPA, matmul) multiply a padding key's
+// weight 0 by its value, and a masked logit is NaN + (-inf) = NaN, so a NaN behind the padding reached every row.
+inline at::Tensor without_padding_keys(const at::Tensor& x, const std::optional<at::Tensor>& key_lengths) {
+  if (!key_lengths.has_value()) return x;
+  const int64_t key_len = x.size(-2);
+  std::vector<int64_t> shape(x.dim(), 1);  // (B, 1, ..., S, 1)
+  shape[0] = x.size(0);
+  shape[x.dim() - 2] = key_len;
+  return x.masked_fill(keys_past_sentence(*key_lengths, key_len).view(shape), 0.0);
 }
 
 }  // namespace mma_nmt

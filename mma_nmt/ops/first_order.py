@@ -11,8 +11,13 @@ both to every operator.
 - :func:`refuse_forward_ad` is called on the tensor arguments of every call of an operator: a tangent attached to any
   of them (``torch.autograd.forward_ad`` or ``torch.func.jvp``) raises.
 
-Training, ``torch.compile`` (whose traced backward runs without grad mode), ``gradcheck`` and ``opcheck`` are
-unaffected.
+- :func:`refuse_functorch_gradients` does the same for ``torch.func``'s differentiating transforms (``grad``, ``vjp``,
+  ``jacrev``, ``hessian`` and ``vmap`` of them), whose own error ("an autograd.Function ... must override the
+  setup_context staticmethod") named no operator. ``vmap`` alone works (PyTorch loops over the batch).
+
+:func:`mma_nmt.ops.registration.register_operator` puts the checks into the operator's autograd kernel, so that they
+hold for ``torch.ops.mma_nmt.<name>`` called directly as for the Python functions. Training, ``torch.compile`` (whose
+traced backward runs without grad mode), ``gradcheck`` and ``opcheck`` are unaffected.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ import torch.autograd.forward_ad as forward_ad
 
 class HigherOrderGradientError(RuntimeError):
     """A second-order or forward-mode derivative of a fused operator was asked for; only first order exists."""
+
+
+class FunctionalTransformError(RuntimeError):
+    """A ``torch.func`` transform that differentiates (``grad``, ``vjp``, ``jacrev``, ...) reached a fused operator."""
 
 
 def first_order_only(op: str) -> Callable:
@@ -53,6 +62,17 @@ def refuse_forward_ad(op: str, tensors: Iterable[torch.Tensor | None]) -> None:
             f"{op}: forward-mode derivatives (torch.func.jvp, torch.autograd.forward_ad) are not implemented, only "
             f"reverse mode (backward, torch.autograd.grad). Use the plain-PyTorch reference (mma_nmt.reference) "
             f"for forward mode")
+
+
+def refuse_functorch_gradients(op: str, tensors: Iterable[torch.Tensor | None]) -> None:
+    """Raises :class:`FunctionalTransformError` when a ``torch.func`` transform is active and would differentiate this
+    call (grad mode on, an argument requiring grad): where PyTorch's generated autograd kernel would raise its own
+    message."""
+    if torch._C._are_functorch_transforms_active() and torch.is_grad_enabled() and _any_requires_grad(tensors):
+        raise FunctionalTransformError(
+            f"{op}: torch.func transforms that differentiate (grad, vjp, jacrev, hessian, vmap of them) are not "
+            f"supported; use torch.autograd.grad or .backward() (a loop over the batch instead of vmap), or the "
+            f"plain-PyTorch reference (mma_nmt.reference) inside torch.func")
 
 
 def _any_requires_grad(tensors) -> bool:

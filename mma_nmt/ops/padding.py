@@ -11,17 +11,26 @@ def lengths_from_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     """Converts a ``(batch, key_len)`` boolean mask (True = padding) into int64 lengths.
 
     The fused kernels take lengths, so padding must be a suffix of each row; a mask with holes raises ``ValueError``.
+    That check reads the mask's values. Under ``torch.compile`` it must not stop the graph (``fullgraph=True`` refused
+    the data-dependent ``torch.equal``), so there it runs inside the graph as ``torch._assert_async``: a
+    ``RuntimeError`` with the same message when the compiled code runs on the CPU, a device-side assertion on a GPU.
     """
     if key_padding_mask.dim() != 2 or key_padding_mask.dtype != torch.bool:
         raise ValueError(
             "key_padding_mask must be a (batch, key_len) bool tensor with True at padding, got "
             f"dtype {key_padding_mask.dtype} and shape {tuple(key_padding_mask.shape)}"
         )
-    lengths = (~key_padding_mask).sum(dim=-1)
-    positions = torch.arange(key_padding_mask.shape[-1], device=key_padding_mask.device)
-    if not torch.equal(positions.unsqueeze(0) >= lengths.unsqueeze(1), key_padding_mask):
-        raise ValueError("key_padding_mask must mark padding only at the end of each row (right padding)")
+    lengths = (~key_padding_mask).sum(dim=-1)  # (B,)
+    positions = torch.arange(key_padding_mask.shape[-1], device=key_padding_mask.device)  # (S,)
+    right_padded = positions.unsqueeze(0) >= lengths.unsqueeze(1)  # (B, S): the mask these lengths stand for
+    if torch.compiler.is_compiling():
+        torch._assert_async(torch.eq(right_padded, key_padding_mask).all(), _NOT_RIGHT_PADDED)
+    elif not torch.equal(right_padded, key_padding_mask):
+        raise ValueError(_NOT_RIGHT_PADDED)
     return lengths.to(torch.int64)
+
+
+_NOT_RIGHT_PADDED = "key_padding_mask must mark padding only at the end of each row (right padding)"
 
 
 def check_padding_mask_shape(op: str, key_padding_mask: torch.Tensor | None, batch: int, key_len: int) -> None:

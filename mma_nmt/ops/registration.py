@@ -4,8 +4,11 @@
 (meta) kernels of the operator and of its backward operator (``torch.library.register_fake``) and the operator's
 autograd formula (``torch.library.register_autograd``: ``setup_context`` plus a backward that calls the backward
 operator). It also applies, for every operator alike, the guards of :mod:`mma_nmt.ops.first_order`: the backward is
-wrapped in ``first_order_only``, and a call through the returned :class:`RegisteredOperator` first refuses forward-mode
-tangents (``refuse_forward_ad``) and devices this build has no kernels for (``require_device_support``).
+wrapped in ``first_order_only``; the operator's autograd kernel, which every call of ``torch.ops.mma_nmt.<name>`` goes
+through, refuses forward-mode tangents (``refuse_forward_ad``) and ``torch.func``'s differentiating transforms
+(``refuse_functorch_gradients``) before it runs the kernel ``torch.library.register_autograd`` would register; and a
+call through the returned :class:`RegisteredOperator` first refuses tangents and devices this build has no kernels for
+(``require_device_support``).
 
 Eager fast path (kept, for every operator). torch.library's generic autograd wrapper costs per call a Python round trip
 from the dispatcher, a redispatch and a rebuild of the schema's argument list (``torch._library.utils.fill_defaults``).
@@ -33,8 +36,10 @@ from typing import Callable
 
 import torch
 
+from torch._library.autograd import Info, make_autograd_impl
+
 from mma_nmt._extension import require_device_support
-from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
+from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad, refuse_functorch_gradients
 
 REGISTERED_OPERATORS: dict[str, RegisteredOperator] = {}  # "attention" -> its RegisteredOperator (register_operator)
 
@@ -79,9 +84,31 @@ def register_operator(name: str, *, fake: Callable, backward_fake: Callable, set
     torch.library.register_fake(f"mma_nmt::{name}")(fake)
     torch.library.register_fake(f"mma_nmt::{name}_backward")(backward_fake)
     guarded = first_order_only(f"mma_nmt.{name}")(backward)
-    torch.library.register_autograd(f"mma_nmt::{name}", guarded, setup_context=setup_context)
+    _register_guarded_autograd(name, guarded, setup_context)
     REGISTERED_OPERATORS[name] = RegisteredOperator(name, setup_context, guarded)
     return REGISTERED_OPERATORS[name]
+
+
+_LIBRARY = torch.library.Library("mma_nmt", "IMPL")  # holds the autograd kernels registered below
+
+
+def _register_guarded_autograd(name: str, backward: Callable, setup_context: Callable) -> None:
+    """What ``torch.library.register_autograd(f"mma_nmt::{name}", backward, setup_context=setup_context)`` does (the
+    same generated kernel, from the same torch internals it uses), behind the checks of forward-mode tangents and of
+    ``torch.func`` transforms. Without them a direct call of ``torch.ops.mma_nmt.<name>`` with a tangent returned no
+    tangent, silently, and ``torch.func.grad`` failed with a message that named no operator."""
+    op = getattr(torch.ops.mma_nmt, name).default
+    generated = make_autograd_impl(op, Info(backward, setup_context))
+    qualified = f"mma_nmt.{name}"
+
+    def autograd_kernel(keyset, *args, **keyword_only_args):
+        tensors = [t for arg in args for t in (arg if isinstance(arg, (list, tuple)) else (arg,))
+                   if isinstance(t, torch.Tensor)]
+        refuse_forward_ad(qualified, tensors)
+        refuse_functorch_gradients(qualified, tensors)
+        return generated(keyset, *args, **keyword_only_args)
+
+    _LIBRARY.impl(name, autograd_kernel, "Autograd", with_keyset=True)
 
 
 def _eager_function(op, setup_context: Callable, backward: Callable) -> type[torch.autograd.Function]:

@@ -17,6 +17,7 @@
 
 #include "attention/attention_composition.h"
 #include "attention/head_mask.h"
+#include "padding_nan.h"
 
 namespace {
 
@@ -103,6 +104,19 @@ TEST_P(AttentionCompositionMatchesCpuKernel, ForwardAndBackward) {
   close(std::get<0>(*grads), grad_q, "grad_q");
   close(std::get<1>(*grads), grad_k, "grad_k");
   close(std::get<2>(*grads), grad_v, "grad_v");
+
+  if (!lengths.has_value()) return;  // NaN behind the padding changes nothing (rows that see no key included)
+  using mma_nmt::testing::expect_untouched_by_padding;
+  const at::Tensor nan_k = mma_nmt::testing::with_nan_padding(k, *lengths);
+  const at::Tensor nan_v = mma_nmt::testing::with_nan_padding(v, *lengths);
+  const auto poisoned = mma_nmt::attention::attention_forward_by_sdpa(p, q, nan_k, nan_v, lengths);
+  expect_untouched_by_padding(std::get<0>(*poisoned), std::get<0>(*composed), "out");
+  expect_untouched_by_padding(std::get<1>(*poisoned), std::get<1>(*composed), "lse");
+  const auto poisoned_grads =
+      mma_nmt::attention::attention_backward_by_sdpa(p, grad_out, q, nan_k, nan_v, out, lse, lengths);
+  expect_untouched_by_padding(std::get<0>(*poisoned_grads), std::get<0>(*grads), "grad_q");
+  expect_untouched_by_padding(std::get<1>(*poisoned_grads), std::get<1>(*grads), "grad_k");
+  expect_untouched_by_padding(std::get<2>(*poisoned_grads), std::get<2>(*grads), "grad_v");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -218,10 +232,28 @@ TEST_P(MixedKindsMatchCpuKernel, ForwardAndBackward) {
   close(got_k, grad_k, "grad_k");
   close(got_v, grad_v, "grad_v");
 
+  if (lengths.has_value()) {  // NaN behind the padding changes nothing, in the SDPA groups and the kernel's alike
+    using mma_nmt::testing::expect_untouched_by_padding;
+    const at::Tensor nan_k = mma_nmt::testing::with_nan_padding(k, *lengths);
+    const at::Tensor nan_v = mma_nmt::testing::with_nan_padding(v, *lengths);
+    const auto [nan_out, nan_lse, nan_probs] =
+        mma_nmt::attention::attention_forward_by_kind(p, q, nan_k, nan_v, lengths, cpu_kernels);
+    expect_untouched_by_padding(nan_out, got_out, "out");
+    expect_untouched_by_padding(nan_lse, got_lse, "lse");
+    const auto [nan_q, nan_grad_k, nan_grad_v] =
+        mma_nmt::attention::attention_backward_by_kind(p, grad_out, q, nan_k, nan_v, out, lse, lengths, cpu_kernels);
+    expect_untouched_by_padding(nan_q, got_q, "grad_q");
+    expect_untouched_by_padding(nan_grad_k, got_k, "grad_k");
+    expect_untouched_by_padding(nan_grad_v, got_v, "grad_v");
+  }
+
   // Only the local heads reach the kernel (torch has a CPU flash kernel for every dtype tested), each once per pass.
   const std::vector<int64_t> local(std::count(c.kinds.begin(), c.kinds.end(), L), L);
-  EXPECT_EQ(kernel_forward_kinds, local);
-  EXPECT_EQ(kernel_backward_kinds, local);
+  const size_t passes = lengths.has_value() ? 2 : 1;  // with the NaN pass above
+  EXPECT_EQ(kernel_forward_kinds.size(), passes * local.size());
+  EXPECT_EQ(kernel_backward_kinds.size(), passes * local.size());
+  EXPECT_TRUE(std::all_of(kernel_forward_kinds.begin(), kernel_forward_kinds.end(), [](int64_t k) { return k == L; }));
+  EXPECT_TRUE(std::all_of(kernel_backward_kinds.begin(), kernel_backward_kinds.end(), [](int64_t k) { return k == L; }));
 }
 
 INSTANTIATE_TEST_SUITE_P(

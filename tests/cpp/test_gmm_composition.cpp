@@ -15,6 +15,7 @@
 
 #include "gmm/gmm_composition.h"
 #include "gmm/gmm_math.h"
+#include "padding_nan.h"
 
 namespace {
 
@@ -159,6 +160,20 @@ TEST_P(GmmCompositionMatchesCpuKernel, EveryOutputAndGradient) {
   ASSERT_TRUE(backward.has_value());
   const std::vector<at::Tensor> got = as_list(*forward, *backward);
   for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], kernel[i], reference[i], tolerance, kResultNames[i]);
+
+  if (in.key_lengths.has_value()) {  // NaN behind the padding changes nothing
+    const at::Tensor nan_k = mma_nmt::testing::with_nan_padding(in.k, *in.key_lengths);
+    const at::Tensor nan_v = mma_nmt::testing::with_nan_padding(in.v, *in.key_lengths);
+    const auto nan_forward = mma_nmt::gmm::gmm_forward_by_composition(p, in.q, nan_k, nan_v, in.key_lengths, in.omega,
+                                                                      in.mu, in.sigma, in.gate, false);
+    const auto nan_backward = mma_nmt::gmm::gmm_backward_by_composition(
+        p, in.grad_out, in.q, nan_k, nan_v, in.key_lengths, in.omega, in.mu, in.sigma, in.gate, kernel[1], kernel[3],
+        kernel[4]);
+    const std::vector<at::Tensor> poisoned = as_list(*nan_forward, *nan_backward);
+    for (size_t i = 0; i < got.size(); ++i) {
+      mma_nmt::testing::expect_untouched_by_padding(poisoned[i], got[i], kResultNames[i]);
+    }
+  }
 
   // Every compared tensor that is not empty by contract (weights not asked for, no local bias) holds something, so
   // that no comparison above is vacuous. The exception: with one component in strict mode beta = u / sum u does not

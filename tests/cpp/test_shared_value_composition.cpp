@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "luong/shared_value_composition.h"
+#include "padding_nan.h"
 
 namespace {
 
@@ -82,6 +83,22 @@ TEST_P(SharedValueCompositionMatchesCpuKernel, ForwardAndBackward) {
   close(c_grad_q, grad_q, "grad_q");
   close(c_grad_k, grad_k, "grad_k");
   close(c_grad_v, grad_v, "grad_v");
+
+  if (!lengths.has_value()) return;  // NaN behind the padding changes nothing
+  using mma_nmt::testing::expect_untouched_by_padding;
+  const at::Tensor nan_k = mma_nmt::testing::with_nan_padding(k, *lengths);
+  const at::Tensor nan_v = mma_nmt::testing::with_nan_padding(v, *lengths);
+  const auto [clean_out, clean_lse, clean_probs] =
+      mma_nmt::luong::shared_value_forward_by_composition(p, q, k, v, lengths, true);
+  const auto [n_out, n_lse, n_probs] = mma_nmt::luong::shared_value_forward_by_composition(p, q, nan_k, nan_v, lengths, true);
+  expect_untouched_by_padding(n_out, clean_out, "out");
+  expect_untouched_by_padding(n_lse, clean_lse, "lse");
+  expect_untouched_by_padding(n_probs, clean_probs, "probs");
+  const auto [n_grad_q, n_grad_k, n_grad_v] =
+      mma_nmt::luong::shared_value_backward_by_composition(p, grad_out, q, nan_k, nan_v, out, lse, lengths);
+  expect_untouched_by_padding(n_grad_q, c_grad_q, "grad_q");
+  expect_untouched_by_padding(n_grad_k, c_grad_k, "grad_k");
+  expect_untouched_by_padding(n_grad_v, c_grad_v, "grad_v");
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -200,7 +200,7 @@ void pack_pieces(const Pieces<const T*>& src, int64_t rows, T* dst, int64_t ld) 
 }
 
 // acc (nx, count * width; row stride acc_stride) += W (nx, ny) @ [mat pieces] (ny, count * width), as
-// accumulate_products (attention_tiles.h) with piece s of mat feeding columns [s * width, (s + 1) * width) of acc.
+// accumulate_products (attention_tiles.h; `y_range(x)`: the y row x of W may be non-zero on) with piece s of mat feeding columns [s * width, (s + 1) * width) of acc.
 template <typename T, typename YRange>
 void accumulate_from_pieces(const T* weights, int64_t wx, int64_t wy, int64_t nx, YRange y_range,
                             const Pieces<const T*>& mat, T* acc, int64_t acc_stride) {
@@ -285,7 +285,7 @@ void forward_block(const AttentionParams& p, int64_t b, int64_t h, int64_t first
     }
     // acc (n_rows, Dv) += weights (n_rows, n) @ v[j0:j0+n] (n, Dv)
     accumulate_from_pieces<T>(
-        scores, kKeyTile, 1, n_rows, [&](int64_t r0, int64_t r1) { return ranges.union_in_tile(r0, r1, j0, n); },
+        scores, kKeyTile, 1, n_rows, [&](int64_t r) { return ranges.in_tile(r, j0, n); },
         v.from_row(j0), acc, Dv);
   }
   for (int64_t r = 0; r < n_rows; ++r) {
@@ -402,8 +402,8 @@ void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_key
         backward_softmax_row(p, b, h, first_row + r, j0, prob + r * kKeyTile, grad + r * kKeyTile,
                              round_up_to_vector<T>(n), cols, lse[first_row + r], row_delta, scale, probs != nullptr);
       }
-      const auto rows_seeing = [&](int64_t x0, int64_t x1) { return ranges.rows_seeing(j0 + x0, j0 + x1); };
-      const auto keys_seen = [&](int64_t r0, int64_t r1) { return ranges.union_in_tile(r0, r1, j0, n); };
+      const auto rows_seeing = [&](int64_t x) { return ranges.rows_seeing(j0 + x, j0 + x + 1); };
+      const auto keys_seen = [&](int64_t r) { return ranges.in_tile(r, j0, n); };
       // grad_v[j0:j0+n] (n, Dv) += P'^T (n, n_rows) @ dO_block (n_rows, Dv)
       accumulate_into_pieces<T>(prob, 1, kKeyTile, n, rows_seeing, dout + first_row * Dv, Dv, dv.from_row(j0));
       // grad_k[j0:j0+n] (n, D) += dS^T (n, n_rows) @ q_block (n_rows, D)

@@ -200,8 +200,19 @@ inline void accumulate_rows(const T* weights, int64_t wx, int64_t wy, int64_t y0
   }
 }
 
+// Row x of acc += sum_{y in [y0, y1)} W[x][y] * mat[y] (nothing for an empty interval).
+template <typename T>
+inline void accumulate_one_row(const T* weights, int64_t wx, int64_t wy, int64_t x, int64_t y0, int64_t y1,
+                               const T* mat, int64_t mat_stride, int64_t width, T* acc, int64_t acc_stride) {
+  if (y1 > y0) accumulate_rows<T, 1>(weights + x * wx, wx, wy, y0, y1, mat, mat_stride, width, acc + x * acc_stride, acc_stride);
+}
+
 // acc (nx x width) += W (nx x ny) @ mat (ny x width) with W[x][y] = weights[x * wx + y * wy]: (wx, wy) = (ld, 1) is
-// W @ mat, (1, ld) is W^T @ mat. `y_range(x0, x1)` bounds the y for which rows [x0, x1) of W may be non-zero.
+// W @ mat, (1, ld) is W^T @ mat. `y_range(x)` is the interval of y that row x of W may be non-zero on (the keys a query
+// row sees, or the rows that see a key). A row never reads mat outside its own interval: a block of X rows runs
+// together over the y that all of them see and one row at a time over the rest of each row's interval. Running the
+// block over the union instead multiplied a row's zero weights by rows of mat it cannot see, and 0 * NaN is NaN: a
+// NaN in a value hidden from a query row (a causal head's future key) reached that row.
 template <typename T, typename YRange>
 inline void accumulate_products(const T* weights, int64_t wx, int64_t wy, int64_t nx, YRange y_range, const T* mat,
                                 int64_t mat_stride, int64_t width, T* acc, int64_t acc_stride) {
@@ -209,15 +220,29 @@ inline void accumulate_products(const T* weights, int64_t wx, int64_t wy, int64_
   static_assert(X == 4, "accumulate_products dispatches on 1..4 rows");
   for (int64_t x = 0; x < nx; x += X) {
     const int64_t rows = std::min<int64_t>(X, nx - x);
-    const KeyRange ys = y_range(x, x + rows);
-    if (ys.empty()) continue;
+    KeyRange own[X];
+    KeyRange common{0, 0};
+    for (int64_t i = 0; i < rows; ++i) {
+      own[i] = y_range(x + i);
+      common = i == 0 ? own[0] : KeyRange{std::max(common.begin, own[i].begin), std::min(common.end, own[i].end)};
+    }
+    if (common.empty()) {  // no y that every row sees: each row alone over its own interval
+      for (int64_t i = 0; i < rows; ++i) {
+        accumulate_one_row<T>(weights, wx, wy, x + i, own[i].begin, own[i].end, mat, mat_stride, width, acc, acc_stride);
+      }
+      continue;
+    }
     const T* w = weights + x * wx;
     T* a = acc + x * acc_stride;
     switch (rows) {
-      case 4: accumulate_rows<T, 4>(w, wx, wy, ys.begin, ys.end, mat, mat_stride, width, a, acc_stride); break;
-      case 3: accumulate_rows<T, 3>(w, wx, wy, ys.begin, ys.end, mat, mat_stride, width, a, acc_stride); break;
-      case 2: accumulate_rows<T, 2>(w, wx, wy, ys.begin, ys.end, mat, mat_stride, width, a, acc_stride); break;
-      default: accumulate_rows<T, 1>(w, wx, wy, ys.begin, ys.end, mat, mat_stride, width, a, acc_stride); break;
+      case 4: accumulate_rows<T, 4>(w, wx, wy, common.begin, common.end, mat, mat_stride, width, a, acc_stride); break;
+      case 3: accumulate_rows<T, 3>(w, wx, wy, common.begin, common.end, mat, mat_stride, width, a, acc_stride); break;
+      case 2: accumulate_rows<T, 2>(w, wx, wy, common.begin, common.end, mat, mat_stride, width, a, acc_stride); break;
+      default: accumulate_rows<T, 1>(w, wx, wy, common.begin, common.end, mat, mat_stride, width, a, acc_stride); break;
+    }
+    for (int64_t i = 0; i < rows; ++i) {  // the parts of each row's interval before and after the common one
+      accumulate_one_row<T>(weights, wx, wy, x + i, own[i].begin, common.begin, mat, mat_stride, width, acc, acc_stride);
+      accumulate_one_row<T>(weights, wx, wy, x + i, common.end, own[i].end, mat, mat_stride, width, acc, acc_stride);
     }
   }
 }

@@ -53,7 +53,7 @@ void product(const T* rows, int64_t row_stride, int64_t n_rows, const T* cols_t,
 template <typename T>
 void accumulate_transposed(const T* w, int64_t w_stride, int64_t nx, int64_t n_rows, const T* mat,
                            int64_t mat_stride, int64_t width, T* acc) {
-  const auto all_rows = [n_rows](int64_t, int64_t) { return attention::KeyRange{0, n_rows}; };
+  const auto all_rows = [n_rows](int64_t) { return attention::KeyRange{0, n_rows}; };
   tiles::accumulate_products<T>(w, 1, w_stride, nx, all_rows, mat, mat_stride, width, acc, width);
 }
 
