@@ -100,11 +100,7 @@ def translate(run: RunConfig, *, checkpoint: str | None = None, output: str | No
         meta = json.loads((prepared / "meta.json").read_text(encoding="utf-8"))
         lines = moses_detokenize(lines, meta.get("corpus", {}).get("tgt_lang", "en"))
     out = Path(output) if output else Path(run.train.save_dir) / "translations" / f"{split}.hyp.txt"
-    try:
-        atomic_write_lines(out, lines)
-    except OSError as error:  # a full disk: nothing was written at ``out``, say so
-        raise OSError(f"cannot write the translations to {out} ({error.strerror or error}); {out} was left as it "
-                      f"was") from error
+    atomic_write_lines(out, lines)  # a full disk raises NoSpaceLeft, naming the file, which is left as it was
     for i in range(min(run.eval.attention_maps, len(data))):
         write_attention_maps(model, data.src[i], hyps[i].tokens, src_tokenizer=data.src_tokenizer,
                              tgt_tokenizer=data.tgt_tokenizer, out_dir=out.parent / "attention", name=f"{split}_{i}")

@@ -45,11 +45,7 @@ def translate_file(translator, input_file: str | Path, output: str | Path, *, co
     found = translator.hypotheses(texts, config=config, nbest=nbest or 1, preprocessed=preprocessed,
                                   progress=progress)
     out = Path(output)
-    try:
-        atomic_write_lines(out, output_lines(found, nbest))
-    except OSError as error:  # a full disk: nothing was written at ``out``, say so
-        raise OSError(f"cannot write the translations to {out} ({error.strerror or error}); {out} was left as it "
-                      f"was") from error
+    atomic_write_lines(out, output_lines(found, nbest))  # a full disk raises NoSpaceLeft, naming the file, which is left as it was
     return out
 
 
