@@ -56,6 +56,8 @@ def _version() -> str:
     import mma_nmt
 
     info = mma_nmt.build_info()
+    if not info["extension"]:
+        return f"mma-nmt {mma_nmt.__version__} (torch {torch.__version__}, {info['error']}: no fused operators)"
     return (f"mma-nmt {mma_nmt.__version__} (torch {torch.__version__}, CPU kernels {info['cpu_kernel']}, "
             f"CUDA kernels {'yes' if info['cuda'] else 'no'})")
 
