@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 DESCRIPTION = "Neural machine translation with fused attention operators: data, training, decoding, evaluation."
-DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny_mma_multi30k.toml"
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny_mma_multi30k.toml"  # package data
 TINY = "configs/tiny_mma_multi30k.toml"
 
 # One example per command, shown at the end of its --help.
