@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 DESCRIPTION = "Neural machine translation with fused attention operators: data, training, decoding, evaluation."
-DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "tiny_mma_multi30k.toml"
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny_mma_multi30k.toml"  # package data
 TINY = "configs/tiny_mma_multi30k.toml"
 
 # One example per command, shown at the end of its --help.
@@ -59,6 +59,8 @@ def _version() -> str:
     import mma_nmt
 
     info = mma_nmt.build_info()
+    if not info["extension"]:
+        return f"mma-nmt {mma_nmt.__version__} (torch {torch.__version__}, {info['error']}: no fused operators)"
     return (f"mma-nmt {mma_nmt.__version__} (torch {torch.__version__}, CPU kernels {info['cpu_kernel']}, "
             f"CUDA kernels {'yes' if info['cuda'] else 'no'})")
 

@@ -29,6 +29,10 @@ def find_experiment(name: str) -> Path:
     path = Path(name)
     if path.exists():
         return path
+    if not EXPERIMENTS_DIR.is_dir():  # an installed wheel: the papers' experiments live in the repository only
+        raise ExperimentError(f"no experiment {name!r}: mma-nmt experiment needs a source checkout of mma_nmt (its "
+                              f"experiments/ folder; none at {EXPERIMENTS_DIR}): clone the repository and run it there, "
+                              f"or give the path of an experiment folder")
     candidate = EXPERIMENTS_DIR / name
     if candidate.is_dir():
         return candidate

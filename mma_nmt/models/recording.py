@@ -207,6 +207,24 @@ class SentenceRecord:
     layer_weights: dict[int, torch.Tensor]  # decoder layer -> (n, H, T, S)
     gmm: dict[int, dict[str, torch.Tensor]]  # decoder layer -> (H, T, S) weights, (H, T) gate, (H, T, K) components
 
+    def to_bertviz(self, source_tokens: list[str], target_tokens: list[str]) -> dict:
+        """The keyword arguments of bertviz's ``head_view`` and ``model_view`` for this sentence (bertviz is not a
+        dependency): ``bertviz.head_view(**sentence.to_bertviz(src, tgt))``.
+
+        ``source_tokens`` (S) and ``target_tokens`` (T, the decoder's inputs, BOS first) label the axes. Returns
+        ``encoder_attention`` (per encoder layer (1, H, S, S)), ``decoder_attention`` (per decoder layer (1, H, T, T)),
+        ``cross_attention`` (per decoder layer (1, H, T, S)), each a tuple and left out where the model has no such
+        attention (the LSTM's encoder and decoder), and ``encoder_tokens`` / ``decoder_tokens``."""
+        for name, tokens, length in (("source_tokens", source_tokens, self.source_length),
+                                     ("target_tokens", target_tokens, self.target_length)):
+            if len(tokens) != length:
+                raise ValueError(f"to_bertviz: {name} has {len(tokens)} tokens but the sentence has {length}")
+        views = {"encoder_attention": self.encoder_self, "decoder_attention": self.decoder_self,
+                 "cross_attention": self.cross}
+        arguments = {name: tuple(layer.unsqueeze(0) for layer in weights)  # (L, H, rows, cols) -> L x (1, H, ...)
+                     for name, weights in views.items() if weights is not None}
+        return {**arguments, "encoder_tokens": list(source_tokens), "decoder_tokens": list(target_tokens)}
+
 
 def _encoder_kinds(self_attn: nn.Module, heads: int) -> str:
     if isinstance(self_attn, MixedMultiheadAttention):

@@ -32,9 +32,9 @@ from mma_nmt.ops.device_checks import check_same_device
 from mma_nmt.ops.fake_layout import contiguous_like, statistics_dtype
 from mma_nmt.ops.gmm_normalization import GmmNormalization, normalization_code
 from mma_nmt.ops.padding import operator_key_lengths
-from mma_nmt.ops.registration import register_operator
+from mma_nmt.ops.registration import backward_operator, register_operator
 
-_BACKWARD_OP = torch.ops.mma_nmt.gmm_attention_backward
+_BACKWARD_OP = backward_operator("gmm_attention")
 
 DEFAULT_SIGMA_FLOOR = 1e-2  # in key positions; keeps 1/sigma finite (SPEC: "floored at a small positive value")
 

@@ -21,9 +21,9 @@ import torch
 
 from mma_nmt.ops.device_checks import check_same_device
 from mma_nmt.ops.fake_layout import contiguous_like, position_major, projection_gradient_like
-from mma_nmt.ops.registration import register_operator
+from mma_nmt.ops.registration import backward_operator, register_operator
 
-_BACKWARD_OP = torch.ops.mma_nmt.multihop_gate_backward
+_BACKWARD_OP = backward_operator("multihop_gate")
 
 
 class HeadGateResult(NamedTuple):

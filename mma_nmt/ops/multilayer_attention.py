@@ -17,9 +17,9 @@ from mma_nmt.ops.argument_checks import check_optional_tensor
 from mma_nmt.ops.argument_defaults import default_scale
 from mma_nmt.ops.device_checks import check_same_device
 from mma_nmt.ops.fake_layout import contiguous_like, statistics_dtype
-from mma_nmt.ops.registration import register_operator
+from mma_nmt.ops.registration import backward_operator, register_operator
 
-_BACKWARD_OP = torch.ops.mma_nmt.multilayer_attention_backward
+_BACKWARD_OP = backward_operator("multilayer_attention")
 # Sources of at most this many tokens fit one key tile of the CPU kernel (kKeyTile, csrc/attention/cpu/
 # attention_blocks.h), which then writes the weights without recomputing the logits. Training keeps them for the
 # backward, which so skips recomputing q k^T: a product over n*D values (MLMHA's joint heads are n times wider than a

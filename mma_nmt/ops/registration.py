@@ -28,6 +28,10 @@ So an eager call that needs gradients applies the *same* ``setup_context`` and g
 device kernel. Under ``torch.compile`` and ``torch.func`` transforms the operator itself is called, so they see the
 registered fake kernels and autograd, as do ``opcheck``, ``gradcheck`` of ``torch.ops.mma_nmt.*`` and direct calls of
 the op. Both paths run the same kernels on the same arguments: results are bit-identical.
+
+Without the compiled extension (:mod:`mma_nmt._extension`) nothing is registered: :func:`register_operator` and
+:func:`backward_operator` return a :class:`MissingOperator`, whose call raises the error that says how to build, so
+that importing the package, and everything that needs no fused operator, still works.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import torch
 
 from torch._library.autograd import Info, make_autograd_impl
 
-from mma_nmt._extension import require_device_support
+from mma_nmt._extension import extension_available, require_device_support, require_extension
 from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad, refuse_functorch_gradients
 
 REGISTERED_OPERATORS: dict[str, RegisteredOperator] = {}  # "attention" -> its RegisteredOperator (register_operator)
@@ -76,11 +80,32 @@ class RegisteredOperator:
             return self.op(*args)
 
 
+class MissingOperator:
+    """Stands for ``torch.ops.mma_nmt.<name>`` when the extension is not built: calling it raises
+    :class:`~mma_nmt._extension.ExtensionUnavailableError`, which names the operator and says how to build."""
+
+    def __init__(self, name: str):
+        self.name = f"mma_nmt.{name}"
+
+    def __call__(self, *args):
+        require_extension(self.name)
+
+
+def backward_operator(name: str):
+    """``torch.ops.mma_nmt.<name>_backward``, or a :class:`MissingOperator` without the extension."""
+    if not extension_available():
+        return MissingOperator(f"{name}_backward")
+    return getattr(torch.ops.mma_nmt, f"{name}_backward")
+
+
 def register_operator(name: str, *, fake: Callable, backward_fake: Callable, setup_context: Callable,
                       backward: Callable) -> RegisteredOperator:
     """Registers ``fake`` for ``mma_nmt::<name>``, ``backward_fake`` for ``mma_nmt::<name>_backward`` and the autograd
     formula ``setup_context(ctx, inputs, output)`` / ``backward(ctx, *grads)`` (guarded by ``first_order_only``) for
-    ``mma_nmt::<name>``; returns the callable the operator's Python function calls."""
+    ``mma_nmt::<name>``; returns the callable the operator's Python function calls (a :class:`MissingOperator`
+    without the extension)."""
+    if not extension_available():
+        return MissingOperator(name)
     torch.library.register_fake(f"mma_nmt::{name}")(fake)
     torch.library.register_fake(f"mma_nmt::{name}_backward")(backward_fake)
     guarded = first_order_only(f"mma_nmt.{name}")(backward)

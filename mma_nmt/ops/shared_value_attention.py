@@ -13,9 +13,9 @@ import torch
 from mma_nmt.ops.device_checks import check_same_device
 from mma_nmt.ops.fake_layout import contiguous_like, statistics_dtype
 from mma_nmt.ops.padding import operator_key_lengths
-from mma_nmt.ops.registration import register_operator
+from mma_nmt.ops.registration import backward_operator, register_operator
 
-_BACKWARD_OP = torch.ops.mma_nmt.shared_value_attention_backward
+_BACKWARD_OP = backward_operator("shared_value_attention")
 
 
 class SharedValueResult(NamedTuple):

@@ -54,8 +54,12 @@ def attention_reference(
     query_offset: int = 0,
     dropout_p: float = 0.0,
     seed: int = 0,
+    logit_bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns ``(out (B, H, T, Dv), probs (B, H, T, S))``; a query with no visible key gets zero weights and output."""
+    """Returns ``(out (B, H, T, Dv), probs (B, H, T, S))``; a query with no visible key gets zero weights and output.
+
+    ``logit_bias``: a float tensor broadcastable to (B, H, T, S) added to the scaled logits, ``-inf`` hiding a key
+    (``nn.MultiheadAttention``'s float masks; :mod:`mma_nmt.modules.torch_masks`); None adds nothing."""
     batch, heads, query_len, head_dim = q.shape
     key_len = k.shape[2]
     if scale is None:
@@ -63,6 +67,9 @@ def attention_reference(
     visible = visibility_mask(head_kinds, query_len, key_len, window=window, query_offset=query_offset,
                               key_lengths=key_lengths, batch=batch, device=q.device)
     logits = torch.matmul(q, k.transpose(-1, -2)) * scale  # (B, H, T, S)
+    if logit_bias is not None:
+        logits = logits + logit_bias
+        visible = visible & ~torch.isneginf(logit_bias)  # (B, H, T, S)
     logits = logits.masked_fill(~visible, float("-inf"))
     has_key = visible.any(dim=-1, keepdim=True)  # (B, H, T, 1)
     logits = torch.where(has_key, logits, torch.zeros_like(logits))  # keeps softmax finite on fully masked rows

@@ -277,3 +277,22 @@ def test_alignment_attention_fn_groups_pieces_into_the_gold_words(tiny_data):
                          possible={(k, k) for k in range(6)})
     scores = align_with_model(alignment_attention_fn(model, tokenizer, tokenizer), [gold])
     assert scores.hypothesis_links == 6  # one link per English word
+
+
+def test_to_bertviz_gives_head_view_arguments_per_layer_and_place():
+    record = force_decode(_model("mma/GLFB"), *_pairs())
+    sentence = record.sentence(1)  # source length 3, target length 7 (BOS + 6)
+    source, target = ["ein", "Hund", "</s>"], ["<s>", "a", "dog", "runs", "in", "the", "park"]
+    views = sentence.to_bertviz(source, target)
+    assert views["encoder_tokens"] == source and views["decoder_tokens"] == target
+    shapes = {"encoder_attention": (1, 4, 3, 3), "decoder_attention": (1, 4, 7, 7), "cross_attention": (1, 4, 7, 3)}
+    for name, shape in shapes.items():
+        layers = views[name]
+        assert isinstance(layers, tuple) and len(layers) == 2  # 2 layers, as bertviz takes them
+        assert all(layer.shape == shape for layer in layers)
+    torch.testing.assert_close(views["cross_attention"][1][0], sentence.cross[1])
+    torch.testing.assert_close(views["encoder_attention"][0][0], sentence.encoder_self[0])
+    lstm = force_decode(_model("lstm/reference"), *_pairs()).sentence(0).to_bertviz(["x"] * 7, ["y"] * 5)
+    assert set(lstm) == {"cross_attention", "encoder_tokens", "decoder_tokens"}  # no self-attention to show
+    with pytest.raises(ValueError, match="to_bertviz: source_tokens has 2 tokens but the sentence has 3"):
+        sentence.to_bertviz(source[:2], target)
