@@ -74,11 +74,19 @@ class CorpusSpec:
     references: int = 1
     preprocessing: dict[str, dict] = field(default_factory=dict)
 
+    def folder(self, data_dir: str | os.PathLike) -> Path:
+        """The corpus folder under the data directory ``data_dir``."""
+        return Path(data_dir) / self.local_folder
+
+    def expected_files(self, splits: Iterable[str]) -> str:
+        """The file names of ``splits`` in the corpus folder, for error messages: ``train.{de,en}[.gz], ...``."""
+        return ", ".join(f"{self.splits[split]}.{{{self.src_lang},{self.tgt_lang}}}[.gz]" for split in splits)
+
     def files(self, split: str, data_dir: str | os.PathLike) -> tuple[Path | None, Path | None]:
         """The (src, tgt) files of ``split`` under ``data_dir`` (``.gz`` or plain), None where missing."""
         if split not in self.splits:
             raise KeyError(f"{self.name} has no split {split!r}; its splits are {sorted(self.splits)}")
-        folder = Path(data_dir) / self.local_folder
+        folder = self.folder(data_dir)
         stem = self.splits[split]
         return text_file(folder, stem, self.src_lang), text_file(folder, stem, self.tgt_lang)
 
@@ -100,7 +108,7 @@ class CorpusSpec:
         one; a missing file is an error that names it."""
         if not self.test_sets:
             raise ValueError(f"{self.name} has one test set and one reference: score its test split directly")
-        folders = [Path(root) / self.local_folder for root in roots]
+        folders = [self.folder(root) for root in roots]
         folder = next((candidate for candidate in folders if candidate.is_dir()), folders[0])
         sets = []
         for stem in self.test_sets:

@@ -215,13 +215,11 @@ class _Preparer:
         return found
 
     def _raise_missing(self, missing: list[str], roots: list[Path]) -> None:
-        folder = roots[0] / self.spec.local_folder
-        expected = ", ".join(f"{self.spec.splits[s]}.{{{self.spec.src_lang},{self.spec.tgt_lang}}}[.gz]"
-                             for s in missing)
         raise FileNotFoundError(
-            f"{self.spec.name}: splits {missing} not found in {folder} (expected {expected}). Set download=True to "
-            f"fetch them from the original source, point MMA_NMT_DATA_DIR/data_dir at a copy, or choose other splits "
-            f"with splits=... and spm_train_split=... . Corpus note: {self.spec.note}")
+            f"{self.spec.name}: splits {missing} not found in {self.spec.folder(roots[0])} (expected "
+            f"{self.spec.expected_files(missing)}). Set download=True to fetch them from the original source, point "
+            f"MMA_NMT_DATA_DIR/data_dir at a copy, or choose other splits with splits=... and spm_train_split=... . "
+            f"Corpus note: {self.spec.note}")
 
     def read(self, split: str, files: tuple[Path, Path]) -> ParallelText:
         """The split's text (read once per run), with its report recorded in the metadata."""

@@ -28,7 +28,7 @@ def fetch_corpus(spec: CorpusSpec, data_dir: str | os.PathLike, *, mirror: str |
                  progress: bool = True) -> Path:
     """Downloads ``spec``'s original files and builds its layout in ``data_dir/spec.local_folder`` (skipped when every
     split is already there). Returns that folder."""
-    folder = Path(data_dir) / spec.local_folder
+    folder = spec.folder(data_dir)
     if not missing_splits(spec, data_dir, spec.splits):
         return folder
     if spec.builder == "manual":
