@@ -15,7 +15,8 @@ from mma_nmt.experiments.spec import load_experiment, run_identity
 from mma_nmt.training.config import run_config_from_dict
 
 REPO = Path(__file__).resolve().parents[3]
-RECORDS = sorted(REPO.glob("experiments/*/results/*/runs/*/*/record.json"))
+RECORDS = sorted(REPO.glob("experiments/*/results/*/runs/*/*/record.json"))  # the tables' records
+ALL_RECORDS = sorted(REPO.glob("experiments/*/results/**/record.json"))  # and superseded ones kept beside them
 
 
 def _record(path: Path) -> dict:
@@ -24,16 +25,19 @@ def _record(path: Path) -> dict:
 
 def test_there_are_committed_records():
     assert len(RECORDS) >= 80, f"expected the committed records under {REPO}/experiments, found {len(RECORDS)}"
+    assert set(RECORDS) <= set(ALL_RECORDS)
 
 
-@pytest.mark.parametrize("path", RECORDS, ids=[str(p.parent.relative_to(REPO / "experiments")) for p in RECORDS])
+@pytest.mark.parametrize("path", ALL_RECORDS,
+                         ids=[str(p.parent.relative_to(REPO / "experiments")) for p in ALL_RECORDS])
 def test_a_record_identity_is_recomputed_from_its_stored_config(path):
     record = _record(path)
     assert run_identity(record["config"], record["average_last"]) == record["identity"]
     assert path.parent.name.endswith(f"-{record['identity']}")
 
 
-@pytest.mark.parametrize("path", RECORDS, ids=[str(p.parent.relative_to(REPO / "experiments")) for p in RECORDS])
+@pytest.mark.parametrize("path", ALL_RECORDS,
+                         ids=[str(p.parent.relative_to(REPO / "experiments")) for p in ALL_RECORDS])
 def test_the_typed_data_section_writes_back_the_table_the_identity_hashes(path):
     record = _record(path)
     run = run_config_from_dict(copy.deepcopy(record["config"]))
