@@ -16,9 +16,9 @@ from mma_nmt.training.config import RunConfig
 
 def prepare_data(run: RunConfig) -> Path:
     """Runs the data package's (idempotent) preparation described by the ``[data]`` section."""
-    from mma_nmt.data import PrepareConfig, prepare
+    from mma_nmt.data import prepare
 
-    return prepare(PrepareConfig.from_section(run.data))
+    return prepare(run.data)
 
 
 def ensure_prepared(run: RunConfig, *, say: Callable[[str], None] = lambda text: None) -> None:
@@ -28,7 +28,7 @@ def ensure_prepared(run: RunConfig, *, say: Callable[[str], None] = lambda text:
     from mma_nmt.data.prepared_settings import check_prepared_matches, recorded_settings
 
     if recorded_settings(run.prepared_dir()) is None:
-        say(f"preparing {run.data.get('corpus')} into {run.prepared_dir()}")
+        say(f"preparing {run.data.corpus} into {run.prepared_dir()}")
         prepare_data(run)
     else:
         check_prepared_matches(run.data, run.prepared_dir())
@@ -164,11 +164,12 @@ def average(inputs: list[str], output: str) -> Path:
 
 def absolute_run_config(run: RunConfig) -> dict:
     """The run config as a dict with absolute ``data.out_dir`` and ``train.save_dir``: recorded with a run's scores,
-    it lets the notebooks find and load the run from anywhere."""
+    it lets the notebooks find and load the run from anywhere. ``[data]`` holds the settings it was given (those
+    left out are the prepared folder's, see :mod:`mma_nmt.data.prepared_settings`)."""
     from mma_nmt.config_io import to_dict
 
     config = to_dict(run)
-    config["data"]["out_dir"] = str(run.prepared_dir().resolve())
+    config["data"] = {**run.data.to_section(), "out_dir": str(run.prepared_dir().resolve())}
     config["train"]["save_dir"] = str(Path(run.train.save_dir).resolve())
     return config
 
@@ -178,7 +179,7 @@ def demo(run: RunConfig, *, say: Callable[[str], None] = lambda text: None) -> d
     Returns the scores with ``minutes_total``, ``translations``, ``attention_maps`` and ``run_config``
     (:func:`absolute_run_config`)."""
     started = time.monotonic()
-    say(f"preparing {run.data.get('corpus')} into {run.prepared_dir()}")
+    say(f"preparing {run.data.corpus} into {run.prepared_dir()}")
     prepare_data(run)
     model = run.model
     say(f"training the tiny {model.encoder.attention.upper()} Transformer (encoder heads {model.encoder.head_spec}) "

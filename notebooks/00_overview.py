@@ -38,17 +38,14 @@ import mma_nmt
 from mma_nmt.analysis import (head_distance_entropy, head_labels, plot_attention_grid, plot_distance_entropy,
                               plot_relative_position_response, relative_position_response)
 from mma_nmt.demos.mixed_attention_maps import embed, find_multi30k, read_sentences
-from mma_nmt.demos.notebook_figures import figure_dir, figure_shower
+from mma_nmt.demos.notebook_setup import start_notebook
 from mma_nmt.modules import MixedAttentionConfig, MixedMultiheadAttention
 from mma_nmt.ops import format_head_spec, fused_attention, padding_mask_from_lengths
 from mma_nmt.reference import attention_reference, visibility_mask
 
 PRESET = os.environ.get("MMA_NMT_NOTEBOOK_PRESET", "tiny")
 SENTENCES = {"tiny": 12, "full": 500}[PRESET]
-OUT = figure_dir("00_overview")
-show = figure_shower(OUT)
-torch.manual_seed(0)
-started = time.time()
+SCALE, CACHE, OUT, show, started = start_notebook("00_overview")
 
 
 print(f"preset={PRESET}, sentences={SENTENCES}, python={sys.executable}")
@@ -144,11 +141,11 @@ print("peak offset per head:", dict(zip(labels, response.peak_offsets().tolist()
 
 # %%
 from mma_nmt.demos.notebook_figures import show_attention_explorer
-from mma_nmt.demos.notebook_models import MMA_TINY, NotebookModel, cache_dir, models_for_notebook, notebook_scale
+from mma_nmt.demos.notebook_models import MMA_TINY, NotebookModel, models_for_notebook
 from mma_nmt.evaluation.force_decode import force_decode_sentences
 
 mma = models_for_notebook("mma", {"MMA": NotebookModel(("mma", "mma_seed2", "mma_seed3"), "mma", MMA_TINY)},
-                          notebook_scale(), cache_dir(), demo=True)["MMA"]
+                          SCALE, CACHE, demo=True)["MMA"]
 print("trained model:", mma.summary())
 test = mma.dataset("test")
 records = list(force_decode_sentences(mma.model, test.src[:SENTENCES], test.tgt[:SENTENCES]))

@@ -38,18 +38,12 @@ import time
 import torch
 
 from mma_nmt.analysis import (head_distance_entropy, head_labels, plot_distance_entropy, plot_sentence_attention)
-from mma_nmt.demos.notebook_figures import (figure_dir, figure_shower, show_attention_explorer,
-                                           show_bleu_by_source_length)
-from mma_nmt.demos.notebook_models import (MMA_TINY, NotebookModel, cache_dir, greedy_translations,
-                                          models_for_notebook, notebook_scale)
+from mma_nmt.demos.notebook_figures import show_attention_explorer, show_bleu_by_source_length
+from mma_nmt.demos.notebook_models import MMA_TINY, NotebookModel, greedy_translations, models_for_notebook
+from mma_nmt.demos.notebook_setup import start_notebook
 from mma_nmt.evaluation.force_decode import force_decode_sentences, pieces, sentence_maps
 
-SCALE = notebook_scale()
-CACHE = cache_dir()
-OUT = figure_dir("01_mma")
-show = figure_shower(OUT)
-torch.manual_seed(0)
-started = time.time()
+SCALE, CACHE, OUT, show, started = start_notebook("01_mma")
 
 
 print(SCALE)

@@ -31,26 +31,19 @@
 # %%
 import time
 
-import torch
 from IPython.display import Markdown, display
 
 from mma_nmt.analysis import (format_layer_masking_table, head_distance_entropy, layer_masking_table,
                               plot_distance_entropy, plot_layer_weights)
 from mma_nmt.analysis.attention_explorer import ExplorerBlock
 from mma_nmt.decoding.translate import translate_dataset
-from mma_nmt.demos.notebook_figures import (figure_dir, figure_shower, show_attention_explorer,
-                                           show_bleu_by_source_length)
-from mma_nmt.demos.notebook_models import (NotebookModel, cache_dir, greedy_translations, models_for_notebook,
-                                          notebook_scale)
+from mma_nmt.demos.notebook_figures import show_attention_explorer, show_bleu_by_source_length
+from mma_nmt.demos.notebook_models import NotebookModel, greedy_translations, models_for_notebook
+from mma_nmt.demos.notebook_setup import start_notebook
 from mma_nmt.evaluation.force_decode import force_decode_sentences, pieces
 from mma_nmt.models.layer_masking import masked_encoder_layer
 
-SCALE = notebook_scale()
-CACHE = cache_dir()
-OUT = figure_dir("03_mlmha")
-show = figure_shower(OUT)
-torch.manual_seed(0)
-started = time.time()
+SCALE, CACHE, OUT, show, started = start_notebook("03_mlmha")
 
 
 print(SCALE)

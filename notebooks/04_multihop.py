@@ -33,18 +33,12 @@ import torch
 
 from mma_nmt.analysis import (head_labels, plot_attention_grid, plot_head_gates)
 from mma_nmt.analysis.attention_explorer import ExplorerBlock
-from mma_nmt.demos.notebook_figures import (figure_dir, figure_shower, show_attention_explorer,
-                                           show_bleu_by_source_length)
-from mma_nmt.demos.notebook_models import (NotebookModel, cache_dir, greedy_translations, models_for_notebook,
-                                          notebook_scale)
+from mma_nmt.demos.notebook_figures import show_attention_explorer, show_bleu_by_source_length
+from mma_nmt.demos.notebook_models import NotebookModel, greedy_translations, models_for_notebook
+from mma_nmt.demos.notebook_setup import start_notebook
 from mma_nmt.evaluation.force_decode import force_decode_sentences, pieces
 
-SCALE = notebook_scale()
-CACHE = cache_dir()
-OUT = figure_dir("04_multihop")
-show = figure_shower(OUT)
-torch.manual_seed(0)
-started = time.time()
+SCALE, CACHE, OUT, show, started = start_notebook("04_multihop")
 
 
 print(SCALE)

@@ -30,6 +30,7 @@ from mma_nmt.evaluation.bootstrap import paired_bootstrap
 from mma_nmt.evaluation.scoring import moses_detokenize
 from mma_nmt.experiments.cell import CELL_FILE, RESULT_FILE, read_json
 from mma_nmt.experiments.runner import run_dir_for
+from mma_nmt.experiments.report import _num, significance_mark
 from mma_nmt.experiments.spec import load_experiment
 from mma_nmt.models.attention_adapters import MultiLayerCrossAttention
 from mma_nmt.training.checkpoint import load_model
@@ -88,14 +89,6 @@ def mask_one_run(run_dir: Path, *, split: str | None, bootstrap_samples: int) ->
             "split": split or run.eval.split, "rows": out}
 
 
-def _num(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f}"
-
-
-def _mark(p_value: float | None) -> str:
-    return "" if p_value is None else "††" if p_value < 0.01 else "†" if p_value < 0.05 else " (n.s.)"
-
-
 def to_markdown(runs: list[dict], *, scale: str, command: str) -> str:
     lines = ["## Table 7: BLEU difference when one encoder layer's output f_i is zeroed at test time (n = L)", "",
              f"Scale: **{scale}**. Metric: sacreBLEU. Date {time.strftime('%Y-%m-%d')}.", "",
@@ -109,7 +102,7 @@ def to_markdown(runs: list[dict], *, scale: str, command: str) -> str:
         for r in runs:
             row = r["rows"][i] if i < len(r["rows"]) else None
             paper = PAPER.get(r["system"], [])
-            cells.append("–" if row is None else f"{row['delta']:+.2f}{_mark(row.get('p_value'))}")
+            cells.append("–" if row is None else f"{row['delta']:+.2f}{significance_mark(row.get('p_value'))}")
             cells.append(f"{paper[i - 1]:+.2f}" if i - 1 < len(paper) else "–")
         lines.append(f"| {i} | " + " | ".join(cells) + " |")
     lines += ["", "Δ: BLEU with that layer's f_i zeroed minus BLEU of the same model unmasked. Paired bootstrap "

@@ -2,27 +2,41 @@
 
 Local layout: split ``s`` of a corpus is the line-aligned pair ``<data_dir>/<local_folder>/<stem>.<lang>[.gz]`` with
 ``stem = spec.splits[s]``. The shared copies under ``shared/data`` use this layout, and :mod:`mma_nmt.data.sources`
-builds it from the original downloads.
+builds it from the original downloads. This module is the one that knows it: :meth:`CorpusSpec.locate` finds the
+files of any splits under several data directories in one call, :func:`text_file` finds one file of the layout.
 
 Several references (NIST): a corpus with ``test_sets`` scores its test split set by set. The test split is those sets
 concatenated in that order (its target file holds their first references); each set ``t`` also has its own files
 ``<t>.<src_lang>`` and ``<t>.<tgt_lang><i>`` for reference ``i = 0 .. references - 1`` (``mt03.en0`` .. ``mt03.en3``).
-:meth:`CorpusSpec.reference_sets` reads them for :func:`mma_nmt.evaluation.multi_reference.score_test_sets`.
+:meth:`CorpusSpec.reference_sets` reads them (:class:`~mma_nmt.data.reference_sets.ReferenceSet`) for
+:func:`mma_nmt.evaluation.multi_reference.score_test_sets`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mma_nmt.data.download import RemoteFile
-from mma_nmt.data.fileio import find_text_file
+from mma_nmt.data.fileio import read_text_lines
 from mma_nmt.data.reader import DataFormatError, ParallelText, ReadReport, read_parallel  # noqa: F401  (re-exported)
+from mma_nmt.data.reference_sets import ReferenceSet
 
-__all__ = ["CorpusSpec", "CORPORA", "get_corpus", "default_data_dir", "read_parallel", "ParallelText", "ReadReport",
-           "DataFormatError", "DATA_DIR_ENV"]
+__all__ = ["CorpusSpec", "CORPORA", "get_corpus", "default_data_dir", "text_file", "read_parallel", "ParallelText",
+           "ReadReport", "DataFormatError", "DATA_DIR_ENV"]
 DATA_DIR_ENV = "MMA_NMT_DATA_DIR"
+
+
+def text_file(folder: Path, stem: str, lang: str) -> Path | None:
+    """One file of the local layout: ``folder/stem.lang.gz`` or ``folder/stem.lang``, whichever exists first, else
+    None."""
+    for name in (f"{stem}.{lang}.gz", f"{stem}.{lang}"):
+        candidate = Path(folder) / name
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 @dataclass(frozen=True)
@@ -60,31 +74,51 @@ class CorpusSpec:
     references: int = 1
     preprocessing: dict[str, dict] = field(default_factory=dict)
 
+    def folder(self, data_dir: str | os.PathLike) -> Path:
+        """The corpus folder under the data directory ``data_dir``."""
+        return Path(data_dir) / self.local_folder
+
+    def expected_files(self, splits: Iterable[str]) -> str:
+        """The file names of ``splits`` in the corpus folder, for error messages: ``train.{de,en}[.gz], ...``."""
+        return ", ".join(f"{self.splits[split]}.{{{self.src_lang},{self.tgt_lang}}}[.gz]" for split in splits)
+
     def files(self, split: str, data_dir: str | os.PathLike) -> tuple[Path | None, Path | None]:
         """The (src, tgt) files of ``split`` under ``data_dir`` (``.gz`` or plain), None where missing."""
         if split not in self.splits:
             raise KeyError(f"{self.name} has no split {split!r}; its splits are {sorted(self.splits)}")
-        folder = Path(data_dir) / self.local_folder
+        folder = self.folder(data_dir)
         stem = self.splits[split]
-        return find_text_file(folder, stem, self.src_lang), find_text_file(folder, stem, self.tgt_lang)
+        return text_file(folder, stem, self.src_lang), text_file(folder, stem, self.tgt_lang)
 
-    def reference_sets(self, data_dir: str | os.PathLike) -> list:
-        """The :class:`~mma_nmt.evaluation.multi_reference.ReferenceSet` of each of ``test_sets``, read from
-        ``<test_set>.<tgt_lang><i>``; a missing file is an error that names it."""
-        from mma_nmt.data.fileio import iter_byte_lines
-        from mma_nmt.evaluation.multi_reference import ReferenceSet
+    def locate(self, splits: Iterable[str], roots: Sequence[str | os.PathLike]) -> dict[str, tuple[Path, Path]]:
+        """The (src, tgt) files of each of ``splits`` under the first of the data directories ``roots`` that holds
+        both; a split found under none is left out (an unknown split raises KeyError naming the known ones)."""
+        found: dict[str, tuple[Path, Path]] = {}
+        for split in splits:
+            for root in roots:
+                src, tgt = self.files(split, root)
+                if src is not None and tgt is not None:
+                    found[split] = (src, tgt)
+                    break
+        return found
 
+    def reference_sets(self, *roots: str | os.PathLike) -> list[ReferenceSet]:
+        """The :class:`~mma_nmt.data.reference_sets.ReferenceSet` of each of ``test_sets``, read from
+        ``<test_set>.<tgt_lang><i>`` in the corpus folder of the first of the data directories ``roots`` that has
+        one; a missing file is an error that names it."""
         if not self.test_sets:
             raise ValueError(f"{self.name} has one test set and one reference: score its test split directly")
-        folder, sets = Path(data_dir) / self.local_folder, []
+        folders = [self.folder(root) for root in roots]
+        folder = next((candidate for candidate in folders if candidate.is_dir()), folders[0])
+        sets = []
         for stem in self.test_sets:
             streams = []
             for index in range(self.references):
-                path = find_text_file(folder, stem, f"{self.tgt_lang}{index}")
+                path = text_file(folder, stem, f"{self.tgt_lang}{index}")
                 if path is None:
                     raise FileNotFoundError(f"{self.name}: no reference {folder / f'{stem}.{self.tgt_lang}{index}'}"
                                             f"[.gz] ({self.references} references per test set)")
-                streams.append([line.decode("utf-8").rstrip("\r") for line in iter_byte_lines(path)])
+                streams.append(read_text_lines(path))
             sets.append(ReferenceSet(name=stem, references=streams))
         return sets
 

@@ -208,15 +208,6 @@ def sha256_file(path: str | os.PathLike, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def find_text_file(folder: Path, stem: str, lang: str) -> Path | None:
-    """``folder/stem.lang.gz`` or ``folder/stem.lang``, whichever exists first, else None."""
-    for name in (f"{stem}.{lang}.gz", f"{stem}.{lang}"):
-        candidate = folder / name
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 @contextlib.contextmanager
 def atomic_gzip_lines(path: str | os.PathLike) -> Iterator[Callable[[str | bytes], None]]:
     """Context manager yielding ``write(line)`` that streams lines (str as UTF-8, or raw bytes) into a gzip file,

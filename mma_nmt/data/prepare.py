@@ -21,6 +21,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from tqdm import tqdm
 
@@ -30,7 +31,7 @@ from mma_nmt.data.dataset import save_ids
 from mma_nmt.data.fileio import atomic_write_bytes, atomic_write_json, atomic_write_lines
 from mma_nmt.data.preprocess import TextPipeline
 from mma_nmt.data.reader import DEFAULT_MAX_LINE_CHARS, OnError, ParallelText, read_parallel
-from mma_nmt.data.sources import fetch_corpus, missing_splits
+from mma_nmt.data.sources import fetch_corpus
 from mma_nmt.data.tokenizer import ModelType, SentencePieceConfig, Tokenizer, train_sentencepiece
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,13 @@ class PrepareConfig:
         mirror: a mirror replacing the original hosts (see :mod:`mma_nmt.data.download`).
         progress: tqdm progress bars.
         workers: threads for SentencePiece training/encoding and processes for Moses tokenisation of large splits.
+
+    A run config's ``[data]`` table is read by :meth:`from_section`, which remembers the settings the table gives
+    (:meth:`given_settings`): the others are the prepared folder's (:mod:`mma_nmt.data.prepared_settings`), and
+    :meth:`to_section` writes the table back as it was given.
     """
+
+    _given: ClassVar[frozenset[str] | None] = None  # set per instance by from_section; None: every setting
 
     corpus: str = "multi30k_de_en"
     data_dir: str | None = None
@@ -102,7 +109,29 @@ class PrepareConfig:
         unknown key, a value of the wrong type or out of range raises ValueError naming ``data.<key>``."""
         config = from_dict(cls, values, where)
         config.validate()
+        config._given = frozenset(values)
         return config
+
+    def given_settings(self) -> frozenset[str]:
+        """The settings a run config's ``[data]`` gave (those :meth:`from_section` read); every setting of a config
+        built otherwise."""
+        if self._given is None:
+            return frozenset(f.name for f in dataclasses.fields(self))
+        return self._given
+
+    def to_section(self) -> dict:
+        """The ``[data]`` table of a run config: the given settings (:meth:`given_settings`) as plain values (lists,
+        not tuples), so that :meth:`from_section` reads back an equal config with the same given settings."""
+        given = self.given_settings()
+        return {key: list(value) if isinstance(value, tuple) else value
+                for key, value in dataclasses.asdict(self).items() if key in given}
+
+    def corpus_roots(self) -> list[Path]:
+        """The data directories the corpus is looked for in: ``data_dir`` (default :func:`default_data_dir`), then
+        ``download_dir`` when it is another one."""
+        data_dir = Path(self.data_dir) if self.data_dir else default_data_dir()
+        download_dir = Path(self.download_dir) if self.download_dir else data_dir
+        return [data_dir] if download_dir == data_dir else [data_dir, download_dir]
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, section: str | None = None) -> "PrepareConfig":
@@ -146,8 +175,8 @@ class _Preparer:
         self.config = config
         self.spec: CorpusSpec = get_corpus(config.corpus)
         self.out = Path(config.out_dir)
-        self.data_dir = Path(config.data_dir) if config.data_dir else default_data_dir()
-        self.download_dir = Path(config.download_dir) if config.download_dir else self.data_dir
+        self.roots = config.corpus_roots()
+        self.data_dir, self.download_dir = self.roots[0], self.roots[-1]
         wanted = list(config.splits) if config.splits is not None else list(self.spec.splits)
         if config.spm_train_split not in wanted:
             wanted.insert(0, config.spm_train_split)
@@ -173,33 +202,24 @@ class _Preparer:
 
     def locate(self) -> dict[str, tuple[Path, Path]]:
         """The (src, tgt) files of every wanted split; downloads missing ones when allowed, else raises."""
-        roots = [self.data_dir] + ([self.download_dir] if self.download_dir != self.data_dir else [])
-        found: dict[str, tuple[Path, Path]] = {}
-        for split in self.splits:
-            for root in roots:
-                src, tgt = self.spec.files(split, root)
-                if src is not None and tgt is not None:
-                    found[split] = (src, tgt)
-                    break
+        found = self.spec.locate(self.splits, self.roots)
         missing = [split for split in self.splits if split not in found]
         if missing and self.config.download:
             fetch_corpus(self.spec, self.download_dir, mirror=self.config.mirror, progress=self.config.progress)
-            still = missing_splits(self.spec, self.download_dir, missing)
+            found.update(self.spec.locate(missing, [self.download_dir]))
+            still = [split for split in missing if split not in found]
             if still:
                 raise FileNotFoundError(f"{self.spec.name}: download finished but splits {still} are still missing")
-            found.update({split: self.spec.files(split, self.download_dir) for split in missing})  # type: ignore
         elif missing:
-            self._raise_missing(missing, roots)
+            self._raise_missing(missing, self.roots)
         return found
 
     def _raise_missing(self, missing: list[str], roots: list[Path]) -> None:
-        folder = roots[0] / self.spec.local_folder
-        expected = ", ".join(f"{self.spec.splits[s]}.{{{self.spec.src_lang},{self.spec.tgt_lang}}}[.gz]"
-                             for s in missing)
         raise FileNotFoundError(
-            f"{self.spec.name}: splits {missing} not found in {folder} (expected {expected}). Set download=True to "
-            f"fetch them from the original source, point MMA_NMT_DATA_DIR/data_dir at a copy, or choose other splits "
-            f"with splits=... and spm_train_split=... . Corpus note: {self.spec.note}")
+            f"{self.spec.name}: splits {missing} not found in {self.spec.folder(roots[0])} (expected "
+            f"{self.spec.expected_files(missing)}). Set download=True to fetch them from the original source, point "
+            f"MMA_NMT_DATA_DIR/data_dir at a copy, or choose other splits with splits=... and spm_train_split=... . "
+            f"Corpus note: {self.spec.note}")
 
     def read(self, split: str, files: tuple[Path, Path]) -> ParallelText:
         """The split's text (read once per run), with its report recorded in the metadata."""

@@ -40,17 +40,17 @@ def _comparable(key: str, value):
     return json.loads(json.dumps(value))  # tuples as lists, as meta.json holds them
 
 
-def check_prepared_matches(section: dict, prepared_dir: str | Path) -> None:
-    """Raises ValueError when a setting given in ``section`` (a run config's ``[data]``) differs from the one
-    ``prepared_dir`` was prepared with, naming each ``data.<key>``, both values and the ways out. Does nothing when the
-    folder holds no complete preparation yet."""
+def check_prepared_matches(section: PrepareConfig, prepared_dir: str | Path) -> None:
+    """Raises ValueError when a setting given in ``section`` (a run config's ``[data]``, see
+    :meth:`PrepareConfig.given_settings`) differs from the one ``prepared_dir`` was prepared with, naming each
+    ``data.<key>``, both values and the ways out. Does nothing when the folder holds no complete preparation yet."""
     recorded = recorded_settings(prepared_dir)
     if recorded is None:
         return
-    given = dataclasses.asdict(PrepareConfig.from_section({k: v for k, v in section.items()}))
-    differences = [f"data.{key} is {given[key]!r} in the run config but {recorded.get(key)!r} in its meta.json"
-                   for key in OUTPUT_SETTINGS
-                   if key in section and _comparable(key, given[key]) != _comparable(key, recorded.get(key))]
+    given = section.given_settings()
+    differences = [f"data.{key} is {getattr(section, key)!r} in the run config but {recorded.get(key)!r} in its "
+                   f"meta.json" for key in OUTPUT_SETTINGS
+                   if key in given and _comparable(key, getattr(section, key)) != _comparable(key, recorded.get(key))]
     if differences:
         raise ValueError(f"{prepared_dir} was prepared with other [data] settings ({'; '.join(differences)}), and "
                          f"training would use it as it is: prepare into another data.out_dir, or remove "

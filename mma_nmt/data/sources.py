@@ -16,9 +16,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mma_nmt.data.corpora import CorpusSpec
+from mma_nmt.data.corpora import CorpusSpec, text_file
 from mma_nmt.data.download import download
-from mma_nmt.data.fileio import atomic_gzip_lines, find_text_file
+from mma_nmt.data.fileio import atomic_gzip_lines
 
 log = logging.getLogger(__name__)
 _SEG = re.compile(r"<seg[^>]*>(.*?)</seg>", re.S)
@@ -28,7 +28,7 @@ def fetch_corpus(spec: CorpusSpec, data_dir: str | os.PathLike, *, mirror: str |
                  progress: bool = True) -> Path:
     """Downloads ``spec``'s original files and builds its layout in ``data_dir/spec.local_folder`` (skipped when every
     split is already there). Returns that folder."""
-    folder = Path(data_dir) / spec.local_folder
+    folder = spec.folder(data_dir)
     if not missing_splits(spec, data_dir, spec.splits):
         return folder
     if spec.builder == "manual":
@@ -88,7 +88,7 @@ def _member_text(members: dict[str, bytes], name: str, archive: Path) -> str:
 def _write_split(folder: Path, stem: str, lang: str, lines: Iterable[str | bytes]) -> None:
     """Writes ``<stem>.<lang>.gz`` unless the split file already exists (plain or gzip): existing copies, such as
     the shared dev/test sets, are never overwritten."""
-    existing = find_text_file(folder, stem, lang)
+    existing = text_file(folder, stem, lang)
     if existing is not None:
         log.info("%s exists; not overwritten", existing)
         return
@@ -244,7 +244,9 @@ _BUILDERS = {
 
 def missing_splits(spec: CorpusSpec, data_dir: str | os.PathLike, splits: Iterable[str]) -> list[str]:
     """The splits among ``splits`` that lack a source or target file under ``data_dir``."""
-    return [split for split in splits if None in spec.files(split, data_dir)]
+    splits = list(splits)
+    found = spec.locate(splits, [data_dir])
+    return [split for split in splits if split not in found]
 
 
-__all__ = ["fetch_corpus", "extract_segments", "missing_splits", "find_text_file"]
+__all__ = ["fetch_corpus", "extract_segments", "missing_splits"]

@@ -89,8 +89,8 @@ def notebook_run(name: str, model: dict, scale: NotebookScale, cache: str | Path
                      "optim": {"lr": scale.lr, "warmup_steps": scale.warmup_steps, "clip_norm": 1.0}, **train}
     run = run_config_from_dict({"data": data, "model": {"share_embeddings": True, **model}, "train": train_section,
                                 "decode": {"beam_size": 1, "batch_size": 100}})
-    digest = hashlib.sha256(json.dumps({"data": run.data, "model": to_dict(run.model), "train": to_dict(run.train)},
-                                       sort_keys=True, default=str).encode()).hexdigest()[:10]
+    identity = {"data": run.data.to_section(), "model": to_dict(run.model), "train": to_dict(run.train)}
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:10]
     run.train.save_dir = str(cache / "models" / f"{name}-{scale.name}-{digest}")
     return run
 
@@ -151,7 +151,7 @@ def models_for_notebook(paper: str, wanted: dict[str, NotebookModel], scale: Not
     found = {names[0]: first}
     for name in names[1:]:
         found[name] = None if first is None else best_run(paper, wanted[name].systems,
-                                                          prepared=first.config["data"]["out_dir"])
+                                                          prepared=first.prepared_dir)
     if all(run is not None for run in found.values()):
         return {name: load_found(run) for name, run in found.items()}
     return {name: train_or_load(notebook_run(w.tiny_name, w.tiny_model, scale, cache)) for name, w in wanted.items()}

@@ -35,6 +35,11 @@ class RunOnDisk:
     bleu: float
     config: dict
 
+    @property
+    def prepared_dir(self) -> Path:
+        """The run's prepared data folder (``data.out_dir``, absolute)."""
+        return Path(self.config["data"]["out_dir"])
+
     def describe(self) -> str:
         what = "the demo's run" if self.experiment == "demo" else \
             f"mma-nmt experiment {self.experiment}: system {self.system} on {self.dataset} ({self.scale} scale)"
@@ -98,7 +103,7 @@ def demo_runs(root: Path) -> list[RunOnDisk]:
 
 def run_languages(run: RunOnDisk) -> tuple[str, str] | None:
     """(source, target) language of a run's prepared data, from its ``meta.json``."""
-    meta = _read(Path(run.config["data"]["out_dir"]) / "meta.json")
+    meta = _read(run.prepared_dir / "meta.json")
     corpus = (meta or {}).get("corpus", {})
     return (corpus["src_lang"], corpus["tgt_lang"]) if "src_lang" in corpus and "tgt_lang" in corpus else None
 
@@ -117,5 +122,5 @@ def best_run(paper: str, systems: tuple[str, ...], *, demo: bool = False, langua
         candidates += demo_runs(root)
     candidates = [r for r in candidates if r.checkpoint.is_file() and run_languages(r) is not None
                   and (languages is None or set(run_languages(r)) == set(languages))
-                  and (prepared is None or Path(r.config["data"]["out_dir"]) == Path(prepared))]
+                  and (prepared is None or r.prepared_dir == Path(prepared))]
     return max(candidates, key=lambda r: (SCALE_RANK[r.scale], r.bleu), default=None)

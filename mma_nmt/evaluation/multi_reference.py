@@ -8,28 +8,11 @@ back into the sets by their sizes and scores each set against all of its referen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sacrebleu.metrics import BLEU
 
+from mma_nmt.data.reference_sets import ReferenceSet
 
-@dataclass
-class ReferenceSet:
-    """One test set: its name and its reference streams (``references[i][j]``: reference ``i`` of sentence ``j``)."""
-
-    name: str
-    references: list[list[str]]
-
-    def __post_init__(self):
-        if not self.references:
-            raise ValueError(f"test set {self.name!r} has no reference")
-        sizes = {len(stream) for stream in self.references}
-        if len(sizes) != 1:
-            raise ValueError(f"test set {self.name!r}: its references have different numbers of lines "
-                             f"{[len(stream) for stream in self.references]}")
-
-    def __len__(self) -> int:
-        return len(self.references[0])
+__all__ = ["ReferenceSet", "multi_reference_bleu", "score_test_sets"]
 
 
 def multi_reference_bleu(hypotheses: list[str], references: list[list[str]], *, tokenize: str = "13a",

@@ -46,6 +46,14 @@ def identity_config(config: dict) -> dict:
     return config
 
 
+def run_identity(config: dict, average_last: int) -> str:
+    """A run's identity: a hash of its raw run config (as the recipe gives it, without :func:`identity_config`'s
+    settings) and of the checkpoints it averages. Records are filed and found by it, so it must never change for a
+    committed record (``tests/python/experiments/test_record_identities.py``)."""
+    text = json.dumps({"config": identity_config(config), "average_last": average_last}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
 class ExperimentError(ValueError):
     """A malformed experiment file; the message names the file and the offending entry."""
 
@@ -123,8 +131,7 @@ class Cell:
     @property
     def identity(self) -> str:
         """A hash of everything that determines the result: equal configs share one run, across tables and papers."""
-        text = json.dumps({"config": identity_config(self.config), "average_last": self.average_last}, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:10]
+        return run_identity(self.config, self.average_last)
 
     @property
     def key(self) -> tuple[str, str]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from mma_nmt.config_io import (apply_overrides, check_choices, deep_merge, from_dict, load_file, require_at_least,
                                to_dict)
+from mma_nmt.data.prepare import PrepareConfig
 from mma_nmt.decoding.search import SearchConfig, check_min_len_fits
 from mma_nmt.models.config import MODEL_CONFIGS, ModelConfig, upgrade_stored_model_config
 from mma_nmt.models.presets import preset
@@ -93,20 +94,22 @@ class EvalConfig:
 
 @dataclass
 class RunConfig:
-    data: dict[str, Any] = field(default_factory=dict)  # PrepareConfig fields (mma_nmt.data.prepare)
+    # [data]: read by PrepareConfig.from_section, which keeps which settings the table gave (the others are the prepared
+    # folder's); the default is an empty [data] table
+    data: PrepareConfig = field(default_factory=lambda: PrepareConfig.from_section({}))
     model: ModelConfig = field(default_factory=lambda: preset(DEFAULT_PRESET))
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: SearchConfig = field(default_factory=SearchConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self):
-        from mma_nmt.data.prepare import PrepareConfig
-
-        PrepareConfig.from_section(self.data)  # [data] is checked when the config is read, as every other section
+        if not isinstance(self.data, PrepareConfig):
+            raise TypeError(f"RunConfig.data must be a PrepareConfig, got {type(self.data).__name__}: read a [data] "
+                            f"table with PrepareConfig.from_section")
         check_min_len_fits(self.decode, getattr(self.model, "max_positions", None))
 
     def prepared_dir(self) -> Path:
-        return Path(self.data.get("out_dir", "runs/data/multi30k_de_en"))
+        return Path(self.data.out_dir)
 
 
 def model_config_from_dict(data: dict) -> ModelConfig:
@@ -131,7 +134,7 @@ def run_config_from_dict(data: dict) -> RunConfig:
     if unknown:
         raise ValueError(f"unknown config section(s) {unknown}; known: data, model, train, decode, eval")
     built = {name: from_dict(cls, data.get(name, {}), name) for name, cls in sections.items()}
-    return RunConfig(data=dict(data.get("data", {})), model=model, **built)
+    return RunConfig(data=PrepareConfig.from_section(data.get("data", {})), model=model, **built)
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:

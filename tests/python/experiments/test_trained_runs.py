@@ -49,7 +49,7 @@ def test_the_best_finished_run_of_the_wanted_systems_is_chosen(runs):
     _experiment_run(runs, "mma", "mma", 50.0, scale="smoke")  # smoke runs train for seconds
     found = best_run("mma", ("mma", "mma_seed2", "mma_seed3"), root=runs)
     assert found.run_dir == best and found.bleu == 32.5 and found.system == "mma_seed2"
-    assert Path(found.config["data"]["out_dir"]) == runs.resolve().parent / "runs/data/m30k"
+    assert found.prepared_dir == runs.resolve().parent / "runs/data/m30k"
     assert "mma-nmt experiment mma: system mma_seed2 on de_en (mini scale), test BLEU 32.50" in found.describe()
 
 

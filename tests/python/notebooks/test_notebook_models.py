@@ -28,7 +28,7 @@ def test_preset_comes_from_the_environment_and_defaults_to_tiny(monkeypatch):
 def test_run_config_carries_the_scale_and_a_config_hash_in_its_folder(tmp_path):
     run = notebook_run("mma", MODEL, SCALE, tmp_path)
     assert run.model.encoder.attention == "mma" and run.model.d_model == 32 and run.model.share_embeddings
-    assert run.train.max_steps == 2 and run.train.threads == 1 and run.data["max_train_lines"] == 50
+    assert run.train.max_steps == 2 and run.train.threads == 1 and run.data.max_train_lines == 50
     assert run.prepared_dir() == tmp_path / "data" / "multi30k_de_en_bpe320_50"
     assert run.train.save_dir.startswith(str(tmp_path / "models" / "mma-test-"))
     assert notebook_run("mma", MODEL, SCALE, tmp_path).train.save_dir == run.train.save_dir
