@@ -34,6 +34,7 @@ from typing import Callable
 import torch
 
 from mma_nmt._extension import require_device_support
+from mma_nmt.ops.autocast import float32_under_cpu_autocast, register_cpu_autocast
 from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad
 
 REGISTERED_OPERATORS: dict[str, RegisteredOperator] = {}  # "attention" -> its RegisteredOperator (register_operator)
@@ -58,6 +59,7 @@ class RegisteredOperator:
     def __call__(self, *args):
         if self._required <= len(args) < len(self._defaults):  # setup_context reads every argument, defaults too
             args = (*args, *self._defaults[len(args):])
+        args = float32_under_cpu_autocast(args, self._list_arguments)  # the CPU kernels take no bfloat16
         tensors = _tensors(args, self._list_arguments)
         if tensors:
             require_device_support(tensors[0], self.name)
@@ -80,6 +82,7 @@ def register_operator(name: str, *, fake: Callable, backward_fake: Callable, set
     torch.library.register_fake(f"mma_nmt::{name}_backward")(backward_fake)
     guarded = first_order_only(f"mma_nmt.{name}")(backward)
     torch.library.register_autograd(f"mma_nmt::{name}", guarded, setup_context=setup_context)
+    register_cpu_autocast(name)
     REGISTERED_OPERATORS[name] = RegisteredOperator(name, setup_context, guarded)
     return REGISTERED_OPERATORS[name]
 
