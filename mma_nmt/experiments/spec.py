@@ -35,7 +35,8 @@ from mma_nmt.config_io import from_dict, load_file, set_dotted
 SCALES = ("full", "mini", "smoke")
 METRICS = ("bleu", "tokenized_bleu")
 # Settings that change how a run executes but not what it computes: left out of a run's identity.
-_NOT_IDENTITY = (("train", "save_dir"), ("train", "progress"), ("train", "threads"), ("train", "device"))
+_NOT_IDENTITY = (("train", "save_dir"), ("train", "progress"), ("train", "threads"), ("train", "device"),
+                 ("train", "loggers"))
 
 
 def identity_config(config: dict) -> dict:

@@ -43,6 +43,7 @@ import torch
 from torch._library.autograd import Info, make_autograd_impl
 
 from mma_nmt._extension import extension_available, require_device_support, require_extension
+from mma_nmt.ops.autocast import float32_under_cpu_autocast, register_cpu_autocast
 from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad, refuse_functorch_gradients
 
 REGISTERED_OPERATORS: dict[str, RegisteredOperator] = {}  # "attention" -> its RegisteredOperator (register_operator)
@@ -67,6 +68,7 @@ class RegisteredOperator:
     def __call__(self, *args):
         if self._required <= len(args) < len(self._defaults):  # setup_context reads every argument, defaults too
             args = (*args, *self._defaults[len(args):])
+        args = float32_under_cpu_autocast(args, self._list_arguments)  # the CPU kernels take no bfloat16
         tensors = _tensors(args, self._list_arguments)
         if tensors:
             require_device_support(tensors[0], self.name)
@@ -110,6 +112,7 @@ def register_operator(name: str, *, fake: Callable, backward_fake: Callable, set
     torch.library.register_fake(f"mma_nmt::{name}_backward")(backward_fake)
     guarded = first_order_only(f"mma_nmt.{name}")(backward)
     _register_guarded_autograd(name, guarded, setup_context)
+    register_cpu_autocast(name)
     REGISTERED_OPERATORS[name] = RegisteredOperator(name, setup_context, guarded)
     return REGISTERED_OPERATORS[name]
 

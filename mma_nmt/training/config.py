@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -19,6 +21,10 @@ from mma_nmt.training.optim import OptimConfig
 DEFAULT_PRESET = "transformer_tiny"
 # the summed loss of an update divided by its target "tokens" or its "sentences" (OpenNMT-py's -normalization sents)
 LossNormalization = Literal["tokens", "sentences"]
+# mixed precision of training: "bf16" (bfloat16 autocast, CUDA and CPU), "fp16" (float16 autocast + GradScaler, CUDA
+# only) or false (float32); true is read as "fp16", as before "bf16" existed (mma_nmt.training.precision)
+AmpMode = Literal["bf16", "fp16", False]
+LoggerName = Literal["tensorboard"]  # mma_nmt.training.loggers
 
 
 @dataclass
@@ -44,16 +50,25 @@ class TrainConfig:
     max_bad_steps: int = 10  # skipped steps (NaN/inf loss or gradient, loss spike) tolerated; one more stops the run
     loss_spike_factor: float = 0.0  # > 0: skip a step whose loss exceeds this factor x the recent mean; 0 = off
     loss_spike_window: int = 100  # applied steps in that mean; the rule starts once this many were applied
-    amp: bool = False  # float16 autocast + GradScaler (CUDA only)
+    amp: AmpMode | bool = False  # "bf16" | "fp16" | false; true: deprecated spelling of "fp16"
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     threads: int = 0  # torch threads on CPU; 0 = torch's default
     progress: bool = True  # tqdm progress bar
     resume: bool = True  # continue from save_dir/last.pt when it exists; false refuses a save_dir holding checkpoints
     overwrite: bool = False  # with resume = false: delete the checkpoints of save_dir and start over (--overwrite)
     compile: bool = False  # train through torch.compile(model): compiled forward and backward
+    # live views beside log.jsonl: ["tensorboard"] writes save_dir/tensorboard (pip install "mma_nmt[tensorboard]")
+    loggers: list[LoggerName] = field(default_factory=list)
 
     def __post_init__(self):
+        if self.amp is True:  # earlier configs (and their run records) say amp = true: float16, as it meant then
+            warnings.warn('train.amp = true is deprecated: it means "fp16" (float16 autocast with a GradScaler, CUDA '
+                          'only); write train.amp = "fp16", or "bf16" for bfloat16', FutureWarning, stacklevel=3)
+            self.amp = "fp16"
         check_choices("train", self)
+        for name in self.loggers:
+            if name not in typing.get_args(LoggerName):
+                raise ValueError(f"train.loggers: unknown logger {name!r}; known: {list(typing.get_args(LoggerName))}")
         if not (self.loss_spike_factor == 0 or self.loss_spike_factor > 1):  # NaN fails too
             raise ValueError(f"train.loss_spike_factor must be 0 (off) or above 1, got {self.loss_spike_factor}")
         require_at_least("train", self, loss_spike_window=1, max_steps=0, max_epochs=0, max_minutes=0.0, max_tokens=1,

@@ -29,9 +29,11 @@ from mma_nmt.training.checkpoint import (CheckpointError, CheckpointManager, che
 from mma_nmt.training.early_stopping import EarlyStopping
 from mma_nmt.training.hardware import hardware
 from mma_nmt.training.config import LossNormalization, RunConfig
+from mma_nmt.training.loggers import build_loggers
 from mma_nmt.training.logging import JsonLinesLogger
 from mma_nmt.training.loss import label_smoothed_cross_entropy
 from mma_nmt.training.optim import LRSchedule, build_optimizer
+from mma_nmt.training.precision import mixed_precision
 from mma_nmt.training.run_lock import RunDirectoryLock, claim_for_fresh_start
 
 
@@ -177,15 +179,22 @@ Hook = Callable[["Trainer"], None]
 
 class Trainer:
     """``Trainer(run).train()``. Hooks are called as ``hook(trainer)`` after every update (``trainer.step`` is the
-    number of updates done), after any checkpoint of that step was written."""
+    number of updates done), after any checkpoint of that step was written; a hook with a ``close(trainer)`` method is
+    closed once when :meth:`train` ends, after the last validation, also when it ends on an error. They read
+    ``trainer.last_train_log`` and ``trainer.last_validation``, each ``(step, values)`` of the latest ``train`` log
+    entry and validation, or None. The loggers of ``train.loggers`` (:mod:`mma_nmt.training.loggers`) are hooks after
+    ``hooks``, on the main process only."""
 
     def __init__(self, run: RunConfig, *, hooks: tuple[Hook, ...] = ()):
         cfg = run.train
-        self.run, self.hooks = run, hooks
+        self.run = run
         self.device = pick_device(cfg.device)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.info = dist.init_distributed(self.device)
+        self.hooks = (*hooks, *(build_loggers(cfg.loggers, cfg.save_dir) if self.info.is_main else ()))
+        self.precision = mixed_precision(cfg.amp, self.device)  # train.amp: autocast and (float16) GradScaler
+        self.scaler, self.autocast = self.precision.scaler, self.precision.autocast
         check_prepared_matches(run.data, run.prepared_dir())
         self.train_data = ParallelDataset.load(run.prepared_dir(), "train")
         self.valid_data = ParallelDataset.load(run.prepared_dir(), "valid")
@@ -202,12 +211,10 @@ class Trainer:
                                          max_tokens=cfg.max_tokens, seed=cfg.seed, max_len=cfg.max_len,
                                          num_replicas=self.info.world_size, rank=self.info.rank)
         check_usable_pairs(self.sampler, self.valid_data, cfg.max_len, run.prepared_dir())
-        use_amp = cfg.amp and self.device.type == "cuda"
-        self.scaler = torch.amp.GradScaler("cuda") if use_amp else None
-        self.autocast = (lambda: torch.autocast("cuda", dtype=torch.float16)) if use_amp else contextlib.nullcontext
         self.step, self.bad_steps, self.started = 0, 0, time.monotonic()
         self.early_stopping = EarlyStopping(best_metric=cfg.best_metric, patience=cfg.patience)
         self.last_validation: tuple[int, dict] | None = None  # (step, result) of the latest validation
+        self.last_train_log: tuple[int, dict] | None = None  # (step, fields) of the latest "train" log entry
         # per-token losses of the last applied updates, for the loss-spike rule (only kept when the rule is on)
         self.recent_losses: collections.deque[float] = collections.deque(maxlen=cfg.loss_spike_window)
         self.save_dir = Path(cfg.save_dir)
@@ -391,8 +398,8 @@ class Trainer:
         bar.set_postfix(postfix, refresh=False)
         if meter.steps and (self.step % cfg.log_every == 0):
             stats = meter.summary()
-            self.logger.log("train", step=self.step, epoch=self.sampler.epoch,
-                            lr=self.optimizer.param_groups[0]["lr"], **stats)
+            self.last_train_log = (self.step, self.logger.log("train", step=self.step, epoch=self.sampler.epoch,
+                                                              lr=self.optimizer.param_groups[0]["lr"], **stats))
             meter.__init__(since=time.monotonic())
         if cfg.validate_every and self.step % cfg.validate_every == 0:
             self._validate_and_save()
@@ -418,6 +425,10 @@ class Trainer:
                 return self._train()
             except KeyboardInterrupt:
                 raise TrainingInterrupted(self.step, self._resume_point()) from None
+            finally:
+                for hook in self.hooks:
+                    if hasattr(hook, "close"):
+                        hook.close(self)
 
     def _resume_point(self) -> tuple[int, Path] | None:
         """(step, file) of the checkpoint the next run resumes from, as it is on disk now (a Ctrl-C may have come after
