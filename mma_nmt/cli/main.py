@@ -143,7 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, help="runs trained side by side (each in its own process)")
     p.add_argument("--runs-dir", default="runs/experiments", help="where runs live (shared by all papers)")
     p.add_argument("--results-dir", help="default: experiments/<paper>/results/<scale>")
-    p.add_argument("--bootstrap-samples", type=_positive_int, default=1000)
+    p.add_argument("--bootstrap-samples", type=_positive_int, default=10000,
+                   help="paired bootstrap resamples behind each table's significance daggers (default 10000)")
     p.add_argument("--dataset", action="append", help="train only this column (repeatable); default: every column")
     p.add_argument("--system", action="append",
                    help="train only this row (repeatable), e.g. a table's baseline and proposed system over all their "
