@@ -119,9 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ref", help="default: the prepared split's target text; --hyp H --ref R without --config, "
                                  "--split or --set data.* scores the two text files alone (no prepared data needed, "
                                  "no BLEU by source length)")
-    p.add_argument("--baseline", help="baseline system output for paired bootstrap resampling")
+    p.add_argument("--baseline", help="baseline system output: paired bootstrap resampling and approximate "
+                                      "randomization of BLEU, chrF (chrF++ with --set eval.chrf_word_order=2) and TER")
     p.add_argument("--split")
     p.add_argument("--bootstrap-samples", type=_positive_int, default=1000)
+    p.add_argument("--randomization-trials", type=_positive_int, default=10000,
+                   help="approximate randomization trials against --baseline (sacreBLEU --paired-ar; default 10000)")
     p.add_argument("--scores", help="where the JSON goes; default: <hyp without .txt/.hyp.txt>.scores.json")
     _add_json(p, "--scores")
     p = _command(sub, "average", "average the weights of several checkpoints")
@@ -219,7 +222,7 @@ def _evaluate(args) -> dict:
     run = _run_config(args)
     result = pipeline.evaluate(run, hypotheses=args.hyp, references=args.ref, baseline=args.baseline,
                                split=args.split, bootstrap_samples=args.bootstrap_samples,
-                               use_split=_names_a_split(args))
+                               randomization_trials=args.randomization_trials, use_split=_names_a_split(args))
     hyp = args.hyp or pipeline.default_hypotheses(run, args.split)
     json_path = Path(args.scores) if args.scores else summary.scores_path(hyp)
     summary.report(result, summary.scores_lines(result) + summary.files_lines({"scores": json_path}),

@@ -73,10 +73,11 @@ def paired_tests(baseline: Sequence[str], system: Sequence[str], references: Seq
         # Equal scores, outputs that differ: the resampled differences are then often all 0 as well (both systems at
         # BLEU 0.0 in every resample), none exceeds the observed 0 and p = 1 / (samples + 1). A zero difference is
         # never significant.
-        out[name] = {"baseline": base.score, "system": sys_.score,
-                     "p_value": 1.0 if sys_.score == base.score else sys_.p_value, "samples": samples, "test": test}
-        if test == "bootstrap":
-            out[name].update(system_mean=sys_.mean, system_ci=sys_.ci, baseline_mean=base.mean, baseline_ci=base.ci)
+        out[name] = {"baseline": float(base.score), "system": float(sys_.score),
+                     "p_value": 1.0 if sys_.score == base.score else float(sys_.p_value), "samples": samples, "test": test}
+        if test == "bootstrap":  # numpy scalars (float32 for chrF and TER) as Python floats, for JSON
+            out[name].update(system_mean=float(sys_.mean), system_ci=float(sys_.ci), baseline_mean=float(base.mean),
+                             baseline_ci=float(base.ci))
     return out
 
 
