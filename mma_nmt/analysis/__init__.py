@@ -9,7 +9,7 @@ Modules: :mod:`attention_maps` (per-sentence maps of every layer and head), :mod
 
 from mma_nmt.analysis._figures import new_figure, save_figure
 from mma_nmt.analysis.alignment import (AlignmentScores, GoldAlignment, align_with_model, alignment_scores,
-                                        diagonal_links, links_from_attention, parse_talp_line,
+                                        diagonal_links, diagonal_scores, links_from_attention, parse_talp_line,
                                         piece_to_word_attention, read_gold_alignments, word_ids_from_pieces)
 from mma_nmt.analysis.attention_maps import (SentenceAttention, head_labels, plot_attention_grid, plot_gmm_components,
                                              plot_head_gates, plot_layer_weights, plot_sentence_attention,
@@ -44,6 +44,7 @@ __all__ = [
     "attention_entropy",
     "bleu_by_source_length",
     "diagonal_links",
+    "diagonal_scores",
     "entropy_by_source_length",
     "format_layer_masking_table",
     "gate_distribution",
