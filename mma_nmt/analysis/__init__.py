@@ -17,7 +17,7 @@ from mma_nmt.analysis.attention_maps import (SentenceAttention, head_labels, plo
 from mma_nmt.analysis.buckets import (BucketScore, LayerMaskingRow, bleu_by_source_length, format_layer_masking_table,
                                       layer_masking_table, plot_bleu_by_source_length)
 from mma_nmt.analysis.distance_entropy import (DistanceEntropy, attention_distance, attention_entropy,
-                                               head_distance_entropy, plot_distance_entropy,
+                                               head_distance_entropy, plot_distance_entropy, shared_colour_limits,
                                                plot_layer_profiles)
 from mma_nmt.analysis.gmm_analysis import (EntropyByLength, GateDistribution, NgramPrecision,
                                            entropy_by_source_length, gate_distribution, ngram_precision_gap,
@@ -61,6 +61,7 @@ __all__ = [
     "plot_attention_grid",
     "plot_bleu_by_source_length",
     "plot_distance_entropy",
+    "shared_colour_limits",
     "plot_entropy_by_source_length",
     "plot_gate_distribution",
     "plot_gmm_components",
