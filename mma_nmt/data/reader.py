@@ -171,7 +171,7 @@ def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike, *, o
     if max_lines is not None:
         pairs = itertools.islice(pairs, max_lines)
     for number, (raw_src, raw_tgt) in enumerate(tqdm(pairs, desc=f"read {paths[0].name}", unit=" lines",
-                                                     disable=not progress, mininterval=1.0, leave=False), start=1):
+                                                     disable=not progress, mininterval=1.0, leave=True), start=1):
         if raw_src is None or raw_tgt is None:
             rest = (int(raw_src is not None) + _count_rest(lines[0]), int(raw_tgt is not None) + _count_rest(lines[1]))
             _mismatch(report, paths, number, rest, on_error)
