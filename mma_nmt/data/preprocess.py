@@ -60,10 +60,10 @@ class TextPipeline:
             with multiprocessing.Pool(workers) as pool:
                 mapped = pool.imap(self, texts, chunksize=1000)
                 return list(tqdm(mapped, total=len(texts), desc=f"preprocess {self.lang}", unit=" lines",
-                                 disable=not progress, mininterval=1.0, leave=True))
+                                 disable=not progress, mininterval=1.0, leave=False))
         return [self(text) for text in tqdm(texts, desc=f"preprocess {self.lang}", unit=" lines",
                                             disable=not progress or len(texts) < 10_000, mininterval=1.0,
-                                            leave=True)]
+                                            leave=False)]
 
     def postprocess(self, text: str) -> str:
         """Turns a system output back into plain text: Moses detokenisation when the pipeline tokenizes."""
