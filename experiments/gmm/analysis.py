@@ -104,14 +104,14 @@ def diagonal_lines(gold) -> list[str]:
     return [f"| diagonal (no model) | – | – | – | {100 * diagonal.aer:.2f} | {100 * diagonal.precision:.2f} | "
             f"{100 * diagonal.recall:.2f} |", "",
             "The last row is no model: each German word linked to the English word under its relative position "
-            "(`mma_nmt.analysis.diagonal_scores`). A model whose AER is above it aligns words worse than their position "
-            "alone. The extraction itself (1-based gold links, English source swapped back to German-English, source "
-            "pieces summed into words, heads averaged, the chosen layer, row t the one predicting target piece t) is "
-            "checked on cases whose alignment is known (`tests/python/analysis/test_analysis_alignment.py::"
+            "(`mma_nmt.analysis.diagonal_scores`). A model whose AER is above it aligns words worse than their "
+            "position alone. The extraction itself (1-based gold links, English source swapped back to German-English, "
+            "source pieces summed into words, heads averaged, the chosen layer, row t the one predicting target piece "
+            "t) is checked on cases whose alignment is known (`tests/python/analysis/test_analysis_alignment.py::"
             "test_extraction_recovers_a_known_alignment_through_real_subwords`, "
-            "`::test_a_models_attention_rows_line_up_with_the_words_they_predict`), so rates above the diagonal are the "
-            "models' attention, not the extraction: these small Multi30k models, read on Europarl, align words no better "
-            "than their position does, so their AER cannot show the paper's Table 7 difference either way."]
+            "`::test_a_models_attention_rows_line_up_with_the_words_they_predict`), so rates above the diagonal are "
+            "the models' attention, not the extraction: these small Multi30k models, read on Europarl, align words no "
+            "better than their position does, so their AER cannot show the paper's Table 7 difference either way."]
 
 
 def report(args, gold, alignments: dict[str, list[dict]], missing: dict[str, list], entropy: dict,

@@ -74,7 +74,8 @@ def paired_tests(baseline: Sequence[str], system: Sequence[str], references: Seq
         # BLEU 0.0 in every resample), none exceeds the observed 0 and p = 1 / (samples + 1). A zero difference is
         # never significant.
         out[name] = {"baseline": float(base.score), "system": float(sys_.score),
-                     "p_value": 1.0 if sys_.score == base.score else float(sys_.p_value), "samples": samples, "test": test}
+                     "p_value": 1.0 if sys_.score == base.score else float(sys_.p_value), "samples": samples,
+                     "test": test}
         if test == "bootstrap":  # numpy scalars (float32 for chrF and TER) as Python floats, for JSON
             out[name].update(system_mean=float(sys_.mean), system_ci=float(sys_.ci), baseline_mean=float(base.mean),
                              baseline_ci=float(base.ci))

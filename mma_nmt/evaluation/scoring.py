@@ -22,7 +22,8 @@ class Scores:
 
     def as_dict(self) -> dict:
         return {"bleu": self.bleu, "bleu_signature": self.bleu_signature, "tokenized_bleu": self.tokenized_bleu,
-                "chrf": self.chrf, "chrf_name": self.chrf_name, "chrf_signature": self.chrf_signature, "ter": self.ter, **self.details}
+                "chrf": self.chrf, "chrf_name": self.chrf_name, "chrf_signature": self.chrf_signature, "ter": self.ter,
+                **self.details}
 
 
 @lru_cache(maxsize=8)
