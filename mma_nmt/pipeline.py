@@ -116,15 +116,18 @@ def _same_count(lines: list[str], path, references: list[str], where) -> None:
 
 def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str | None = None,
              baseline: str | None = None, split: str | None = None, bootstrap_samples: int = 1000,
-             use_split: bool = True) -> dict:
+             randomization_trials: int = 10000, use_split: bool = True) -> dict:
     """Scores a hypothesis file (default: :func:`default_hypotheses`) against references (default: the prepared
-    split's target text): sacreBLEU BLEU with signature, tokenised BLEU, chrF, TER, BLEU by source-length bucket, and
-    paired bootstrap against ``baseline``. ``use_split=False`` (with ``references``) scores the two plain text files
+    split's target text): sacreBLEU BLEU with signature, tokenised BLEU, chrF (chrF++ with ``eval.chrf_word_order =
+    2``), TER, BLEU by source-length bucket, and against ``baseline`` the paired bootstrap (``bootstrap_samples``
+    resamples) and approximate randomization (``randomization_trials``) of BLEU, chrF and TER: ``"significance"``
+    (:func:`~mma_nmt.evaluation.bootstrap.paired_tests` by test and metric), and the BLEU bootstrap again as
+    ``"bootstrap"``. ``use_split=False`` (with ``references``) scores the two plain text files
     alone: no prepared split is read, so no BLEU by source length, and tokenised BLEU Moses-tokenises as English.
     Empty files are refused (nothing to score)."""
     from mma_nmt.data import ParallelDataset
     from mma_nmt.data.fileio import read_text_lines
-    from mma_nmt.evaluation.bootstrap import paired_bootstrap
+    from mma_nmt.evaluation.bootstrap import METRICS, paired_tests
     from mma_nmt.analysis.buckets import bleu_by_source_length
     from mma_nmt.evaluation.scoring import score_corpus
 
@@ -145,13 +148,21 @@ def evaluate(run: RunConfig, *, hypotheses: str | None = None, references: str |
         _same_count(base, baseline, refs, ref_source)
     lang = data.meta.get("corpus", {}).get("tgt_lang", "en") if data is not None else "en"
     tokenize = run.eval.bleu_tokenize
-    result = score_corpus(hyps, refs, lang=lang, with_tokenized=run.eval.tokenized_bleu, tokenize=tokenize).as_dict()
+    result = score_corpus(hyps, refs, lang=lang, with_tokenized=run.eval.tokenized_bleu, tokenize=tokenize,
+                          chrf_word_order=run.eval.chrf_word_order).as_dict()
     result["sentences"] = len(hyps)
     if data is not None and run.eval.buckets and len(data) == len(hyps):
         rows = bleu_by_source_length(data.src_text, hyps, refs, edges=run.eval.buckets, tokenize=tokenize)
         result["bleu_by_source_length"] = [vars(row) for row in rows]
     if baseline:
-        result["bootstrap"] = paired_bootstrap(base, hyps, refs, samples=bootstrap_samples, tokenize=tokenize)
+        tests = {test: paired_tests(base, hyps, refs, test=test, metrics=METRICS, samples=samples, tokenize=tokenize,
+                                    chrf_word_order=run.eval.chrf_word_order)
+                 for test, samples in (("bootstrap", bootstrap_samples), ("randomization", randomization_trials))}
+        result["significance"] = tests
+        bleu = tests["bootstrap"]["bleu"]
+        result["bootstrap"] = {"baseline_bleu": bleu["baseline"], "system_bleu": bleu["system"],
+                               **{key: bleu[key] for key in ("system_mean", "system_ci", "baseline_mean",
+                                                             "baseline_ci", "p_value", "samples")}}
     return result
 
 

@@ -36,7 +36,7 @@ import time
 
 import torch
 
-from mma_nmt.analysis import (align_with_model, alignment_scores, diagonal_links, entropy_by_source_length,
+from mma_nmt.analysis import (align_with_model, diagonal_scores, entropy_by_source_length,
                               gate_distribution, ngram_precision_gap, ngram_precisions, plot_entropy_by_source_length,
                               plot_gate_distribution, plot_gmm_components, plot_ngram_precision_gap,
                               read_gold_alignments)
@@ -181,8 +181,7 @@ for name, run in trained.items():
                               source_language=source_language, layer=-2)
     print(f"{name:9s} layer {layers - 1}: AER {scores.aer:.3f}, precision {scores.precision:.3f}, "
           f"recall {scores.recall:.3f} ({scores.hypothesis_links} links)")
-diagonal = alignment_scores([diagonal_links(len(p.german), len(p.english)) for p in pairs],
-                            [p.sure for p in pairs], [p.possible for p in pairs])
+diagonal = diagonal_scores(pairs, source_language=source_language)  # one link per target word, as the models
 print(f"diagonal  : AER {diagonal.aer:.3f}, precision {diagonal.precision:.3f}, recall {diagonal.recall:.3f}")
 
 # %% [markdown]

@@ -19,7 +19,7 @@ Writes next to the table:
 
 from __future__ import annotations
 
-from mma_nmt.analysis import head_distance_entropy, plot_distance_entropy, plot_layer_profiles
+from mma_nmt.analysis import head_distance_entropy, plot_distance_entropy, plot_layer_profiles, shared_colour_limits
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
 from mma_nmt.experiments.analysis_cli import (analysis_parser, bleu_text, command_line, data_of, describe,
@@ -32,7 +32,7 @@ SYSTEMS = ("baseline", "m10")
 def main(argv: list[str] | None = None) -> int:
     args = analysis_parser(__doc__, dataset="en_de").parse_args(argv)
     out = output_dir(args, __file__)
-    measured, absent = [], {}
+    measured, absent, figures = [], {}, {}
     for system in SYSTEMS:
         models, missing = trained_seeds("mlmha", "main", system, args)
         absent[system] = missing
@@ -47,8 +47,12 @@ def main(argv: list[str] | None = None) -> int:
                                  "entropy": float(entropy.mean()),
                                  "entropy_range": [float(entropy.min()), float(entropy.max())]})
             if index == 0:
-                title = f"{trained.cell.system.name} (seed {trained.cell.seed}): encoder self-attention"
-                save_figure(plot_distance_entropy(stats, title=title), out / f"{system}_distance_entropy.png", dpi=80)
+                figures[system] = (stats, f"{trained.cell.system.name} (seed {trained.cell.seed}): encoder "
+                                          f"self-attention")
+    limits = shared_colour_limits([stats for stats, _ in figures.values()])  # one colour, one value, in both figures
+    for system, (stats, title) in figures.items():
+        save_figure(plot_distance_entropy(stats, title=title, limits=limits), out / f"{system}_distance_entropy.png",
+                    dpi=80)
 
     rows = with_rows_measured_elsewhere(out / "mlmha_layers_rows.json", measured, "mlmha", "main", absent, args)
     save_figure(plot_layer_profiles(layer_profiles(rows), title=f"Encoder self-attention per layer, every seed "

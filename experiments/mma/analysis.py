@@ -17,7 +17,8 @@ force-decodes test sentences in record mode and writes next to the table:
 
 from __future__ import annotations
 
-from mma_nmt.analysis import head_distance_entropy, head_labels, plot_distance_entropy, plot_sentence_attention
+from mma_nmt.analysis import (head_distance_entropy, head_labels, plot_distance_entropy, plot_sentence_attention,
+                              shared_colour_limits)
 from mma_nmt.analysis._figures import save_figure
 from mma_nmt.data.fileio import atomic_write_text
 from mma_nmt.evaluation.force_decode import pieces, sentence_maps
@@ -66,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     maps = sentence_maps(records[index], source_tokens=pieces(test.src_tokenizer, test.src[index]),
                          target_tokens=pieces(test.tgt_tokenizer, test.tgt[index]) + ["</s>"])
     save_figure(plot_sentence_attention(maps, cell=1.9)["encoder_self"], out / "mma_head_maps.png", dpi=80)
+    limits = shared_colour_limits([stats for _, stats, _, _ in figures.values()])  # one colour, one value
     for name, (about, stats, labels, _) in figures.items():
-        figure = plot_distance_entropy(stats, head_labels=labels,
+        figure = plot_distance_entropy(stats, head_labels=labels, limits=limits,
                                        title=f"{about['system']} (seed {about['seed']}): encoder self-attention")
         save_figure(figure, out / f"{name}_distance_entropy.png", dpi=80)
     rows = with_rows_measured_elsewhere(out / "mma_heads_rows.json", measured, "mma", "main", missing, args)

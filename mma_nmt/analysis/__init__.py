@@ -9,7 +9,7 @@ Modules: :mod:`attention_maps` (per-sentence maps of every layer and head), :mod
 
 from mma_nmt.analysis._figures import new_figure, save_figure
 from mma_nmt.analysis.alignment import (AlignmentScores, GoldAlignment, align_with_model, alignment_scores,
-                                        diagonal_links, links_from_attention, parse_talp_line,
+                                        diagonal_links, diagonal_scores, links_from_attention, parse_talp_line,
                                         piece_to_word_attention, read_gold_alignments, word_ids_from_pieces)
 from mma_nmt.analysis.attention_maps import (SentenceAttention, head_labels, plot_attention_grid, plot_gmm_components,
                                              plot_head_gates, plot_layer_weights, plot_sentence_attention,
@@ -17,7 +17,7 @@ from mma_nmt.analysis.attention_maps import (SentenceAttention, head_labels, plo
 from mma_nmt.analysis.buckets import (BucketScore, LayerMaskingRow, bleu_by_source_length, format_layer_masking_table,
                                       layer_masking_table, plot_bleu_by_source_length)
 from mma_nmt.analysis.distance_entropy import (DistanceEntropy, attention_distance, attention_entropy,
-                                               head_distance_entropy, plot_distance_entropy,
+                                               head_distance_entropy, plot_distance_entropy, shared_colour_limits,
                                                plot_layer_profiles)
 from mma_nmt.analysis.gmm_analysis import (EntropyByLength, GateDistribution, NgramPrecision,
                                            entropy_by_source_length, gate_distribution, ngram_precision_gap,
@@ -44,6 +44,7 @@ __all__ = [
     "attention_entropy",
     "bleu_by_source_length",
     "diagonal_links",
+    "diagonal_scores",
     "entropy_by_source_length",
     "format_layer_masking_table",
     "gate_distribution",
@@ -60,6 +61,7 @@ __all__ = [
     "plot_attention_grid",
     "plot_bleu_by_source_length",
     "plot_distance_entropy",
+    "shared_colour_limits",
     "plot_entropy_by_source_length",
     "plot_gate_distribution",
     "plot_gmm_components",

@@ -175,6 +175,18 @@ def diagonal_links(german_length: int, english_length: int) -> set[Link]:
     return {((2 * t + 1) * german_length // (2 * english_length), t) for t in range(english_length)}
 
 
+def diagonal_scores(gold: Sequence[GoldAlignment], *, source_language: str = "de") -> AlignmentScores:
+    """The trivial diagonal aligner in a model's place (:func:`diagonal_links`): one link per *target* word, as the
+    arg-max of a model force-decoding from ``source_language`` ("de" or "en") gives; the reference any attention
+    alignment must beat to say more than "words keep their order"."""
+    if source_language not in ("de", "en"):
+        raise ValueError(f"source_language must be 'de' or 'en', got {source_language!r}")
+    hypotheses = [diagonal_links(len(pair.german), len(pair.english)) if source_language == "de"
+                  else {(german, english) for english, german in diagonal_links(len(pair.english), len(pair.german))}
+                  for pair in gold]
+    return alignment_scores(hypotheses, [pair.sure for pair in gold], [pair.possible for pair in gold])
+
+
 def align_with_model(attention_fn: AttentionFn, gold: Sequence[GoldAlignment], *, source_language: str = "de",
                      layer: int = -2) -> AlignmentScores:
     """Force-decodes every gold pair with ``attention_fn`` and scores arg-max links of one layer's mean head.

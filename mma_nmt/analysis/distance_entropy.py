@@ -103,15 +103,29 @@ def head_distance_entropy(attentions: Iterable[torch.Tensor], *, past_only: bool
     return DistanceEntropy(distance=distance, entropy=entropy_sum / tokens, tokens=tokens, sentences=sentences)
 
 
-def plot_distance_entropy(result: DistanceEntropy, *, head_labels: Sequence[str] | None = None, title: str = ""):
-    """Two heatmaps (layer x head) of mean distance and entropy, each value written in its cell; returns the Figure."""
+def shared_colour_limits(results: Sequence[DistanceEntropy]) -> dict[str, tuple[float, float]]:
+    """``{"distance": (low, high), "entropy": (low, high)}`` over every result: give them to each model's
+    :func:`plot_distance_entropy` so that one colour means one value in every figure compared."""
+    if not results:
+        raise ValueError("shared_colour_limits needs at least one result")
+    return {name: (min(float(getattr(r, name).min()) for r in results),
+                   max(float(getattr(r, name).max()) for r in results)) for name in ("distance", "entropy")}
+
+
+def plot_distance_entropy(result: DistanceEntropy, *, head_labels: Sequence[str] | None = None, title: str = "",
+                          limits: Mapping[str, tuple[float, float]] | None = None):
+    """Two heatmaps (layer x head) of mean distance and entropy, each value written in its cell; returns the Figure.
+
+    ``limits`` (:func:`shared_colour_limits`) fixes each panel's colour scale; without it each figure spans its own
+    values, so two models' figures cannot be compared by colour."""
     layers, heads = result.distance.shape
     labels = list(head_labels) if head_labels is not None else [str(h) for h in range(heads)]
     fig = new_figure(2.0 + 1.1 * heads, 1.4 + 0.9 * layers)
     axes = fig.subplots(1, 2, squeeze=False)[0]
-    for ax, values, name in ((axes[0], result.distance, "mean distance (tokens)"),
-                             (axes[1], result.entropy, "mean entropy (nats)")):
-        image = ax.imshow(values.numpy(), cmap="magma", aspect="auto")
+    for ax, values, key, name in ((axes[0], result.distance, "distance", "mean distance (tokens)"),
+                                  (axes[1], result.entropy, "entropy", "mean entropy (nats)")):
+        low, high = (limits or {}).get(key, (None, None))
+        image = ax.imshow(values.numpy(), cmap="magma", aspect="auto", vmin=low, vmax=high)
         for (layer, head), value in zip(((l, h) for l in range(layers) for h in range(heads)), values.flatten()):
             ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=7, color="tab:cyan")
         ax.set_xticks(range(heads), labels, fontsize=8)

@@ -122,9 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ref", help="default: the prepared split's target text; --hyp H --ref R without --config, "
                                  "--split or --set data.* scores the two text files alone (no prepared data needed, "
                                  "no BLEU by source length)")
-    p.add_argument("--baseline", help="baseline system output for paired bootstrap resampling")
+    p.add_argument("--baseline", help="baseline system output: paired bootstrap resampling and approximate "
+                                      "randomization of BLEU, chrF (chrF++ with --set eval.chrf_word_order=2) and TER")
     p.add_argument("--split")
     p.add_argument("--bootstrap-samples", type=_positive_int, default=1000)
+    p.add_argument("--randomization-trials", type=_positive_int, default=10000,
+                   help="approximate randomization trials against --baseline (sacreBLEU --paired-ar; default 10000)")
     p.add_argument("--scores", help="where the JSON goes; default: <hyp without .txt/.hyp.txt>.scores.json")
     _add_json(p, "--scores")
     p = _command(sub, "average", "average the weights of several checkpoints")
@@ -146,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=1, help="runs trained side by side (each in its own process)")
     p.add_argument("--runs-dir", default="runs/experiments", help="where runs live (shared by all papers)")
     p.add_argument("--results-dir", help="default: experiments/<paper>/results/<scale>")
-    p.add_argument("--bootstrap-samples", type=_positive_int, default=1000)
+    p.add_argument("--bootstrap-samples", type=_positive_int, default=10000,
+                   help="paired bootstrap resamples behind each table's significance daggers (default 10000)")
     p.add_argument("--dataset", action="append", help="train only this column (repeatable); default: every column")
     p.add_argument("--system", action="append",
                    help="train only this row (repeatable), e.g. a table's baseline and proposed system over all their "
@@ -221,7 +225,7 @@ def _evaluate(args) -> dict:
     run = _run_config(args)
     result = pipeline.evaluate(run, hypotheses=args.hyp, references=args.ref, baseline=args.baseline,
                                split=args.split, bootstrap_samples=args.bootstrap_samples,
-                               use_split=_names_a_split(args))
+                               randomization_trials=args.randomization_trials, use_split=_names_a_split(args))
     hyp = args.hyp or pipeline.default_hypotheses(run, args.split)
     json_path = Path(args.scores) if args.scores else summary.scores_path(hyp)
     summary.report(result, summary.scores_lines(result) + summary.files_lines({"scores": json_path}),

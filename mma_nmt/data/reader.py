@@ -181,20 +181,27 @@ def read_parallel(src_path: str | os.PathLike, tgt_path: str | os.PathLike, *, o
     pairs = itertools.zip_longest(*lines)  # None marks the end of the shorter file
     if max_lines is not None:
         pairs = itertools.islice(pairs, max_lines)
-    for number, (raw_src, raw_tgt) in enumerate(tqdm(pairs, desc=f"read {paths[0].name}", unit=" lines",
-                                                     disable=not progress, mininterval=1.0, leave=False), start=1):
-        if raw_src is None or raw_tgt is None:
-            rest = (int(raw_src is not None) + _count_rest(lines[0]), int(raw_tgt is not None) + _count_rest(lines[1]))
-            _mismatch(report, paths, number, rest, on_error)
-            break
-        report.pairs_read += 1
-        text_src, problems_src = _check_line(raw_src, number, max_line_chars)
-        text_tgt, problems_tgt = _check_line(raw_tgt, number, max_line_chars)
-        drop = _record(report, paths[0], number, problems_src, on_error)
-        drop = _record(report, paths[1], number, problems_tgt, on_error) or drop
-        if not drop:
-            src.append(text_src)  # type: ignore[arg-type]
-            tgt.append(text_tgt)  # type: ignore[arg-type]
+    # One counter line, refreshed at most once a second and cleared at the end (leave=False: no line of its own, so a
+    # command's stderr stays its one-line error). It is drawn once more with the final count first: a log, which no
+    # terminal clears, used to keep its first state, "read train.de.gz: 0 lines".
+    with tqdm(desc=f"read {paths[0].name}", unit=" lines", disable=not progress, mininterval=1.0,
+              leave=False) as counter:
+        for number, (raw_src, raw_tgt) in enumerate(pairs, start=1):
+            if raw_src is None or raw_tgt is None:
+                rest = (int(raw_src is not None) + _count_rest(lines[0]),
+                        int(raw_tgt is not None) + _count_rest(lines[1]))
+                _mismatch(report, paths, number, rest, on_error)
+                break
+            report.pairs_read += 1
+            text_src, problems_src = _check_line(raw_src, number, max_line_chars)
+            text_tgt, problems_tgt = _check_line(raw_tgt, number, max_line_chars)
+            drop = _record(report, paths[0], number, problems_src, on_error)
+            drop = _record(report, paths[1], number, problems_tgt, on_error) or drop
+            if not drop:
+                src.append(text_src)  # type: ignore[arg-type]
+                tgt.append(text_tgt)  # type: ignore[arg-type]
+            counter.update()
+        counter.refresh()
     report.pairs_kept = len(src)
     return ParallelText(src=src, tgt=tgt, report=report)
 

@@ -48,3 +48,13 @@ def score_test_sets(hypotheses: list[str], test_sets: list[ReferenceSet], *, tok
         start += len(test_set)
     return {"bleu_by_test_set": scores, "bleu_test_set_mean": sum(scores.values()) / len(scores),
             "references_per_set": {t.name: len(t.references) for t in test_sets}, "bleu_signature": signature}
+
+
+def concatenated_streams(test_sets: list[ReferenceSet]) -> list[list[str]]:
+    """The reference streams of the test sets concatenated in their order (stream ``i``: reference ``i`` of every
+    sentence of the test split), for a paired test against every reference. All sets must have as many references."""
+    counts = {len(test_set.references) for test_set in test_sets}
+    if len(counts) != 1:
+        raise ValueError(f"the test sets have different numbers of references "
+                         f"{[(t.name, len(t.references)) for t in test_sets]}; they cannot be tested as one split")
+    return [[line for test_set in test_sets for line in test_set.references[index]] for index in range(counts.pop())]

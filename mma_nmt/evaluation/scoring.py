@@ -16,11 +16,14 @@ class Scores:
     chrf: float
     ter: float
     tokenized_bleu: float | None = None
+    chrf_name: str = "chrF2"  # sacreBLEU's name of the chrF variant: "chrF2", or "chrF2++" for chrF++
+    chrf_signature: str = ""
     details: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"bleu": self.bleu, "bleu_signature": self.bleu_signature, "tokenized_bleu": self.tokenized_bleu,
-                "chrf": self.chrf, "ter": self.ter, **self.details}
+                "chrf": self.chrf, "chrf_name": self.chrf_name, "chrf_signature": self.chrf_signature, "ter": self.ter,
+                **self.details}
 
 
 @lru_cache(maxsize=8)
@@ -62,10 +65,13 @@ def tokenized_bleu(hypotheses: list[str], references: list[str], lang: str) -> f
 
 
 def score_corpus(hypotheses: list[str], references: list[str], *, lang: str = "en",
-                 with_tokenized: bool = True, tokenize: str = "13a") -> Scores:
-    """All scores of one system against one reference per sentence (``tokenize``: sacreBLEU's tokenizer of BLEU)."""
+                 with_tokenized: bool = True, tokenize: str = "13a", chrf_word_order: int = 0) -> Scores:
+    """All scores of one system against one reference per sentence (``tokenize``: sacreBLEU's tokenizer of BLEU;
+    ``chrf_word_order``: 0 for chrF, 2 for chrF++)."""
     bleu, signature = corpus_bleu(hypotheses, references, tokenize=tokenize)
-    chrf = CHRF().corpus_score(hypotheses, [references]).score
+    chrf_metric = CHRF(word_order=chrf_word_order)
+    chrf = chrf_metric.corpus_score(hypotheses, [references])
     ter = TER().corpus_score(hypotheses, [references]).score
     tok = tokenized_bleu(hypotheses, references, lang) if with_tokenized else None
-    return Scores(bleu=bleu, bleu_signature=signature, chrf=chrf, ter=ter, tokenized_bleu=tok)
+    return Scores(bleu=bleu, bleu_signature=signature, chrf=chrf.score, ter=ter, tokenized_bleu=tok,
+                  chrf_name=chrf.name, chrf_signature=str(chrf_metric.get_signature()))

@@ -60,18 +60,28 @@ def _checkpoint_for_decoding(run_dir: Path, average_last: int) -> Path:
     return best if best.is_file() else run_dir / "last.pt"
 
 
-def multi_reference_scores(run, hypotheses: Path) -> dict | None:
-    """For a corpus scored on several test sets with several references each (NIST Zh-En): BLEU per test set and its
-    mean over the sets (the paper's protocol); None for every other corpus."""
+def reference_sets(run) -> list | None:
+    """For a corpus scored on several test sets with several references each (NIST Zh-En): the
+    :class:`~mma_nmt.data.reference_sets.ReferenceSet` of each test set, in the order of the test split; None for
+    every other corpus (and for a split other than the test split)."""
     from mma_nmt.data.corpora import get_corpus
-    from mma_nmt.data.fileio import read_text_lines
-    from mma_nmt.evaluation.multi_reference import score_test_sets
 
     spec = get_corpus(run.data.corpus)
     if not spec.test_sets or run.eval.split != "test":
         return None
-    return score_test_sets(read_text_lines(hypotheses), spec.reference_sets(*run.data.corpus_roots()),
-                           tokenize=run.eval.bleu_tokenize)
+    return spec.reference_sets(*run.data.corpus_roots())
+
+
+def multi_reference_scores(run, hypotheses: Path) -> dict | None:
+    """For a corpus scored on several test sets with several references each (NIST Zh-En): BLEU per test set and its
+    mean over the sets (the paper's protocol); None for every other corpus."""
+    from mma_nmt.data.fileio import read_text_lines
+    from mma_nmt.evaluation.multi_reference import score_test_sets
+
+    sets = reference_sets(run)
+    if sets is None:
+        return None
+    return score_test_sets(read_text_lines(hypotheses), sets, tokenize=run.eval.bleu_tokenize)
 
 
 def run_cell(run_dir: str | Path, *, progress: bool = True) -> dict:

@@ -155,7 +155,7 @@ def experiment_status(name: str, *, tables: list[str] | None = None, scale: str 
 
 def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "mini", jobs: int = 1,
                    runs_dir: str | Path = "runs/experiments", results_dir: str | Path | None = None,
-                   bootstrap_samples: int = 1000, command: str | None = None,
+                   bootstrap_samples: int = 10000, command: str | None = None,
                    from_records: bool = False, datasets: list[str] | None = None,
                    systems: list[str] | None = None, seeds: list[int] | None = None,
                    allow_fewer: bool = False) -> list[Path]:

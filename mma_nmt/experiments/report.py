@@ -5,9 +5,11 @@ stopping point, training time, other metrics, hardware)."""
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 import subprocess
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mma_nmt.data.fileio import read_text_lines
@@ -28,16 +30,40 @@ def _git_commit(where: Path) -> str:
         return "unknown"
 
 
-def _references(experiment: Experiment, system: str, role: str, scale: str) -> list[str]:
+@dataclass
+class TestReferences:
+    """A column's test references: one line per sentence (``lines``), the target language (for tokenised BLEU), and
+    every reference stream where the corpus has several references per sentence (NIST), else None."""
+
+    lines: list[str]
+    lang: str
+    streams: list[list[str]] | None = None
+    tokenized: dict = field(default_factory=dict, repr=False)  # Moses-tokenised text by content, computed once
+
+    def moses(self, lines: list[str]) -> list[str]:
+        from mma_nmt.evaluation.scoring import moses_tokenize
+
+        key = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+        if key not in self.tokenized:
+            self.tokenized[key] = moses_tokenize(lines, self.lang)
+        return self.tokenized[key]
+
+
+def _references(experiment: Experiment, system: str, role: str, scale: str) -> TestReferences:
     """The test references of ``role``'s column, preparing its corpus first on a machine that has not (a table is
     rebuilt from its records without any training)."""
     from mma_nmt import pipeline
     from mma_nmt.data import ParallelDataset
+    from mma_nmt.evaluation.multi_reference import concatenated_streams
+    from mma_nmt.experiments.cell import reference_sets
 
     cell = experiment.cell(system, role, scale)
     run = resolved_run_config(cell, Path("unused"))
     pipeline.ensure_prepared(run, say=lambda text: print(f"[experiment] {text} (for its test references)", flush=True))
-    return ParallelDataset.load(run.prepared_dir(), run.eval.split).tgt_text
+    data = ParallelDataset.load(run.prepared_dir(), run.eval.split)
+    sets = reference_sets(run)
+    return TestReferences(lines=data.tgt_text, lang=data.meta.get("corpus", {}).get("tgt_lang", "en"),
+                          streams=concatenated_streams(sets) if sets else None)
 
 
 def significance_mark(p_value: float | None) -> str:
@@ -69,15 +95,40 @@ def _translations(record: dict, references: list[str]) -> list[str]:
     return lines
 
 
-def _compare(ours: dict, base: dict, references: list[str], metric: str, samples: int) -> dict:
-    """One seed's difference to the baseline of that seed, with its paired bootstrap (a zero difference is never
-    significant)."""
+def _significance(ours: dict, base: dict, references: TestReferences, metric: str, samples: int) -> dict:
+    """The paired bootstrap of ``ours`` against ``base`` on the table's metric: tokenised BLEU on Moses-tokenised text
+    (``tokenize="none"``) for a table of tokenised BLEU; else sacreBLEU's BLEU with the run's tokenizer, against every
+    reference where the column has several (NIST: the test sets pooled, all four references)."""
     from mma_nmt.evaluation.bootstrap import paired_bootstrap
 
-    delta = score(ours, metric) - score(base, metric)
+    system, baseline = _translations(ours, references.lines), _translations(base, references.lines)
+    if metric == "tokenized_bleu":
+        return paired_bootstrap(references.moses(baseline), references.moses(system),
+                                references.moses(references.lines), samples=samples, tokenize="none")
     tokenize = ours.get("config", {}).get("eval", {}).get("bleu_tokenize", "13a")  # ja-mecab for Japanese
-    test = paired_bootstrap(_translations(base, references), _translations(ours, references), references,
-                            samples=samples, tokenize=tokenize)
+    multi = ours["metrics"].get("multi_reference") and references.streams
+    return paired_bootstrap(baseline, system, references.streams if multi else references.lines, samples=samples,
+                            tokenize=tokenize)
+
+
+def _same_score(record: dict, metric: str, tested: float) -> None:
+    """Refuses a bootstrap whose BLEU is not the record's number: its daggers would be about another metric."""
+    if record["metrics"].get("multi_reference") and metric == "bleu":
+        return  # the table shows the mean over test sets; the test runs on the pooled sets (its documented statistic)
+    recorded = record["metrics"].get(metric)
+    if recorded is not None and abs(recorded - tested) > 0.005:
+        raise ValueError(f"the paired bootstrap of {record['hypotheses']} scores {metric} {tested:.2f} but its record "
+                         f"says {recorded:.2f}: the test would not be about the table's number; rescore the run "
+                         f"(mma-nmt evaluate) or check its translations")
+
+
+def _compare(ours: dict, base: dict, references: TestReferences, metric: str, samples: int) -> dict:
+    """One seed's difference to the baseline of that seed, with its paired bootstrap on the table's metric (a zero
+    difference is never significant)."""
+    delta = score(ours, metric) - score(base, metric)
+    test = _significance(ours, base, references, metric, samples)
+    _same_score(ours, metric, test["system_bleu"])
+    _same_score(base, metric, test["baseline_bleu"])
     return {"seed": ours["seed"], "delta": delta, "p_value": test["p_value"], "bleu_ci95": test["system_ci"],
             "significant": bool(test["p_value"] < SIGNIFICANT and delta != 0.0)}
 
@@ -116,9 +167,9 @@ def _cell(experiment, table, scale, row, column, records, references, samples) -
 
 
 def build_table(experiment: Experiment, table: Table, scale: str, records: dict[str, dict], *,
-                bootstrap_samples: int = 1000) -> dict:
+                bootstrap_samples: int = 10000) -> dict:
     """The table as data; ``records`` maps run identities to run records (missing runs are left empty)."""
-    references: dict[str, list[str]] = {}
+    references: dict[str, TestReferences] = {}
     columns = [c for c in table.columns if experiment.has_recipe(c, scale)]
     rows = [{"system": row, "label": experiment.systems[row].label,
              "cells": {column: _cell(experiment, table, scale, row, column, records, references, bootstrap_samples)
@@ -243,10 +294,12 @@ def to_markdown(data: dict, *, command: str = "") -> str:
             out += [_ours(cell, planned), _delta(cell, planned), _num(cell["paper"]),
                     _num(cell["paper_delta"], signed=True)]
         lines.append("| " + " | ".join(out) + " |")
-    on = "" if data["metric"] == "bleu" else " (the test runs on sacreBLEU, the Δ column on tokenised BLEU)"
+    on = ("" if data["metric"] == "bleu" else
+          " on the same tokenised BLEU (Moses-tokenised text, sacreBLEU with tokenize=none)")
     if any(run.get("metrics", {}).get("multi_reference") for run in data["runs"]):
         on += (" (where a column has several references per test set, BLEU is the mean over its test sets of "
-               "multi-reference BLEU, as the paper; the bootstrap then runs on the first reference)")
+               "multi-reference BLEU, as the paper; the bootstrap then runs on its test sets pooled, against all "
+               "their references)")
     lines += ["", "ours: mean ± standard deviation over seeds (number of seeds) when there are several. Δ: "
                   "difference to the row's baseline trained with the same seed. Paired bootstrap resampling "
                   f"(sacreBLEU, {data['bootstrap_samples']} samples) of each seed against that baseline{on}: "

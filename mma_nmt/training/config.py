@@ -95,6 +95,9 @@ class EvalConfig:
     # sacreBLEU tokenizer of the BLEU column (and its bootstrap and buckets): "13a" (its default), "ja-mecab" for
     # Japanese (word-segmented BLEU, as WAT's; needs pip install "mma_nmt[ja]"), "zh", "char", "none", ...
     bleu_tokenize: str = "13a"
+    # word n-gram order of chrF (sacreBLEU's CHRF(word_order=...)): 0 is chrF, 2 is chrF++ (Popovic 2017). The "chrf"
+    # score, its signature and its significance tests follow it.
+    chrf_word_order: int = 0
     attention_maps: int = 4  # PNG attention maps written for this many test sentences by translate
     buckets: list[int] = field(default_factory=lambda: [10, 20, 30, 40, 50])  # source-length bucket edges (GMM paper)
 
@@ -105,6 +108,8 @@ class EvalConfig:
         if self.bleu_tokenize not in BLEU.TOKENIZERS:
             raise ValueError(f"eval.bleu_tokenize must be one of sacreBLEU's tokenizers {list(BLEU.TOKENIZERS)}, got "
                              f"{self.bleu_tokenize!r}")
+        if self.chrf_word_order not in (0, 1, 2):
+            raise ValueError(f"eval.chrf_word_order must be 0 (chrF), 1 or 2 (chrF++), got {self.chrf_word_order!r}")
 
 
 @dataclass

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mma_nmt.analysis import (GoldAlignment, align_with_model, alignment_scores, diagonal_links,
+from mma_nmt.analysis import (GoldAlignment, align_with_model, alignment_scores, diagonal_links, diagonal_scores,
                               links_from_attention, parse_talp_line, piece_to_word_attention, read_gold_alignments,
                               word_ids_from_pieces)
+from nmt_fixtures import tiny_data  # noqa: F401 (a fixture)
 
 
 def test_parse_talp_line_is_zero_based_and_possible_includes_sure():
@@ -151,3 +152,108 @@ def test_diagonal_links_take_the_german_word_under_each_english_word_centre():
     assert diagonal_links(1, 3) == {(0, 0), (0, 1), (0, 2)}
     with pytest.raises(ValueError, match="need a word"):
         diagonal_links(0, 3)
+
+
+def test_diagonal_scores_link_every_target_word_in_the_models_direction():
+    gold = [GoldAlignment(german=["a", "b", "c", "d"], english=["w", "x"], sure={(0, 0), (3, 1)},
+                          possible={(0, 0), (3, 1), (1, 0)})]
+    english_source = diagonal_scores(gold, source_language="en")  # one link per German (target) word
+    assert english_source.per_sentence == [{(0, 0), (1, 0), (2, 1), (3, 1)}]
+    assert (english_source.hits_sure, english_source.hits_possible) == (2, 3)
+    german_source = diagonal_scores(gold)  # one link per English (target) word
+    assert german_source.per_sentence == [{(1, 0), (3, 1)}]
+    with pytest.raises(ValueError, match="source_language"):
+        diagonal_scores(gold, source_language="fr")
+
+
+def _known_attention(gold_pairs, src_tokenizer, tgt_tokenizer, layers=3, layer=1):
+    """An attention_fn over real SentencePiece pieces whose alignment is known: each German (target) word with a sure
+    link attends to the first English word it is linked to. Only the mean of two heads, on layer ``layer``, with the
+    source pieces of a word summed, finds it: the aligned word's mass is spread over its pieces while one piece of a
+    distractor word gets more than any of them, and head 1 alone prefers the distractor. Other layers attend to the
+    distractor only; the EOS row too. Returns the function and the expected (German, English) links per pair."""
+    from mma_nmt.evaluation.force_decode import encode_words
+
+    by_words = {(tuple(p.english), tuple(p.german)): p for p in gold_pairs}
+    expected = []
+    for pair in gold_pairs:
+        first = {g: min(e for g2, e in pair.sure if g2 == g) for g, _ in pair.sure}
+        expected.append({(g, e) for g, e in first.items()})
+
+    def attention(source, target):
+        pair = by_words[tuple(source), tuple(target)]
+        first = {g: min(e for g2, e in pair.sure if g2 == g) for g, _ in pair.sure}
+        src_ids, src_words = encode_words(src_tokenizer, source)
+        tgt_ids, tgt_words = encode_words(tgt_tokenizer, target)
+        src_words, tgt_words = torch.tensor(src_words), torch.tensor(tgt_words + [-1])
+        weights = torch.zeros(layers, 2, len(tgt_ids) + 1, len(src_ids))
+        for row, word in enumerate(tgt_words.tolist()):
+            aligned = first.get(word)
+            distractor = (aligned + 1) % len(source) if aligned is not None else 0
+            weights[:, :, row, (src_words == distractor).nonzero()[0]] = 1.0  # every layer and head: the distractor
+            if aligned is None or word < 0:
+                if word >= 0:
+                    weights[layer, :, row] = 0.0  # an unaligned German word: no weight, no link
+                continue
+            mine = (src_words == aligned).nonzero().flatten()
+            spot = (src_words == distractor).nonzero()[0]
+            weights[layer, :, row] = 0.0
+            weights[layer, 0, row, mine] = 0.5 / len(mine)  # head 0: 0.5 on the word, spread over its pieces
+            weights[layer, 0, row, spot] = 0.3  # ... 0.3 on one distractor piece
+            weights[layer, 1, row, mine] = 0.3 / len(mine)  # head 1 alone prefers the distractor
+            weights[layer, 1, row, spot] = 0.4
+        return {"cross_attention": weights, "source_word_ids": src_words, "target_word_ids": tgt_words}
+
+    return attention, expected
+
+
+def test_extraction_recovers_a_known_alignment_through_real_subwords(shared_data, tiny_data):
+    """The whole extraction on the real RWTH gold file (1-based links read from disk) and real SentencePiece pieces,
+    English source as the GMM analysis runs it: the known links come back exactly, only from the chosen layer, only
+    with the heads averaged and the source pieces summed into words, swapped back to (German, English)."""
+    from mma_nmt.data import ParallelDataset
+
+    gold = read_gold_alignments(shared_data / "rwth_deen_alignment")[:25]
+    data = ParallelDataset.load(tiny_data, "valid")
+    attention, expected = _known_attention(gold, data.tgt_tokenizer, data.src_tokenizer)
+    split = sum(len(data.tgt_tokenizer.encode(word)) > 1 for pair in gold for word in pair.english)
+    assert split > 100  # Europarl words in a 320-piece vocabulary: most are several pieces
+    scores = align_with_model(attention, gold, source_language="en", layer=1)
+    assert scores.per_sentence == expected
+    assert scores.precision == 1.0 and scores.hits_sure == sum(len(links) for links in expected)
+    wrong_layer = align_with_model(attention, gold, source_language="en", layer=0)
+    assert wrong_layer.hits_sure < scores.hits_sure / 2
+
+
+def test_a_models_attention_rows_line_up_with_the_words_they_predict(shared_data, tiny_data):
+    """The model side of the extraction (alignment_attention_fn): one column per source piece of the gold words (no
+    special token), one row per target piece plus the EOS row (word id -1), every row a distribution; row t is the
+    one that predicts target piece t, so it reads only the target pieces before t: changing the last German word
+    leaves every row up to its first piece as it was."""
+    from mma_nmt.data import ParallelDataset
+    from mma_nmt.evaluation.force_decode import alignment_attention_fn, encode_words
+    from mma_nmt.models import build_model
+    from nmt_fixtures import tiny_transformer
+
+    data = ParallelDataset.load(tiny_data, "valid")
+    src_tok, tgt_tok = data.tgt_tokenizer, data.src_tokenizer  # English source, German target, as the GMM analysis
+    torch.manual_seed(0)
+    config = tiny_transformer(src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size)
+    config.decoder.layers = 2
+    model = build_model(config)
+    attention = alignment_attention_fn(model, src_tok, tgt_tok)
+    pair = read_gold_alignments(shared_data / "rwth_deen_alignment")[0]
+    out = attention(pair.english, pair.german)
+    src_ids, src_words = encode_words(src_tok, pair.english)
+    tgt_ids, tgt_words = encode_words(tgt_tok, pair.german)
+    cross = out["cross_attention"]
+    assert cross.shape[2:] == (len(tgt_ids) + 1, len(src_ids)) and cross.shape[0] == 2
+    torch.testing.assert_close(cross.sum(-1), torch.ones(cross.shape[:-1]))
+    assert out["source_word_ids"].tolist() == src_words
+    assert out["target_word_ids"].tolist() == tgt_words + [-1]
+    changed = attention(pair.english, pair.german[:-1] + ["Haus"])["cross_attention"]
+    last = tgt_words.index(len(pair.german) - 1)  # the first piece of the last word
+    torch.testing.assert_close(changed[:, :, :last + 1], cross[:, :, :last + 1])
+    assert not torch.allclose(changed[:, :, last + 1], cross[:, :, last + 1])  # the next row reads the new word
+    scores = align_with_model(attention, [pair], source_language="en", layer=-1)
+    assert scores.hypothesis_links == len(pair.german)  # one link per German word

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mma_nmt.analysis import (attention_distance, attention_entropy, head_distance_entropy, plot_distance_entropy,
-                              plot_layer_profiles)
+                              plot_layer_profiles, shared_colour_limits)
 from mma_nmt.analysis import save_figure
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -108,6 +108,23 @@ def test_plot_renders_png_without_display(tmp_path):
     result = head_distance_entropy([torch.softmax(torch.randn(2, 4, 6, 6), dim=-1)])
     path = save_figure(plot_distance_entropy(result, head_labels=list("GLFB")), tmp_path / "dist.png")
     assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_two_models_compared_share_one_colour_scale():
+    """Each model's figure used to span its own values, so one colour meant different values in the two figures."""
+    sharp = head_distance_entropy([torch.softmax(4 * torch.randn(2, 4, 6, 6), dim=-1)])
+    flat = head_distance_entropy([torch.full((2, 4, 6, 6), 1 / 6)])
+    limits = shared_colour_limits([sharp, flat])
+    assert limits["entropy"] == (pytest.approx(float(sharp.entropy.min())), pytest.approx(float(flat.entropy.max())))
+    scales = []
+    for result in (sharp, flat):
+        figure = plot_distance_entropy(result, limits=limits)
+        scales.append([image.get_clim() for ax in figure.axes for image in ax.get_images()])
+    assert scales[0] == scales[1] == [limits["distance"], limits["entropy"]]
+    alone = [image.get_clim() for ax in plot_distance_entropy(flat).axes for image in ax.get_images()]
+    assert alone[1] != limits["entropy"]  # without shared limits the flat model's scale is its own
+    with pytest.raises(ValueError, match="at least one result"):
+        shared_colour_limits([])
 
 
 def test_layer_profiles_draw_one_line_per_model_and_one_colour_per_system(tmp_path):

@@ -150,3 +150,15 @@ def test_corpus_registry_has_the_promised_names():
 def test_data_dir_env_var_overrides_default(monkeypatch, tmp_path):
     monkeypatch.setenv("MMA_NMT_DATA_DIR", str(tmp_path))
     assert default_data_dir() == tmp_path
+
+
+def test_the_progress_counter_ends_on_the_lines_read(tmp_path, capsys):
+    """The counter refreshes at most once a second and is cleared at the end; a log (no terminal to clear it) used to
+    keep its first state, "read train.de.gz: 0 lines". Its last state is the count, and it writes no line of its own
+    (a command's stderr stays its one-line error)."""
+    src = write(tmp_path / "train.de.gz", b"".join(b"ein Haus %d\n" % i for i in range(7)), gz=True)
+    tgt = write(tmp_path / "train.en", b"".join(b"a house %d\n" % i for i in range(7)))
+    read_parallel(src, tgt, progress=True)
+    err = capsys.readouterr().err
+    states = [state.strip() for state in err.split("\r") if state.strip()]
+    assert states[-1].startswith("read train.de.gz: 7 lines") and "\n" not in err

@@ -32,3 +32,23 @@ def test_the_figure_is_written_with_every_run_and_skips_a_table_without_curves(t
     assert plot_learning_curves({**data, "runs": [{**r, "curve": []} for r in data["runs"]]},
                                 tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()
+
+
+def test_a_long_legend_does_not_squeeze_the_panels():
+    """A legend of long system labels (the LSTM recipe probe's) used to sit in the panel and shrink it to a sliver."""
+    from mma_nmt.experiments.curves import draw_learning_curves
+
+    long_label = "the paper's optimisation: SGD lr 0.1 on the sentence-normalised loss, uniform initialisation, " * 2
+    rows = [{"system": f"s{i}", "label": f"{i}: {long_label}"} for i in range(6)]
+    runs = [{"row": f"s{i}", "column": "de_en", "seed": 1, "stopping": {},
+             "curve": [{"step": 200 * (k + 1), "valid_nll": 4.0 - k * 0.1 * (i + 1)} for k in range(5)]}
+            for i in range(6)]
+    figure = draw_learning_curves({"title": "Probe", "columns": {"de_en": "Multi30k De-En"}, "rows": rows,
+                                   "runs": runs})
+    figure.canvas.draw()
+    (ax,) = figure.axes
+    box = ax.get_position()  # figure fractions, after the layout
+    assert box.width > 0.6 and box.height > 0.3
+    legend = figure.legends[0].get_window_extent()
+    assert legend.y1 <= ax.get_window_extent().y0  # below the panel, not on it
+    assert len(figure.legends[0].get_texts()) == 6
