@@ -42,6 +42,20 @@ def tiny_overrides(data_dir: Path, save_dir: Path, *extra: str, model: list[str]
             *extra]
 
 
+def trained_tiny_run(tmp_path_factory, name: str) -> tuple[list[str], Path, Path]:
+    """A 2-step tiny Transformer on the tiny data, decoding short outputs with a beam of 2: (run-config overrides,
+    its ``last.pt``, the prepared data folder)."""
+    from mma_nmt.training.config import load_run_config
+    from mma_nmt.training.trainer import Trainer
+
+    data = prepare_tiny(tmp_path_factory.getbasetemp() / "tiny_multi30k_50")
+    save_dir = tmp_path_factory.mktemp(name)
+    overrides = tiny_overrides(data, save_dir, "train.max_steps=2", "decode.beam_size=2", "decode.max_len_b=3",
+                               "decode.max_len_a=0.2", "eval.attention_maps=0")
+    Trainer(load_run_config(None, overrides)).train()
+    return overrides, save_dir / "last.pt", data
+
+
 def tiny_transformer(**overrides):
     """A 32-wide Transformer config (vocabularies 37/41 unless overridden), no dropout."""
     fields = {"src_vocab_size": 37, "tgt_vocab_size": 41, "dropout": 0.0, "d_model": 32, "ffn_dim": 64, **overrides}

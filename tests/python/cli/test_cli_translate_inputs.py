@@ -14,8 +14,7 @@ from mma_nmt.data import Tokenizer
 from mma_nmt.decoding.translate import translate_texts
 from mma_nmt.training.checkpoint import load_model
 from mma_nmt.training.config import load_run_config
-from mma_nmt.training.trainer import Trainer
-from nmt_fixtures import prepare_tiny, tiny_overrides
+from nmt_fixtures import trained_tiny_run
 
 WITH_BLANKS = "Ein Hund.\n\n   \nEine Katze.\n"
 
@@ -23,12 +22,7 @@ WITH_BLANKS = "Ein Hund.\n\n   \nEine Katze.\n"
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A 2-step tiny Transformer on the tiny data: (run-config overrides, checkpoint, prepared data)."""
-    data = prepare_tiny(tmp_path_factory.getbasetemp() / "tiny_multi30k_50")
-    save_dir = tmp_path_factory.mktemp("translate_inputs_run")
-    overrides = tiny_overrides(data, save_dir, "train.max_steps=2", "decode.beam_size=2", "decode.max_len_b=3",
-                               "decode.max_len_a=0.2", "eval.attention_maps=0")
-    Trainer(load_run_config(None, overrides)).train()
-    return overrides, save_dir / "last.pt", data
+    return trained_tiny_run(tmp_path_factory, "translate_inputs_run")
 
 
 def _sets(overrides) -> list[str]:

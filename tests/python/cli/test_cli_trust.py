@@ -14,8 +14,7 @@ import torch
 from mma_nmt.cli.main import main
 from mma_nmt.evaluation.bootstrap import paired_bootstrap
 from mma_nmt.training.config import load_run_config
-from mma_nmt.training.trainer import Trainer
-from nmt_fixtures import prepare_tiny, tiny_overrides
+from nmt_fixtures import prepare_tiny, trained_tiny_run
 
 SENTENCES = "Ein Hund läuft.\nZwei Männer spielen Fußball.\nEine Frau liest"  # no newline after the last line
 
@@ -23,12 +22,8 @@ SENTENCES = "Ein Hund läuft.\nZwei Männer spielen Fußball.\nEine Frau liest" 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A 2-step tiny Transformer on the tiny data: (command-line --set arguments, checkpoint)."""
-    data = prepare_tiny(tmp_path_factory.getbasetemp() / "tiny_multi30k_50")
-    save_dir = tmp_path_factory.mktemp("cli_trust_run")
-    overrides = tiny_overrides(data, save_dir, "train.max_steps=2", "decode.beam_size=2", "decode.max_len_b=3",
-                               "decode.max_len_a=0.2", "eval.attention_maps=0")
-    Trainer(load_run_config(None, overrides)).train()
-    return [item for o in overrides for item in ("--set", o)], save_dir / "last.pt"
+    overrides, checkpoint, _ = trained_tiny_run(tmp_path_factory, "cli_trust_run")
+    return [item for o in overrides for item in ("--set", o)], checkpoint
 
 
 def _cli(capsys, *args) -> tuple[int, str, str]:
