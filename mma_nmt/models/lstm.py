@@ -52,7 +52,7 @@ class LSTMDecoder(nn.Module):
         batch = encoder_out.out.shape[0]
         return {"h": encoder_out.extra["h"], "c": encoder_out.extra["c"],  # (B, layers, dh)
                 "feed": encoder_out.out.new_zeros(batch, self.config.feed_dim),
-                "keys": self.attention.precompute(encoder_out.out).keys}  # (B, h, S, dh)
+                "keys": self.attention.precompute(encoder_out.out).keys}  # (B, h, S, dh); None: projected queries
 
     def step(self, token_embedding: torch.Tensor, encoder_out: EncoderOut, state: dict, need_weights: bool = False):
         """One time step: embedding (B, E) -> (a~ (B, d_sm), alpha (B, h, S) or None); updates ``state`` in place.
