@@ -218,7 +218,7 @@ def test_cuda_graph_replays_the_decoder_step(score_form):
 
     model.train()
     sample = tuple(x.detach().clone().requires_grad_(x.is_floating_point()) for x in step_inputs(0))
-    graphed = torch.cuda.make_graphed_callables(LSTMStepFunction(model.decoder), (sample,))
+    graphed = torch.cuda.make_graphed_callables(LSTMStepFunction(model.decoder), sample)  # one callable: its args
     results = []
     for run in (step, graphed):
         model.zero_grad(set_to_none=True)
