@@ -119,3 +119,22 @@ def test_lstm_with_projected_queries_equals_the_default_and_shares_its_checkpoin
     found = [[[h.tokens for h in hyps] for hyps in beam_search(m.eval(), src, lengths, search)]
              for m in (default, projected)]
     assert found[0] == found[1]
+
+
+@pytest.mark.parametrize("score_form", ["projected_keys", "projected_query"])
+def test_record_mode_still_gets_the_weights_of_a_training_forward(score_form):
+    """A plain forward asks no step for weights; record mode forces them on, and they are those that
+    ``decode(need_weights=True)`` returns, in both score forms."""
+    from mma_nmt.models.recording import collect_attention, record_attention
+
+    torch.manual_seed(0)
+    model = build_model(preset("lstm_tiny", src_vocab_size=37, tgt_vocab_size=41, dropout=0.0, heads=2,
+                               implementation="fused", score_form=score_form)).eval()
+    src, lengths, prev, _ = random_batch(batch=3)
+    with torch.no_grad():
+        with record_attention(model) as recorder:
+            model(src, lengths, prev)
+        recorded = collect_attention(model, recorder, src_lengths=lengths, tgt_lengths=(prev != 0).sum(1)).cross[0]
+        _, asked = model.decode(prev, model.encode(src, lengths), need_weights=True)
+    assert recorded.shape == (3, 2, prev.shape[1], src.shape[1])
+    torch.testing.assert_close(recorded, asked[0], rtol=1e-5, atol=1e-6)
