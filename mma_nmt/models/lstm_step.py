@@ -36,3 +36,32 @@ class LSTMStepFunction(nn.Module):
         """The arguments of :meth:`forward` for a decoder state dict (``LSTMDecoder.initial_state``)."""
         keys = () if state["keys"] is None else (state["keys"],)
         return (token_embedding, state["h"], state["c"], state["feed"], encoder_out.out, encoder_out.lengths, *keys)
+
+
+class CapturedStep:
+    """A step function captured once in a ``torch.cuda.CUDAGraph`` on static copies of ``sample`` (its arguments), for
+    inference: ``captured(*inputs)`` copies ``inputs`` into the static tensors, replays the graph and returns the
+    static outputs (overwritten by the next call: copy what must outlive it). Capture and calls run under
+    ``torch.no_grad``; the inputs must have the sample's shapes, dtypes and device (one capture per batch size and
+    source length). For training, ``torch.cuda.make_graphed_callables(LSTMStepFunction(decoder), sample)`` captures
+    forward and backward."""
+
+    def __init__(self, step, sample: tuple[torch.Tensor, ...], *, warmup: int = 3):
+        with torch.no_grad():
+            self.static = tuple(x.clone() for x in sample)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up off the default stream, as CUDA-graph capture asks
+                for _ in range(warmup):
+                    step(*self.static)
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self.outputs = step(*self.static)
+
+    def __call__(self, *inputs: torch.Tensor):
+        with torch.no_grad():
+            for buffer, value in zip(self.static, inputs, strict=True):
+                buffer.copy_(value)
+        self.graph.replay()
+        return self.outputs

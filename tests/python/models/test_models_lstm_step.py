@@ -13,7 +13,7 @@ from torch.nn import functional as F
 from mma_nmt.decoding.search import SearchConfig, SpecialIds, _step_log_probs
 from mma_nmt.models import build_model, preset
 from mma_nmt.models.incremental import reorder_incremental_state
-from mma_nmt.models.lstm_step import LSTMStepFunction
+from mma_nmt.models.lstm_step import CapturedStep, LSTMStepFunction
 from nmt_fixtures import random_batch
 
 FORMS = ["projected_keys", "projected_query"]
@@ -181,8 +181,8 @@ def test_lstm_runs_under_reduce_overhead_on_the_cpu():
 @pytest.mark.cuda
 @pytest.mark.parametrize("score_form", FORMS)
 def test_cuda_graph_replays_the_decoder_step(score_form):
-    """Inference: the step captured once in a ``torch.cuda.CUDAGraph`` and replayed on new inputs copied into its
-    static tensors equals eager. Training: ``torch.cuda.make_graphed_callables`` (forward and backward graphs) gives
+    """Inference: the step captured once in a ``torch.cuda.CUDAGraph`` (``CapturedStep``) and replayed on new inputs
+    copied into its static tensors equals eager. Training: ``torch.cuda.make_graphed_callables`` (forward and backward graphs) gives
     eager's outputs and gradients. bfloat16 is left to the benchmarks; this checks correctness in float32."""
     model = _lstm("fused", score_form).cuda()
     src, lengths, prev, _ = (t.cuda() for t in random_batch(batch=4))
@@ -194,23 +194,12 @@ def test_cuda_graph_replays_the_decoder_step(score_form):
                                        model.decoder.initial_state(encoder_out))
 
     model.eval()
-    with torch.no_grad():
-        static = [x.clone() for x in step_inputs(0)]
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up off the capture, as the CUDA graph docs ask
-            for _ in range(3):
-                step(*static)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = step(*static)
-        for token in (1, 2):
-            fresh = step_inputs(token)
-            for buffer, value in zip(static, fresh):
-                buffer.copy_(value)
-            graph.replay()
-            _assert_all_close(list(static_out), list(step(*fresh)), rtol=1e-5, atol=1e-5)
+    captured = CapturedStep(step, step_inputs(0))
+    for token in (1, 2):
+        fresh = step_inputs(token)
+        replayed = [out.clone() for out in captured(*fresh)]
+        with torch.no_grad():
+            _assert_all_close(replayed, list(step(*fresh)), rtol=1e-5, atol=1e-5)
 
     model.train()
     sample = tuple(x.detach().clone().requires_grad_(x.is_floating_point()) for x in step_inputs(0))
