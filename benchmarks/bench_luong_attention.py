@@ -7,7 +7,8 @@ module's fused and reference implementations, same output projections); and the 
 once. Forward and forward+backward. Paper shapes (Fung & Mak): IWSLT En-Vi dh = 1024, h = 4, d_sm = 512, d_fd = 1024,
 32 sentences; WMT En-De d_sm = 1024, 128 sentences; sources of 30 tokens. Goal (issue 4): the step at least 2x faster.
 
-``--score-forms`` times instead the two forms of the score side by side (issue 49, point 3): the module with
+``--score-forms`` times instead the two forms of the score side by side (issue 49, point 3; sources of 30 and 50
+tokens, 30 only with ``--quick``): the module with
 ``score_form="projected_query"`` (OpenNMT-py's: no per-head key tensor) against today's ``"projected_keys"``, same
 parameters and implementation, for one step on a precomputed memory and for precompute + T sequential steps (the LSTM's
 pattern); on ``--device cuda`` in ``--dtype`` (bfloat16 first), waiting for the GPU around each timing.
@@ -29,6 +30,7 @@ from mma_nmt.reference import shared_value_attention_reference
 
 SHAPES = {"IWSLT En-Vi (B=32, d_sm=512)": (32, 512), "WMT En-De (B=128, d_sm=1024)": (128, 1024)}
 HIDDEN, HEADS, FEED, SRC_LEN, TGT_LEN = 1024, 4, 1024, 30, 30
+SCORE_FORM_SRC_LENS = (30, 50)  # the Luong step of issue 49: B 128, S 30 and 50
 
 
 def _step_ops(batch, steps):
@@ -127,7 +129,8 @@ def main(argv=None) -> None:
         torch.set_num_threads(args.threads)
     shapes = list(SHAPES.items())[:1] if args.quick else list(SHAPES.items())
     if args.score_forms:
-        print_score_form_rows(shapes, args.device, getattr(torch, args.dtype), repeat=3 if args.quick else 7)
+        print_score_form_rows(shapes, args.device, getattr(torch, args.dtype), repeat=3 if args.quick else 7,
+                              src_lens=(SRC_LEN,) if args.quick else SCORE_FORM_SRC_LENS)
         return
     if args.device != "cpu" or args.dtype != "float32":
         parser.error("--device and --dtype apply to --score-forms only")
@@ -138,7 +141,8 @@ def main(argv=None) -> None:
     print(markdown_table(["shape", "what", "pass", "other ms", "fused ms", "speed-up"], rows))
 
 
-def print_score_form_rows(shapes, device: str, dtype: torch.dtype, *, repeat: int) -> None:
+def print_score_form_rows(shapes, device: str, dtype: torch.dtype, *, repeat: int,
+                          src_lens: tuple[int, ...] = (SRC_LEN,)) -> None:
     timing = {}
     if device == "cuda":
         from benchmarks.cuda_suite import gpu_info, require_cuda
@@ -147,12 +151,13 @@ def print_score_form_rows(shapes, device: str, dtype: torch.dtype, *, repeat: in
         print(f"GPU: {gpu_info()}")
     rows = []
     for name, (batch, softmax_dim) in shapes:
-        for implementation in ("fused", "reference"):
-            pairs, leaves = score_form_contenders(batch, softmax_dim, implementation=implementation, device=device,
-                                                  dtype=dtype)
-            rows += speedup_rows(f"{name} {implementation}", pairs, leaves, repeat=repeat, **timing)
+        for src_len in src_lens:
+            for implementation in ("fused", "reference"):
+                pairs, leaves = score_form_contenders(batch, softmax_dim, implementation=implementation, device=device,
+                                                      dtype=dtype, src_len=src_len)
+                rows += speedup_rows(f"{name} S={src_len} {implementation}", pairs, leaves, repeat=repeat, **timing)
     print(f"{device} {str(dtype).removeprefix('torch.')}; torch threads: {torch.get_num_threads()}; dh={HIDDEN}, "
-          f"h={HEADS}, d_fd={FEED}, source {SRC_LEN} tokens, {TGT_LEN} steps\n")
+          f"h={HEADS}, d_fd={FEED}, sources of {list(src_lens)} tokens, {TGT_LEN} steps\n")
     print(markdown_table(["shape", "what", "pass", "projected keys ms", "projected query ms", "speed-up"], rows))
 
 
