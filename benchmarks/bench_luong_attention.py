@@ -7,11 +7,11 @@ module's fused and reference implementations, same output projections); and the 
 once. Forward and forward+backward. Paper shapes (Fung & Mak): IWSLT En-Vi dh = 1024, h = 4, d_sm = 512, d_fd = 1024,
 32 sentences; WMT En-De d_sm = 1024, 128 sentences; sources of 30 tokens. Goal (issue 4): the step at least 2x faster.
 
-``--score-forms`` times instead the two forms of the score side by side (issue 49, point 3; sources of 30 and 50
-tokens, 30 only with ``--quick``): the module with
+``--score-forms`` times instead the two forms of the score side by side (issue 49, point 3): the module with
 ``score_form="projected_query"`` (OpenNMT-py's: no per-head key tensor) against today's ``"projected_keys"``, same
 parameters and implementation, for one step on a precomputed memory and for precompute + T sequential steps (the LSTM's
-pattern); on ``--device cuda`` in ``--dtype`` (bfloat16 first), waiting for the GPU around each timing.
+pattern), with sources of 30 and 50 tokens (30 only with ``--quick``); on ``--device cuda`` in ``--dtype`` (bfloat16
+first), waiting for the GPU around each timing.
 
     python -m benchmarks.bench_luong_attention [--quick] [--threads N]
     python -m benchmarks.bench_luong_attention --score-forms [--device cuda] [--dtype bfloat16] [--quick]
