@@ -6,3 +6,8 @@ from typing import Literal
 
 # fused operators, or plain-PyTorch reference modules with the same parameters
 Implementation = Literal["fused", "reference"]
+
+# how the "general" Luong score h_t^T W_sc_i hs_s is computed (LuongMultiheadAttention): "projected_keys" projects the
+# encoder states once per sentence into per-head keys (B, h, S, dh); "projected_query" (OpenNMT-py's form) projects the
+# decoder state per head and scores it against the encoder states themselves. The same function and parameters.
+LuongScoreForm = Literal["projected_keys", "projected_query"]

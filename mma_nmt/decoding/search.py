@@ -77,18 +77,29 @@ class SpecialIds:
 
 def _step_log_probs(model, tokens, encoder_out, state, *, ids: SpecialIds, step: int, config: SearchConfig,
                     forced_eos: torch.Tensor) -> torch.Tensor:
-    """Log-probabilities (N, V) of the next token after ``tokens`` (N, step+1) with the search's constraints."""
+    """Log-probabilities (N, V) of the next token after ``tokens`` (N, step+1) with the search's constraints.
+
+    The per-step code of both searches: it reads no tensor value on the host (no ``.item()``, no branch on a tensor,
+    no boolean-mask indexing) and keeps the shapes of every step, so that it can be compiled whole
+    (``torch.compile(fullgraph=True)``) or captured in a CUDA graph with the model's incremental step."""
     logits, _ = model.decode(tokens, encoder_out, state)
-    log_probs = F.log_softmax(logits[:, -1].float(), dim=-1)  # (N, V)
-    log_probs[:, ids.pad] = float("-inf")
-    log_probs[:, ids.bos] = float("-inf")
-    if step + 1 < config.min_len:
-        log_probs[:, ids.eos] = float("-inf")
-    if forced_eos.any():  # rows at their maximum length may only end
-        eos_column = log_probs[:, ids.eos].clone()
-        log_probs[forced_eos] = float("-inf")
-        log_probs[forced_eos, ids.eos] = eos_column[forced_eos]
-    return log_probs
+    return constrain_log_probs(logits[:, -1], ids=ids, forced_eos=forced_eos, eos_allowed=step + 1 >= config.min_len)
+
+
+def constrain_log_probs(logits: torch.Tensor, *, ids: SpecialIds, forced_eos: torch.Tensor,
+                        eos_allowed: bool = True) -> torch.Tensor:
+    """logits (N, V) -> float32 log-probabilities (N, V) where PAD and BOS are impossible, EOS too unless
+    ``eos_allowed``, and the rows of ``forced_eos`` (N,) bool (at their maximum length) may only end: every token but
+    EOS is impossible there. Without host synchronisation: the forced rows are a mask, not a branch."""
+    log_probs = F.log_softmax(logits.float(), dim=-1)  # (N, V)
+    vocab = torch.arange(log_probs.shape[-1], device=log_probs.device)  # (V,)
+    banned = (vocab == ids.pad) | (vocab == ids.bos)
+    if not eos_allowed:  # a Python bool (the step number against decode.min_len), not a tensor value
+        banned = banned | (vocab == ids.eos)
+    not_eos = vocab != ids.eos
+    # (N, V): the banned columns of every row, and every column but EOS of a forced row
+    impossible = banned.unsqueeze(0) | (forced_eos.to(log_probs.device).unsqueeze(1) & not_eos.unsqueeze(0))
+    return log_probs.masked_fill(impossible, float("-inf"))
 
 
 @torch.no_grad()
@@ -101,7 +112,7 @@ def greedy_search(model, src: torch.Tensor, src_lengths: torch.Tensor, config: S
     tokens = torch.full((batch, 1), ids.bos, dtype=torch.long, device=src.device)
     scores = torch.zeros(batch, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
-    lengths = torch.zeros(batch, dtype=torch.long)
+    lengths = torch.zeros(batch, dtype=torch.long, device=src.device)
     state: dict = {}
     for step in range(int(limits.max())):
         forced = (limits <= step + 1).to(src.device)
@@ -110,10 +121,10 @@ def greedy_search(model, src: torch.Tensor, src_lengths: torch.Tensor, config: S
         best, token = log_probs.max(dim=-1)  # (B,)
         token = token.masked_fill(finished, ids.pad)
         scores += best.masked_fill(finished, 0.0)
-        lengths += (~finished).long().cpu()
+        lengths += (~finished).long()
         tokens = torch.cat([tokens, token.unsqueeze(1)], dim=1)
         finished |= token == ids.eos
-        if finished.all():
+        if finished.all():  # the search's one host read per step (stopping early), outside the step
             break
     penalty = length_penalty(config.length_penalty)
     out = []

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from mma_nmt.config_io import check_choices, require_at_least
-from mma_nmt.config_types import Implementation
+from mma_nmt.config_types import Implementation, LuongScoreForm
 from mma_nmt.modules.multilayer_attention import MlmhaVariant
 from mma_nmt.ops.head_spec import parse_head_spec
 
@@ -133,6 +133,9 @@ class LSTMConfig:
     dropout: float = 0.5
     attention: Literal["luong"] = "luong"  # multi-head Luong attention (SPEC section 2)
     implementation: Implementation = "reference"  # or "fused": LuongMultiheadAttention on the fused op, same state dict
+    # "projected_keys" (per-head keys W_sc_i hs, once per sentence) | "projected_query" (W_sc_i^T h_t per step, scored
+    # against the encoder states; OpenNMT-py's form): the same function and state dict (docs/models_training.md)
+    score_form: LuongScoreForm = "projected_keys"
     share_embeddings: bool = False
     tie_output: bool = False  # only possible when embed_dim == softmax_dim
     param_init: float = 0.0  # > 0: every weight drawn from U(-param_init, param_init) (OpenNMT-py's -param_init)

@@ -52,10 +52,15 @@ class LSTMDecoder(nn.Module):
         batch = encoder_out.out.shape[0]
         return {"h": encoder_out.extra["h"], "c": encoder_out.extra["c"],  # (B, layers, dh)
                 "feed": encoder_out.out.new_zeros(batch, self.config.feed_dim),
-                "keys": self.attention.precompute(encoder_out.out).keys}  # (B, h, S, dh)
+                "keys": self.attention.precompute(encoder_out.out).keys}  # (B, h, S, dh); None: projected queries
 
-    def step(self, token_embedding: torch.Tensor, encoder_out: EncoderOut, state: dict):
-        """One time step: embedding (B, E) -> (a~ (B, d_sm), alpha (B, h, S)); updates ``state`` in place."""
+    def step(self, token_embedding: torch.Tensor, encoder_out: EncoderOut, state: dict, need_weights: bool = False):
+        """One time step: embedding (B, E) -> (a~ (B, d_sm), alpha (B, h, S) or None); updates ``state`` in place.
+
+        The weights are built only with ``need_weights`` (a training step never reads them; record mode forces them
+        on the attention). The step is capturable: no host synchronisation and the same shapes at every step (``B``,
+        ``S`` fixed by ``encoder_out``), so ``torch.compile(fullgraph=True)`` takes it whole and a CUDA graph can
+        replay it (docs/cuda.md)."""
         drop = self.config.dropout
         x = torch.cat([token_embedding, state["feed"]], dim=-1)  # input feeding
         hs, cs = [], []
@@ -66,7 +71,7 @@ class LSTMDecoder(nn.Module):
             x = F.dropout(h, drop, self.training)
         state["h"], state["c"] = torch.stack(hs, dim=1), torch.stack(cs, dim=1)
         memory = LuongMemory(state["keys"], encoder_out.out, encoder_out.lengths)  # batch-first, beams follow
-        a_softmax, a_feed, alpha = self.attention(hs[-1], memory, need_weights=True)
+        a_softmax, a_feed, alpha = self.attention(hs[-1], memory, need_weights=need_weights)
         state["feed"] = a_feed
         return a_softmax, alpha
 
@@ -122,7 +127,7 @@ class LSTMModel(nn.Module):
         embedded = F.dropout(self.decoder.embedding(prev_tokens), self.config.dropout, self.training)  # (B, T, E)
         outputs, alphas = [], []
         for token_embedding in embedded.unbind(1):  # (B, E) per step; one backward node, not one slice per step
-            a_softmax, alpha = self.decoder.step(token_embedding, encoder_out, state)
+            a_softmax, alpha = self.decoder.step(token_embedding, encoder_out, state, need_weights=need_weights)
             outputs.append(a_softmax)
             alphas.append(alpha)
         hidden = F.dropout(torch.stack(outputs, dim=1), self.config.dropout, self.training)  # (B, T, d_sm)

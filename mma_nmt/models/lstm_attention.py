@@ -33,7 +33,7 @@ def build_luong_attention(config: LSTMConfig) -> LuongMultiheadAttention:
         raise ValueError(f"unknown LSTM attention {config.attention!r}; known: ['luong']")
     attention_config = LuongAttentionConfig(hidden_dim=config.hidden_size, num_heads=config.heads,
                                             softmax_dim=config.softmax_dim, feed_dim=config.feed_dim,
-                                            implementation=config.implementation)
+                                            implementation=config.implementation, score_form=config.score_form)
     with torch.device("meta"):  # the module's own initialisation draws no random numbers here
         attention = LuongMultiheadAttention(attention_config)
     attention.to_empty(device=torch.get_default_device())
