@@ -109,9 +109,9 @@ void PrintTo(const AttentionBudgetCase& c, std::ostream* os) { *os << c.name; }
 // B 2, D 4, padded keys (one sentence shorter than S): the benchmark's case. The GLFB targets are issue 48's (at most
 // 8 forward, 18 backward). For the uniform calls (cross-attention all G, decoder self-attention C) the issue asks one
 // flash call each; the targets written here (3 and 6) are ours, that call plus the cumulative key lengths.
-// Counted 2026-11-28 at commit db0fed8 + this test (torch 2.14.1 CPU): GLFB 111 / 121 ops, 12 / 12 B x T x S buffers
-// (per SDPA group: two bitwise_and and a bitwise_or of the visibility, the additive bias); all G 35 / 39, all C 35 / 39,
-// 4 / 4 buffers each.
+// Counted 2026-11-28 at commit db0fed8 with torch 2.13.0+cpu, the version scripts/setup.sh pins (another torch may
+// decompose its ops otherwise and move the counts): GLFB 111 / 121 ops, 12 / 12 B x T x S buffers (per SDPA group: two
+// bitwise_and and a bitwise_or of the visibility, the additive bias); all G 35 / 39, all C 35 / 39, 4 / 4 buffers each.
 const AttentionBudgetCase kAttentionCases[] = {
     {"GLFBSelfAttentionPadded", {G, L, F, B}, 32, 32, {111, 12, 8}, {121, 12, 18}},
     {"AllGlobalCrossAttentionPadded", {G, G, G, G}, 24, 32, {35, 4, 3}, {39, 4, 6}},
