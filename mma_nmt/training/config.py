@@ -18,6 +18,9 @@ from mma_nmt.training.optim import OptimConfig
 DEFAULT_PRESET = "transformer_tiny"
 # the summed loss of an update divided by its target "tokens" or its "sentences" (OpenNMT-py's -normalization sents)
 LossNormalization = Literal["tokens", "sentences"]
+# train.compile: false (eager), true (torch.compile's default mode) or one of torch.compile's modes by name;
+# "reduce-overhead" replays the compiled forward and backward as CUDA graphs on a GPU (docs/models_training.md)
+CompileMode = Literal[False, True, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
 @dataclass
@@ -49,7 +52,7 @@ class TrainConfig:
     progress: bool = True  # tqdm progress bar
     resume: bool = True  # continue from save_dir/last.pt when it exists; false refuses a save_dir holding checkpoints
     overwrite: bool = False  # with resume = false: delete the checkpoints of save_dir and start over (--overwrite)
-    compile: bool = False  # train through torch.compile(model): compiled forward and backward
+    compile: CompileMode = False  # train through torch.compile(model, mode=...): compiled forward and backward
 
     def __post_init__(self):
         check_choices("train", self)
