@@ -84,3 +84,15 @@ def test_cuda_flash_opt_in_takes_uniform_kinds_and_matches_reference(spec, query
         check_cuda_against_reference(q, k, v, head_kinds=spec, query_offset=query_offset, window=2)
     names = {event.key for event in profile.key_averages()}
     assert {"aten::_flash_attention_forward", "aten::_flash_attention_backward"} <= names, sorted(names)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_flash_opt_in_takes_padded_cross_attention_and_matches_reference(dtype, monkeypatch):
+    """Global heads with key padding (cross-attention): one variable-length FA2 call, the real keys packed, an empty
+    sentence and a length-1 one included; padding keys get a zero gradient (opt-in; not yet run on a GPU)."""
+    monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", "flash")
+    q, k, v = cuda_qkv(4, 4, 9, 23, 64, dtype=dtype)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        check_cuda_against_reference(q, k, v, head_kinds="G", key_lengths=torch.tensor([23, 1, 0, 11]))
+    names = {event.key for event in profile.key_averages()}
+    assert {"aten::_flash_attention_forward", "aten::_flash_attention_backward"} <= names, sorted(names)
