@@ -47,6 +47,11 @@ link_line=$(grep -m1 -e '-o _C\.cpython' "$OUT/build.log" | head -c 4000)
   PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
     tests/python/packaging/test_extension_linkage.py; } >> "$OUT/build.log" 2>&1
 say "built: $(python3 -c 'import mma_nmt; print(mma_nmt.build_info())' 2>&1 | tail -1)"
+# Issue 48's first-minute probe: does this torch's FlashAttention-2 take local windows (a build with
+# FLASHATTENTION_DISABLE_LOCAL refuses them), and does MMA_NMT_CUDA_KERNELS=flash match the reference for every kind?
+MMA_NMT_REQUIRE_CUDA=1 timeout 120 python3 -m pytest -q -p no:cacheprovider -o addopts="" -m cuda -rfE \
+  tests/python/ops/test_attention_cuda.py -k flash_opt_in > "$OUT/flash_probe.log" 2>&1
+say "flash probe (flash_probe.log): $(tail -1 "$OUT/flash_probe.log")"
 
 pids=()
 for args in "$@"; do

@@ -12,8 +12,11 @@ def lengths_from_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
 
     The fused kernels take lengths, so padding must be a suffix of each row; a mask with holes raises ``ValueError``.
     That check reads the mask's values. Under ``torch.compile`` it must not stop the graph (``fullgraph=True`` refused
-    the data-dependent ``torch.equal``), so there it runs inside the graph as ``torch._assert_async``: a
-    ``RuntimeError`` with the same message when the compiled code runs on the CPU, a device-side assertion on a GPU.
+    the data-dependent ``torch.equal``), and on a GPU it must not make the host wait for the device (issue 48, point
+    2: a training step never waits for the host). So there, and for any mask not on the CPU, it runs as
+    ``torch._assert_async``: a ``RuntimeError`` with the same message when compiled code runs on the CPU, a
+    device-side assertion on a GPU (the CUDA error names the assertion; the process cannot go on using the GPU).
+    An eager mask on the CPU gets the ``ValueError``.
     """
     if key_padding_mask.dim() != 2 or key_padding_mask.dtype != torch.bool:
         raise ValueError(
@@ -23,7 +26,7 @@ def lengths_from_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     lengths = (~key_padding_mask).sum(dim=-1)  # (B,)
     positions = torch.arange(key_padding_mask.shape[-1], device=key_padding_mask.device)  # (S,)
     right_padded = positions.unsqueeze(0) >= lengths.unsqueeze(1)  # (B, S): the mask these lengths stand for
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or key_padding_mask.device.type != "cpu":
         torch._assert_async(torch.eq(right_padded, key_padding_mask).all(), _NOT_RIGHT_PADDED)
     elif not torch.equal(right_padded, key_padding_mask):
         raise ValueError(_NOT_RIGHT_PADDED)

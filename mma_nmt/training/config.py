@@ -25,6 +25,9 @@ LossNormalization = Literal["tokens", "sentences"]
 # only) or false (float32); true is read as "fp16", as before "bf16" existed (mma_nmt.training.precision)
 AmpMode = Literal["bf16", "fp16", False]
 LoggerName = Literal["tensorboard"]  # mma_nmt.training.loggers
+# train.compile: false (eager), true (torch.compile's default mode) or one of torch.compile's modes by name;
+# "reduce-overhead" replays the compiled forward and backward as CUDA graphs on a GPU (docs/models_training.md)
+CompileMode = Literal[False, True, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
 @dataclass
@@ -56,7 +59,7 @@ class TrainConfig:
     progress: bool = True  # tqdm progress bar
     resume: bool = True  # continue from save_dir/last.pt when it exists; false refuses a save_dir holding checkpoints
     overwrite: bool = False  # with resume = false: delete the checkpoints of save_dir and start over (--overwrite)
-    compile: bool = False  # train through torch.compile(model): compiled forward and backward
+    compile: CompileMode = False  # train through torch.compile(model, mode=...): compiled forward and backward
     # live views beside log.jsonl: ["tensorboard"] writes save_dir/tensorboard (pip install "mma_nmt[tensorboard]")
     loggers: list[LoggerName] = field(default_factory=list)
 

@@ -101,7 +101,7 @@ def with_vocabulary(config, dataset: ParallelDataset):
 
 
 def forward_backward(model, batches, *, epsilon: float, pad_id: int, info: dist.DistInfo, autocast=None,
-                     scaler=None, normalization: str = "tokens") -> torch.Tensor | None:
+                     scaler=None, normalization: str = "tokens", device: torch.device | None = None) -> torch.Tensor:
     """Losses of one update's batches (one batch, or the ``train.update_freq`` batches accumulated into one update),
     backward with the gradient of (summed loss over all batches and processes) / (all their target tokens).
 
@@ -109,31 +109,44 @@ def forward_backward(model, batches, *, epsilon: float, pad_id: int, info: dist.
     the result equals one process computing the whole global batch (fairseq's semantics: effective batch =
     ``max_tokens x update_freq x world_size``). Gradients are synchronised across processes at the last batch only.
     ``normalization="sentences"`` divides by the number of sentences instead (OpenNMT-py's ``-normalization sents``).
-    Returns the global (loss, nll, tokens) sums as a float64 tensor, or None when the loss is NaN/inf on any process
-    (its gradients are then not usable: the caller drops them)."""
+    Batches are moved to ``device`` when given (their token counts are read on the host first).
+
+    Returns the global (loss, nll, tokens) sums as a float64 tensor on the loss's device, NaN or inf included: nothing
+    here waits for the device (issue 48, point 2). The losses are summed on the device, the counts come from the host
+    batches, and the logits of every position are computed (padding positions carry no loss and no gradient): a
+    boolean index of the real positions would make the device report their number first."""
     batches = list(batches) if isinstance(batches, (list, tuple)) else [batches]
     if normalization not in NORMALIZATIONS:
         raise ValueError(f"train.loss_normalization must be one of {NORMALIZATIONS}, got {normalization!r}")
     count = (lambda b: b.num_tokens) if normalization == "tokens" else len
     local_count = torch.tensor([float(sum(count(batch) for batch in batches))], dtype=torch.float64)
     scale = info.world_size / float(dist.all_reduce_sum(local_count, info)[0])
-    local = torch.zeros(3, dtype=torch.float64)
+    tokens = float(sum(batch.num_tokens for batch in batches))  # read before any batch reaches the device
+    if device is not None:
+        batches = [batch.to(device, non_blocking=True) for batch in batches]  # pageable: staged, safe, no wait
+    losses = None  # (loss, nll) sums, float64, on the device
     for index, batch in enumerate(batches):
         last = index == len(batches) - 1
         no_sync = model.no_sync() if not last and hasattr(model, "no_sync") else contextlib.nullcontext()
         with no_sync:
             with autocast or contextlib.nullcontext():
-                real = batch.tgt_out != pad_id  # (B, T): no logits are computed at padding
-                logits = model(batch.src, batch.src_lengths, batch.tgt_in, output_mask=real)  # (N, V)
-                loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out[real], epsilon=epsilon,
-                                                         ignore_index=pad_id)
-            local += torch.tensor([loss.item(), nll.item(), float(batch.num_tokens)], dtype=torch.float64)
+                logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V)
+                loss, nll = label_smoothed_cross_entropy(logits, batch.tgt_out, epsilon=epsilon, ignore_index=pad_id)
+            sums = torch.stack([loss.detach(), nll.detach()]).double()  # (2,)
+            losses = sums if losses is None else losses + sums
             # every process runs every backward, NaN or not, so that DDP's gradient all-reduce never waits on one
             (scaler.scale(loss * scale) if scaler is not None else loss * scale).backward()
-    totals = dist.all_reduce_sum(local, info)
-    if not math.isfinite(float(totals[0])):
-        return None
-    return totals
+    local = torch.cat([losses, losses.new_full((1,), tokens)])  # (3,): loss, nll, tokens (a fill: no copy to wait on)
+    return dist.all_reduce_sum(local, info)
+
+
+def compiled(model, mode):
+    """``model`` as ``train.compile`` asks: itself (false), ``torch.compile(model)`` (true) or compiled in the named
+    mode. "reduce-overhead" records CUDA graphs of the compiled forward and backward on a GPU (the step has no host
+    read inside them, issue 48 point 2); on the CPU torch compiles the same graphs and runs them without CUDA graphs."""
+    if not isinstance(mode, str):  # a bool (1 and 0 pass the choices as true and false)
+        return torch.compile(model) if mode else model
+    return torch.compile(model, mode=mode)
 
 
 def capture_rng() -> dict:
@@ -204,7 +217,7 @@ class Trainer:
         random.seed(cfg.seed)  # Python's RNG is checkpointed too: seeded, two runs of one config match in full
         self.model = build_model(self.model_config).to(self.device)
         self.ddp = DistributedDataParallel(self.model) if self.info.enabled else self.model
-        self.train_model = torch.compile(self.ddp) if cfg.compile else self.ddp  # its forward and backward train
+        self.train_model = compiled(self.ddp, cfg.compile)  # its forward and backward train
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
         self.schedule = LRSchedule(self.optimizer, cfg.optim, total_steps=cfg.max_steps)
         self.sampler = TokenBatchSampler(self.train_data.src_lengths, self.train_data.tgt_lengths,
@@ -278,22 +291,30 @@ class Trainer:
     # ---- one update --------------------------------------------------------------------------------------------
     def train_step(self, batches) -> torch.Tensor | None:
         """One update on ``batches`` (one batch or a list accumulated into one update); returns the global (loss, nll,
-        tokens) sums, or None for a skipped bad step."""
+        tokens) sums (a CPU float64 tensor), or None for a skipped bad step.
+
+        Forward, backward and the gradient clipping are queued without waiting for the device; the step's one host
+        read follows them: the four numbers (loss, nll, tokens, gradient norm) that the bad-step rules need to decide
+        whether the optimizer steps. With ``train.amp``, a skipped step still updates the loss scale (as GradScaler
+        does for an overflow), since the gradients were unscaled before the decision."""
         self.ddp.train()
-        batches = [b.to(self.device) for b in (batches if isinstance(batches, (list, tuple)) else [batches])]
-        totals = forward_backward(self.train_model, batches, epsilon=self.run.train.label_smoothing, pad_id=self.pad_id,
-                                  info=self.info, autocast=self.autocast(), scaler=self.scaler,
-                                  normalization=self.run.train.loss_normalization)
-        if totals is None:
-            return self._bad_step("loss is NaN or inf")
-        spike = self._loss_spike(float(totals[0] / totals[2]))
-        if spike:
-            return self._bad_step(spike)
+        batches = batches if isinstance(batches, (list, tuple)) else [batches]
+        device_totals = forward_backward(self.train_model, batches, epsilon=self.run.train.label_smoothing,
+                                         pad_id=self.pad_id, info=self.info, autocast=self.autocast(),
+                                         scaler=self.scaler, normalization=self.run.train.loss_normalization,
+                                         device=self.device)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)
         clip = self.run.train.optim.clip_norm
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip if clip > 0 else math.inf)
-        if not math.isfinite(float(norm)) and self.scaler is None:
+        read = torch.cat([device_totals, norm.detach().reshape(1).to(device_totals)]).tolist()  # the one host read
+        totals, norm = torch.tensor(read[:3], dtype=torch.float64), read[3]
+        if not math.isfinite(read[0]):
+            return self._bad_step("loss is NaN or inf")
+        spike = self._loss_spike(read[0] / read[2])
+        if spike:
+            return self._bad_step(spike)
+        if not math.isfinite(norm) and self.scaler is None:
             return self._bad_step("gradient norm is NaN or inf")
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
@@ -304,7 +325,7 @@ class Trainer:
         self.step += 1
         self.schedule.step(self.step)
         if self.run.train.loss_spike_factor > 0:
-            self.recent_losses.append(float(totals[0] / totals[2]))
+            self.recent_losses.append(read[0] / read[2])
         return totals
 
     def _loss_spike(self, loss: float) -> str | None:
@@ -322,6 +343,8 @@ class Trainer:
     def _bad_step(self, reason: str) -> None:
         """Drops the step's gradients (no update), counts and logs it; stops the run past ``max_bad_steps``."""
         self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:  # the gradients were unscaled: close GradScaler's step (backs off on inf/NaN)
+            self.scaler.update()
         self.bad_steps += 1
         self.logger.log("bad_step", step=self.step, reason=reason, bad_steps=self.bad_steps)
         if self.bad_steps > self.run.train.max_bad_steps:

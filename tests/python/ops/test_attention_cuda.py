@@ -68,3 +68,31 @@ def test_cuda_rejects_head_size_above_256():
     q, k, v = cuda_qkv(1, 1, 2, 2, 257, value_dim=4)
     with pytest.raises(ValueError, match="head sizes up to 256"):
         fused_attention(q, k, v)
+
+
+@pytest.mark.parametrize("spec, query_len, key_len, query_offset", [
+    ("G", 23, 31, 0), ("L", 23, 23, 0), ("F", 23, 23, 0), ("B", 5, 17, 12), ("C", 23, 23, 0), ("C", 1, 17, 16)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_flash_opt_in_takes_uniform_kinds_and_matches_reference(spec, query_len, key_len, query_offset, dtype,
+                                                                     monkeypatch):
+    """MMA_NMT_CUDA_KERNELS=flash (opt-in; written without a GPU, not yet run): a call of one head kind without key
+    padding, where FA2's bottom-right window is our rule (S - T = query_offset), runs torch's FlashAttention-2 with the
+    kind's window, forward and backward (docs/cuda.md, section 2)."""
+    monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", "flash")
+    q, k, v = cuda_qkv(2, 4, query_len, key_len, 64, dtype=dtype)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        check_cuda_against_reference(q, k, v, head_kinds=spec, query_offset=query_offset, window=2)
+    names = {event.key for event in profile.key_averages()}
+    assert {"aten::_flash_attention_forward", "aten::_flash_attention_backward"} <= names, sorted(names)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_flash_opt_in_takes_padded_cross_attention_and_matches_reference(dtype, monkeypatch):
+    """Global heads with key padding (cross-attention): one variable-length FA2 call, the real keys packed, an empty
+    sentence and a length-1 one included; padding keys get a zero gradient (opt-in; not yet run on a GPU)."""
+    monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", "flash")
+    q, k, v = cuda_qkv(4, 4, 9, 23, 64, dtype=dtype)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        check_cuda_against_reference(q, k, v, head_kinds="G", key_lengths=torch.tensor([23, 1, 0, 11]))
+    names = {event.key for event in profile.key_averages()}
+    assert {"aten::_flash_attention_forward", "aten::_flash_attention_backward"} <= names, sorted(names)

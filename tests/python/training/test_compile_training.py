@@ -19,7 +19,7 @@ import torch
 
 from mma_nmt.models import build_model, preset
 from mma_nmt.training.loss import label_smoothed_cross_entropy
-from nmt_fixtures import random_batch, tiny_transformer
+from nmt_fixtures import random_batch, tiny_data, tiny_transformer  # noqa: F401  (fixture)
 
 
 def _mma_multihop_gmm():
@@ -85,3 +85,55 @@ def test_compiled_training_step_matches_eager(name, backend):
     for key, grad in eager_grads.items():
         torch.testing.assert_close(compiled_grads[key], grad, rtol=1e-4, atol=1e-6,
                                    msg=lambda message, key=key: f"{key}: {message}")
+
+
+def test_reduce_overhead_step_compiles_on_the_cpu_without_cuda_graphs_and_matches_eager():
+    """``train.compile = "reduce-overhead"``: the trainer's own step (``forward_backward`` through ``compiled``) with
+    inductor in that mode. On the CPU torch compiles the same graphs, skips the CUDA graphs (it counts a skip for each
+    graph, "cpu device"), and the step equals eager; about 30 s of CPU. Whether a GPU captures the step's graphs with
+    our operators is the CUDA test's job (``test_step_without_host_reads.py`` checks no host read happens in them)."""
+    from torch._dynamo.utils import counters
+
+    from mma_nmt.data.batch import Batch
+    from mma_nmt.training.distributed import DistInfo
+    from mma_nmt.training.trainer import compiled, forward_backward
+
+    config = tiny_transformer(d_model=16, ffn_dim=32)
+    config.encoder.attention = "mma"  # mixed G/L/F/B heads
+    torch.manual_seed(0)
+    model = build_model(config).train()
+    src, lengths, prev, tgt = random_batch(batch=3, src_len=7, tgt_len=6, seed=1)
+    tgt[2, 4:] = 0  # padded targets: no loss there
+    batch = Batch(src=src, src_lengths=lengths, tgt_in=prev, tgt_out=tgt, tgt_lengths=(tgt != 0).sum(1),
+                  indices=torch.arange(3))
+
+    def step(stepped):
+        model.zero_grad(set_to_none=True)
+        totals = forward_backward(stepped, [batch], epsilon=0.1, pad_id=0, info=DistInfo())
+        return totals, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    eager_totals, eager_grads = step(model)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled_totals, compiled_grads = step(compiled(model, "reduce-overhead"))
+    assert counters["inductor"]["cudagraph_skips"] >= 1  # the mode took effect; on the CPU it has no CUDA graphs
+    torch.testing.assert_close(compiled_totals, eager_totals, rtol=1e-5, atol=1e-6)
+    assert compiled_grads.keys() == eager_grads.keys() and len(eager_grads) > 10
+    for key, grad in eager_grads.items():
+        torch.testing.assert_close(compiled_grads[key], grad, rtol=1e-4, atol=1e-6,
+                                   msg=lambda message, key=key: f"{key}: {message}")
+
+
+@pytest.mark.parametrize("setting, expected", [("true", {}), ("reduce-overhead", {"mode": "reduce-overhead"}),
+                                               ("false", None)])
+def test_train_compile_reaches_torch_compile(setting, expected, tmp_path, tiny_data, monkeypatch):  # noqa: F811
+    """The setting goes to ``torch.compile`` as its mode (true: torch's default mode; false: eager)."""
+    from mma_nmt.training.config import load_run_config
+    from mma_nmt.training.trainer import Trainer
+    from nmt_fixtures import tiny_overrides
+
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: calls.append(kwargs) or model)
+    trainer = Trainer(load_run_config(None, tiny_overrides(tiny_data, tmp_path / "run", f"train.compile={setting}")))
+    assert calls == ([] if expected is None else [expected])
+    assert trainer.train_model is trainer.ddp

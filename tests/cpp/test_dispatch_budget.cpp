@@ -1,0 +1,229 @@
+// Launch budgets of the compositions (csrc/*/*_composition.cpp, the CUDA backend's default paths), counted on CPU
+// tensors, where CI runs them (issue 48, point 5): the ops each call dispatches (dispatch_budget.h says what counts)
+// and the buffers of B x T x S elements or more it makes without weights asked for. Each budget is today's count, so
+// that any creep fails on every commit, GPU or not; lower it when a change lowers the count. The issue's targets are
+// written beside each budget; where a budget is above its target, the target is not met yet (docs/cuda.md).
+//
+// Sizes: H * D and every other legitimate size stay well under B * T * S, so a (B, ., T, S) mask, bias or mixture is
+// the only thing that reaches it.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "attention/attention_composition.h"
+#include "attention/head_mask.h"
+#include "dispatch_budget.h"
+#include "gmm/gmm_composition.h"
+#include "luong/shared_value_composition.h"
+
+namespace {
+
+using mma_nmt::attention::AttentionParams;
+using mma_nmt::testing::DispatchCount;
+using mma_nmt::testing::DispatchCounter;
+using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+struct Budget {
+  int64_t ops;            // today's count: the most allowed
+  int64_t large_buffers;  // buffers of >= B x T x S elements allowed
+  int64_t target_ops;     // the issue's target (documentation; the test asserts `ops`)
+};
+
+DispatchCount count(const std::function<void()>& call, int64_t large_numel) {
+  DispatchCount result;
+  DispatchCounter counter(result, large_numel);
+  call();
+  return result;
+}
+
+std::string describe(const DispatchCount& c) {
+  std::ostringstream os;
+  os << c.ops << " ops:";
+  for (const auto& [name, n] : c.by_name) os << " " << name << " x" << n;
+  os << "; " << c.large_outputs.size() << " large buffers:";
+  for (const auto& large : c.large_outputs) os << " [" << large << "]";
+  return os.str();
+}
+
+void expect_within(const DispatchCount& c, const Budget& budget, const char* what) {
+  std::cout << "[ budget   ] " << what << ": " << describe(c) << " (budget " << budget.ops << ", target "
+            << budget.target_ops << ")\n";
+  EXPECT_LE(c.ops, budget.ops) << what << " dispatches more ops than its budget (" << budget.ops << "; target "
+                               << budget.target_ops << "): " << describe(c);
+  EXPECT_LE(static_cast<int64_t>(c.large_outputs.size()), budget.large_buffers)
+      << what << " makes more B x T x S buffers than its budget (" << budget.large_buffers
+      << "; target 0): " << describe(c);
+}
+
+// ---- the counter itself ------------------------------------------------------------------------------------------
+
+TEST(DispatchCounter, CountsLeavesAndFusedKernelsOnceAndViewsNever) {
+  const at::Tensor x = at::randn({4, 6});
+  const at::Tensor mask = x.gt(0);
+  EXPECT_EQ(count([&] { (void)x.view({6, 4}).transpose(0, 1).unsqueeze(0); }, 1000).ops, 0);
+  EXPECT_EQ(count([&] { (void)at::zeros({4, 6}); }, 1000).ops, 1);                  // empty + fill_
+  EXPECT_EQ(count([&] { (void)x.masked_fill(mask, 0.0); }, 1000).ops, 2);          // clone's copy_ + masked_fill_
+  EXPECT_EQ(count([&] { (void)x.t().contiguous(); }, 1000).ops, 1);                // the copy
+  EXPECT_EQ(count([&] { (void)x.contiguous(); }, 1000).ops, 0);                    // already contiguous: nothing
+  const DispatchCount sdpa = count(
+      [&] {
+        const at::Tensor q = at::randn({1, 2, 5, 4});
+        (void)at::scaled_dot_product_attention(q, q, q);
+      },
+      1000);
+  EXPECT_EQ(sdpa.by_name.count("aten::_scaled_dot_product_flash_attention_for_cpu"), 1u) << describe(sdpa);
+  EXPECT_EQ(sdpa.ops, 2) << describe(sdpa);  // randn's normal_ + the fused kernel, whatever it calls inside
+  // one buffer of 24 elements, returned by clone's copy_ and by masked_fill_: counted once
+  EXPECT_EQ(count([&] { (void)x.masked_fill(mask, 0.0); }, 24).large_outputs.size(), 1u);
+  EXPECT_EQ(count([&] { (void)x.masked_fill(mask, 0.0); }, 25).large_outputs.size(), 0u);
+}
+
+// ---- mma_nmt::attention by kind ----------------------------------------------------------------------------------
+
+constexpr int64_t G = mma_nmt::attention::kGlobal, L = mma_nmt::attention::kLocal, F = mma_nmt::attention::kForward,
+                  B = mma_nmt::attention::kBackward, C = mma_nmt::attention::kCausal;
+
+using AttentionFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                           at::IntArrayRef, int64_t, double, int64_t, double, int64_t, bool);
+using AttentionBackwardFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                   const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                   at::IntArrayRef, int64_t, double, int64_t, double, int64_t);
+
+struct AttentionBudgetCase {
+  std::string name;
+  std::vector<int64_t> kinds;
+  int64_t query_len, key_len;
+  Budget forward, backward;
+};
+
+void PrintTo(const AttentionBudgetCase& c, std::ostream* os) { *os << c.name; }
+
+// B 2, D 4, padded keys (one sentence shorter than S): the benchmark's case. The GLFB targets are issue 48's (at most
+// 8 forward, 18 backward). For the uniform calls (cross-attention all G, decoder self-attention C) the issue asks one
+// flash call each; the targets written here (3 and 6) are ours, that call plus the cumulative key lengths.
+// Counted 2026-11-28 at commit db0fed8 with torch 2.13.0+cpu, the version scripts/setup.sh pins (another torch may
+// decompose its ops otherwise and move the counts): GLFB 111 / 121 ops, 12 / 12 B x T x S buffers (per SDPA group: two
+// bitwise_and and a bitwise_or of the visibility, the additive bias); all G 35 / 39, all C 35 / 39, 4 / 4 buffers each.
+const AttentionBudgetCase kAttentionCases[] = {
+    {"GLFBSelfAttentionPadded", {G, L, F, B}, 32, 32, {111, 12, 8}, {121, 12, 18}},
+    {"AllGlobalCrossAttentionPadded", {G, G, G, G}, 24, 32, {35, 4, 3}, {39, 4, 6}},
+    {"AllCausalSelfAttentionPadded", {C, C, C, C}, 32, 32, {35, 4, 3}, {39, 4, 6}},
+};
+
+class AttentionCompositionBudget : public ::testing::TestWithParam<AttentionBudgetCase> {};
+
+TEST_P(AttentionCompositionBudget, ForwardAndBackwardWithinBudget) {
+  const AttentionBudgetCase& c = GetParam();
+  at::manual_seed(5);
+  const int64_t batch = 2, heads = static_cast<int64_t>(c.kinds.size()), dim = 4;
+  const int64_t large = batch * c.query_len * c.key_len;
+  ASSERT_LT(batch * heads * std::max(c.query_len, c.key_len) * dim, large) << "sizes must keep H D under S";
+  const at::Tensor q = at::randn({batch, heads, c.query_len, dim});
+  const at::Tensor k = at::randn({batch, heads, c.key_len, dim});
+  const at::Tensor v = at::randn({batch, heads, c.key_len, dim});
+  const at::Tensor grad_out = at::randn({batch, heads, c.query_len, dim});
+  const std::optional<at::Tensor> lengths = at::tensor(std::vector<int64_t>{c.key_len, c.key_len - 11});
+  const AttentionParams p =
+      mma_nmt::attention::check_attention_args("test", q, k, v, lengths, c.kinds, 1, 0.5, 0, 0.0, 0);
+  ASSERT_TRUE(mma_nmt::attention::splittable(p, false));
+
+  // the CPU kernel stands in for the hand-written CUDA kernel (the local heads): one op, as on the GPU one launch
+  const auto forward = c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention", "").typed<AttentionFn>();
+  const auto backward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention_backward", "").typed<AttentionBackwardFn>();
+  const mma_nmt::attention::AttentionKernels kernels{
+      [&](const AttentionParams& gp, const at::Tensor& gq, const at::Tensor& gk, const at::Tensor& gv,
+          const std::optional<at::Tensor>& kl) {
+        return forward.call(gq, gk, gv, kl, gp.head_kinds, gp.window, gp.scale, gp.query_offset, 0.0, 0, false);
+      },
+      [&](const AttentionParams& gp, const at::Tensor& g_grad_out, const at::Tensor& gq, const at::Tensor& gk,
+          const at::Tensor& gv, const at::Tensor& g_out, const at::Tensor& g_lse, const std::optional<at::Tensor>& kl) {
+        return backward.call(g_grad_out, gq, gk, gv, g_out, g_lse, kl, gp.head_kinds, gp.window, gp.scale,
+                             gp.query_offset, 0.0, 0);
+      }};
+
+  Triple result;
+  const DispatchCount f = count([&] { result = attention_forward_by_kind(p, q, k, v, lengths, kernels); }, large);
+  expect_within(f, c.forward, (c.name + " forward").c_str());
+  const auto& [out, lse, probs] = result;
+  const DispatchCount b = count(
+      [&] { (void)attention_backward_by_kind(p, grad_out, q, k, v, out, lse, lengths, kernels); }, large);
+  expect_within(b, c.backward, (c.name + " backward").c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, AttentionCompositionBudget, ::testing::ValuesIn(kAttentionCases),
+                         [](const ::testing::TestParamInfo<AttentionBudgetCase>& info) { return info.param.name; });
+
+// ---- mma_nmt::gmm_attention and mma_nmt::shared_value_attention --------------------------------------------------
+
+// Issue 49, point 6: each one kernel per direction; the target is at most 3 ops per direction of the fast path.
+// Counted 2026-11-28 (as above): GMM 89 / 132 ops with 15 / 31 B x T x S buffers (the SDPA half's mask and bias, then
+// the (B, H, T, S) mixture, elementwise per component); shared-value 36 / 38 ops, 4 / 8 buffers (its logits and
+// probabilities are (B, H, T, S): with no weights asked for, a fused kernel would make none).
+constexpr Budget kGmmForward{89, 15, 3}, kGmmBackward{132, 31, 3};
+constexpr Budget kSharedValueForward{36, 4, 3}, kSharedValueBackward{38, 8, 3};
+
+TEST(GmmCompositionBudget, ForwardAndBackwardWithinBudget) {
+  at::manual_seed(7);
+  const int64_t batch = 2, heads = 2, query_len = 16, key_len = 32, dim = 4, components = 2;
+  const int64_t large = batch * query_len * key_len;
+  const at::Tensor q = at::randn({batch, heads, query_len, dim});
+  const at::Tensor k = at::randn({batch, heads, key_len, dim});
+  const at::Tensor v = at::randn({batch, heads, key_len, dim});
+  const at::Tensor grad_out = at::randn({batch, heads, query_len, dim});
+  const at::Tensor omega = at::softmax(at::randn({batch, heads, query_len, components}), -1);
+  const at::Tensor mu = at::rand({batch, heads, query_len, components}) * key_len;
+  const at::Tensor sigma = at::rand({batch, heads, query_len, components}) * 4 + 0.5;
+  const at::Tensor gate = at::sigmoid(at::randn({batch, heads, query_len}));
+  const std::optional<at::Tensor> lengths = at::tensor(std::vector<int64_t>{key_len, key_len - 11});
+  const auto p = mma_nmt::gmm::check_gmm_args("test", q, k, v, lengths, omega, mu, sigma, gate, {}, 0.5, 0, 0.05);
+  ASSERT_TRUE(mma_nmt::gmm::composable(p, false));
+
+  std::optional<mma_nmt::gmm::GmmForwardResult> result;
+  const DispatchCount f = count(
+      [&] { result = gmm_forward_by_composition(p, q, k, v, lengths, omega, mu, sigma, gate, false); }, large);
+  ASSERT_TRUE(result.has_value());
+  expect_within(f, kGmmForward, "gmm_attention forward");
+  const auto& [out, lse, log_mass, alpha_context, beta_context, alpha, beta] = *result;
+  std::optional<mma_nmt::gmm::GmmBackwardResult> grads;
+  const DispatchCount b = count(
+      [&] {
+        grads = gmm_backward_by_composition(p, grad_out, q, k, v, lengths, omega, mu, sigma, gate, lse, alpha_context,
+                                            beta_context);
+      },
+      large);
+  ASSERT_TRUE(grads.has_value());
+  expect_within(b, kGmmBackward, "gmm_attention backward");
+}
+
+TEST(SharedValueCompositionBudget, ForwardAndBackwardWithinBudget) {
+  at::manual_seed(11);
+  const int64_t batch = 2, heads = 2, query_len = 16, key_len = 32, dim = 4, value_dim = 8;
+  const int64_t large = batch * query_len * key_len;
+  const at::Tensor q = at::randn({batch, heads, query_len, dim});
+  const at::Tensor k = at::randn({batch, heads, key_len, dim});
+  const at::Tensor v = at::randn({batch, key_len, value_dim});
+  const at::Tensor grad_out = at::randn({batch, heads, query_len, value_dim});
+  const std::optional<at::Tensor> lengths = at::tensor(std::vector<int64_t>{key_len, key_len - 11});
+  const auto p = mma_nmt::luong::check_shared_value_args("test", q, k, v, lengths, 0.5);
+
+  Triple result;
+  const DispatchCount f = count(
+      [&] { result = mma_nmt::luong::shared_value_forward_by_composition(p, q, k, v, lengths, false); }, large);
+  expect_within(f, kSharedValueForward, "shared_value_attention forward");
+  const auto& [out, lse, probs] = result;
+  const DispatchCount b = count(
+      [&] { (void)mma_nmt::luong::shared_value_backward_by_composition(p, grad_out, q, k, v, out, lse, lengths); },
+      large);
+  expect_within(b, kSharedValueBackward, "shared_value_attention backward");
+}
+
+}  // namespace
