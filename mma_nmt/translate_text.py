@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterable, TextIO
 
 from mma_nmt.decoding.search import SearchConfig
+from mma_nmt.decoding.translate import blank_lines
 
 
 def output_lines(found: list[list[tuple[str, object]]], nbest: int | None, first_index: int = 0) -> list[str]:
@@ -41,11 +42,11 @@ def translate_file(translator, input_file: str | Path, output: str | Path, *, co
     from mma_nmt.data.fileio import atomic_write_lines, read_text_lines
 
     texts = read_text_lines(input_file)
-    _report_blank([i + 1 for i, text in enumerate(texts) if not text.strip()], str(input_file), say)
+    _report_blank([i + 1 for i in blank_lines(texts)], str(input_file), say)
     found = translator.hypotheses(texts, config=config, nbest=nbest or 1, preprocessed=preprocessed,
                                   progress=progress)
     out = Path(output)
-    atomic_write_lines(out, output_lines(found, nbest))  # a full disk raises NoSpaceLeft, naming the file, which is left as it was
+    atomic_write_lines(out, output_lines(found, nbest))  # a full disk: NoSpaceLeft names the file, left as it was
     return out
 
 
@@ -68,7 +69,7 @@ def translate_stream(translator, source: TextIO, sink: TextIO, *, config: Search
     count, blank = 0, []
     for batch in _batches(source, batch_size or config.batch_size):
         found = translator.hypotheses(batch, config=config, nbest=nbest or 1, preprocessed=preprocessed)
-        blank += [count + i + 1 for i, text in enumerate(batch) if not text.strip()]
+        blank += [count + i + 1 for i in blank_lines(batch)]
         for line in output_lines(found, nbest, first_index=count):
             sink.write(line + "\n")
         sink.flush()

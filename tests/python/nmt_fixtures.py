@@ -62,6 +62,17 @@ def tiny_transformer(**overrides):
     return preset("transformer_tiny", **fields)
 
 
+def tiny_mma_mlmha_transformer():
+    """A 16-wide Transformer: encoder MMA (mixed G/L/F/B heads, ``mma_nmt::attention``), decoder cross-attention
+    MLMHA M-10 over the top 2 layers (``multilayer_attention``)."""
+    config = tiny_transformer(d_model=16, ffn_dim=32)
+    config.encoder.attention = "mma"
+    config.decoder.cross_attention = "mlmha"
+    config.decoder.mlmha_n = 2
+    config.decoder.mlmha_variant = "M-10"
+    return config
+
+
 def random_batch(batch: int = 3, src_len: int = 7, tgt_len: int = 6, seed: int = 0):
     """src (B, S) with right padding, src_lengths (B,), prev (B, T) starting with BOS, target (B, T)."""
     g = torch.Generator().manual_seed(seed)

@@ -19,7 +19,7 @@ import torch
 
 from mma_nmt.models import build_model, preset
 from mma_nmt.training.loss import label_smoothed_cross_entropy
-from nmt_fixtures import random_batch, tiny_data, tiny_transformer  # noqa: F401  (fixture)
+from nmt_fixtures import random_batch, tiny_data, tiny_mma_mlmha_transformer, tiny_transformer  # noqa: F401
 
 
 def _mma_multihop_gmm():
@@ -31,17 +31,6 @@ def _mma_multihop_gmm():
     config.encoder.multihop_layers = [1]
     config.decoder.layers = 1
     config.decoder.cross_attention = "gmm"
-    return config
-
-
-def _mlmha():
-    """Encoder MMA (mixed G/L/F/B heads, ``mma_nmt::attention``), decoder cross-attention MLMHA
-    (``multilayer_attention``, joint weights over the top 2 layers)."""
-    config = tiny_transformer(d_model=16, ffn_dim=32)
-    config.encoder.attention = "mma"
-    config.decoder.cross_attention = "mlmha"
-    config.decoder.mlmha_n = 2
-    config.decoder.mlmha_variant = "M-10"
     return config
 
 
@@ -57,7 +46,7 @@ def fresh_inductor_cache(tmp_path_factory):
         yield
 
 
-MODELS = {"mma+multihop+gmm": _mma_multihop_gmm, "mma+mlmha": _mlmha, "lstm+luong": _lstm_luong}
+MODELS = {"mma+multihop+gmm": _mma_multihop_gmm, "mma+mlmha": tiny_mma_mlmha_transformer, "lstm+luong": _lstm_luong}
 
 
 def _loss(model, src, lengths, prev, tgt):

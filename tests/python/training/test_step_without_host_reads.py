@@ -21,7 +21,7 @@ from mma_nmt.models import build_model
 from mma_nmt.ops.padding import lengths_from_padding_mask
 from mma_nmt.training.distributed import DistInfo
 from mma_nmt.training.trainer import forward_backward
-from nmt_fixtures import random_batch, tiny_transformer
+from nmt_fixtures import random_batch, tiny_mma_mlmha_transformer, tiny_transformer
 
 
 def _mma_glfb():
@@ -38,16 +38,7 @@ def _multihop_gmm():
     return config
 
 
-def _mlmha():
-    config = tiny_transformer(d_model=16, ffn_dim=32)
-    config.encoder.attention = "mma"
-    config.decoder.cross_attention = "mlmha"
-    config.decoder.mlmha_n = 2
-    config.decoder.mlmha_variant = "M-10"
-    return config
-
-
-MODELS = {"mma": _mma_glfb, "multihop+gmm": _multihop_gmm, "mma+mlmha": _mlmha}
+MODELS = {"mma": _mma_glfb, "multihop+gmm": _multihop_gmm, "mma+mlmha": tiny_mma_mlmha_transformer}
 
 
 def _host_batch() -> Batch:
