@@ -2,6 +2,8 @@
 # environment .venv, torch, the dependencies, the build, and for the tests GoogleTest):
 #   make demo         prepare Multi30k, train the tiny MMA Transformer for 3 minutes, translate, score (DEMO_ARGS=...)
 #   make test         the Python tests, then the GoogleTest suite of the C++ code (what CI runs)
+# and a quick third:
+#   make translate    translate SENTENCE (German) with the committed converged example model, no training
 # Others:
 #   make notebooks-html  execute the notebooks and write them as HTML to runs/notebooks/html/
 #   make bench        the benchmark suite (under 10 minutes on 2 cores): benchmarks/results/<date>.md and .json
@@ -13,8 +15,10 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 DEMO_ARGS ?=
+SENTENCE ?= Ein Mann mit einem roten Hut fährt mit dem Fahrrad durch die Stadt.
+EXAMPLE ?= examples/mma_multi30k_de_en
 
-.PHONY: setup setup-tests demo test test-cuda notebooks-html bench bench-quick bench-cuda
+.PHONY: setup setup-tests demo translate test test-cuda notebooks-html bench bench-quick bench-cuda
 
 setup:
 	@VENV=$(VENV) bash scripts/setup.sh
@@ -24,6 +28,9 @@ setup-tests:
 
 demo: setup
 	$(PYTHON) -m mma_nmt demo $(DEMO_ARGS)
+
+translate: setup
+	@echo '$(SENTENCE)' | $(PYTHON) -m mma_nmt translate --model $(EXAMPLE) --input -
 
 test: setup-tests
 	$(PYTHON) -m pytest

@@ -22,7 +22,8 @@
 # embeddings are random vectors plus sinusoidal positions. Those pictures show what each head *kind* allows (its mask)
 # and how a random layer spreads weight inside that mask. The last part repeats the analyses on a **trained** MMA
 # Transformer: the best one on disk (the `GLFB` runs of `mma-nmt experiment mma`, or the demo's run of `make demo`),
-# else the tiny model that `01_mma.py` trains too (trained here in about half a minute and shared through the cache).
+# else the converged example model committed in `examples/mma_multi30k_de_en`, else the tiny model that `01_mma.py`
+# trains too (trained here in about half a minute and shared through the cache).
 # The per-paper notebooks (`01_mma.py` to `05_gmm.py`, see `notebooks/README.md`) go further.
 #
 # `MMA_NMT_NOTEBOOK_PRESET=tiny` (the default, used by the tests) runs on a dozen sentences; `full` reads 500.
@@ -144,7 +145,8 @@ from mma_nmt.demos.notebook_figures import show_attention_explorer
 from mma_nmt.demos.notebook_models import MMA_TINY, NotebookModel, models_for_notebook
 from mma_nmt.evaluation.force_decode import force_decode_sentences
 
-mma = models_for_notebook("mma", {"MMA": NotebookModel(("mma", "mma_seed2", "mma_seed3"), "mma", MMA_TINY)},
+MMA_SYSTEMS = ("mma", "mma_seed2", "mma_seed3", "mma_to_patience")
+mma = models_for_notebook("mma", {"MMA": NotebookModel(MMA_SYSTEMS, "mma", MMA_TINY, example="mma_multi30k_de_en")},
                           SCALE, CACHE, demo=True)["MMA"]
 print("trained model:", mma.summary())
 test = mma.dataset("test")

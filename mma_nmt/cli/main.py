@@ -139,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p)
     p.add_argument("--checkpoint", help="default: the one result.json names, else best.pt, else last.pt")
     p.add_argument("--overwrite", action="store_true", help="replace an existing OUT_DIR")
+    p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                   help="how the weights are stored: float16 halves the folder; they are widened back to float32 "
+                        "when loaded (check the export's BLEU: mma-nmt translate --model OUT_DIR --input ...)")
     p = _command(sub, "experiment", "reproduce a paper's tables (experiments/<paper>/experiment.toml)")
     from mma_nmt.experiments.losses import TABLE_POLICY  # no heavy imports: the parser is built on every command
 
@@ -342,7 +345,7 @@ def _run(args) -> int:
         from mma_nmt.export import export_run
 
         print(export_run(args.run_dir, args.out_dir, checkpoint=args.checkpoint, config=args.config,
-                         overrides=args.set, overwrite=args.overwrite))
+                         overrides=args.set, overwrite=args.overwrite, dtype=args.dtype))
     elif args.command == "experiment" and args.status:
         from mma_nmt.experiments.command import experiment_status
 

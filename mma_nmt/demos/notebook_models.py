@@ -3,8 +3,9 @@ it into a run config on Multi30k De-En (the first lines of the training split, a
 with the library's own pipeline (``prepare`` + :class:`~mma_nmt.training.trainer.Trainer`) or loads it from the cache
 folder when a finished run of the same config is there.
 
-A notebook first looks for a model trained for longer (``model_for_notebook``): the runs of ``mma-nmt experiment
-<paper>`` and the demo's run (:mod:`mma_nmt.demos.trained_runs`); it trains its own only when there is none.
+A notebook first looks for a model trained for longer (``models_for_notebook``): the runs of ``mma-nmt experiment
+<paper>`` and the demo's run (:mod:`mma_nmt.demos.trained_runs`), then the converged example models committed under
+``examples/`` (:mod:`mma_nmt.demos.example_models`); it trains its own only when there is none.
 
 Two sizes, chosen by ``MMA_NMT_NOTEBOOK_PRESET``: ``tiny`` (the default and what CI runs: seconds of training, a few
 dozen sentences analysed) and ``full`` (the whole training split, thousands of updates: tens of minutes per model on
@@ -24,6 +25,7 @@ from torch import nn
 
 from mma_nmt.config_io import to_dict
 from mma_nmt.data import ParallelDataset
+from mma_nmt.demos.example_models import example_export, raw_test_split, read_card
 from mma_nmt.demos.trained_runs import RunOnDisk, best_run
 from mma_nmt.training.config import RunConfig, run_config_from_dict
 
@@ -104,11 +106,18 @@ class TrainedModel:
     seconds: float  # training time of this call (0 when loaded)
     valid_nll: float | None
     found: RunOnDisk | None = None  # the experiment or demo run it was loaded from (None: a notebook model)
+    example: Path | None = None  # the example model's folder it was loaded from
 
     def dataset(self, split: str) -> ParallelDataset:
+        if self.example is not None:
+            return example_test_set(self.example, split)
         return ParallelDataset.load(self.run.prepared_dir(), split)
 
     def summary(self) -> str:
+        if self.example is not None:
+            card = read_card(self.example)
+            return (f"loaded the example model {self.example} ({card['label']}; {card['run']['stopping']['best_update']}"
+                    f" updates, trained to patience; test BLEU {card['export']['bleu']:.2f})")
         if self.found is not None:
             return f"loaded {self.found.describe()} ({self.steps} updates)"
         how = "loaded from " + self.run.train.save_dir if self.from_cache else f"trained in {self.seconds:.0f} s"
@@ -130,22 +139,55 @@ def load_found(found: RunOnDisk) -> TrainedModel:
     return TrainedModel(model=model, run=run, steps=step, from_cache=True, seconds=0.0, valid_nll=None, found=found)
 
 
+def load_example(folder: Path) -> TrainedModel:
+    """An example model (an export under ``examples/``) with a run config holding its model and decode settings."""
+    from mma_nmt.export import load_export
+
+    parts = load_export(folder)
+    config = parts.config
+    run = run_config_from_dict({"data": {"corpus": config["corpus"]["name"], "out_dir": str(folder)},
+                                "model": {"preset": "", **config["model"]}, "decode": config["decode"]})
+    step = config["exported_from"].get("step") or 0
+    return TrainedModel(model=parts.model, run=run, steps=step, from_cache=True, seconds=0.0, valid_nll=None,
+                        example=Path(folder))
+
+
+def example_test_set(folder: Path, split: str) -> ParallelDataset:
+    """The raw ``split`` (the test split only) of an example model's corpus, through its word-level preprocessing
+    and SentencePiece models, as a dataset."""
+    import torch
+
+    from mma_nmt.translator import Translator
+
+    if split != "test":
+        raise ValueError(f"an example model comes with its corpus's test split only, not {split!r}")
+    translator = Translator.from_pretrained(folder, device="cpu")
+    sources, references = raw_test_split(translator.config["corpus"]["name"])
+    targets = [torch.tensor(translator.tgt_tokenizer.encode(words), dtype=torch.long)
+               for words in translator.processing.target(references)]
+    return ParallelDataset(translator.encode(sources), targets, src_text=sources, tgt_text=references,
+                           src_tokenizer=translator.src_tokenizer, tgt_tokenizer=translator.tgt_tokenizer, split=split)
+
+
 @dataclass(frozen=True)
 class NotebookModel:
-    """A model a notebook wants: the ``systems`` of the paper's experiment that fit, and its own model for when none
-    is on disk (``tiny_name``, ``tiny_model``: a ``[model]`` section, see :func:`notebook_run`)."""
+    """A model a notebook wants: the ``systems`` of the paper's experiment that fit, the example model that stands
+    for it (``example``: a name in :data:`~mma_nmt.demos.example_models.EXAMPLES`, or None), and its own model for
+    when neither is on disk (``tiny_name``, ``tiny_model``: a ``[model]`` section, see :func:`notebook_run`)."""
 
     systems: tuple[str, ...]
     tiny_name: str
     tiny_model: dict
+    example: str | None = None
 
 
 def models_for_notebook(paper: str, wanted: dict[str, NotebookModel], scale: NotebookScale, cache: str | Path, *,
                         demo: bool = False, languages: set[str] | None = None) -> dict[str, TrainedModel]:
     """The models of a notebook by name. The first is the best finished run of its systems of ``mma-nmt experiment
     <paper>`` (or the demo's run when ``demo``), the others the best runs of theirs on the same prepared data, so
-    that all translate the same test set. When one of them is not on disk, the notebook's own models are used, all
-    of them (trained, or loaded from the cache). ``languages``: see :func:`~mma_nmt.demos.trained_runs.best_run`."""
+    that all translate the same test set. When one of them is not on disk, the example models (``examples/``) when
+    every wanted model has one there; else the notebook's own models, all of them (trained, or loaded from the
+    cache). ``languages``: see :func:`~mma_nmt.demos.trained_runs.best_run`."""
     names = list(wanted)
     first = best_run(paper, wanted[names[0]].systems, demo=demo, languages=languages)
     found = {names[0]: first}
@@ -154,6 +196,9 @@ def models_for_notebook(paper: str, wanted: dict[str, NotebookModel], scale: Not
                                                           prepared=first.prepared_dir)
     if all(run is not None for run in found.values()):
         return {name: load_found(run) for name, run in found.items()}
+    examples = {name: example_export(w.example) if w.example else None for name, w in wanted.items()}
+    if all(folder is not None for folder in examples.values()):
+        return {name: load_example(folder) for name, folder in examples.items()}
     return {name: train_or_load(notebook_run(w.tiny_name, w.tiny_model, scale, cache)) for name, w in wanted.items()}
 
 

@@ -4,6 +4,7 @@ write over a folder or to export NaN weights."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import shutil
@@ -129,3 +130,54 @@ def test_translate_and_attention_of_the_api(run, exported):
     cross = attention.record.cross  # (L_dec, H, T, S)
     assert cross.shape[2:] == (len(attention.target_pieces), len(attention.source_pieces))
     assert torch.allclose(cross.sum(-1), torch.ones(cross.shape[:-1]), atol=1e-5)
+
+
+@contextlib.contextmanager
+def prepared_data_back(data):
+    """The run's prepared data in place for the block (the ``exported`` fixture hides it), hidden again after."""
+    hidden = data.with_name(data.name + ".hidden")
+    was_hidden = hidden.exists()
+    if was_hidden:
+        hidden.rename(data)
+    try:
+        yield
+    finally:
+        if was_hidden:
+            data.rename(hidden)
+
+
+def test_a_float16_export_stores_rounded_weights_and_loads_them_as_float32(run, exported, tmp_path):
+    """``--dtype float16``: about half the bytes on disk; loaded, the model is float32 holding exactly the
+    float16-rounded weights of the run."""
+    from safetensors import safe_open
+
+    _, run_dir, data, *_ = run
+    out = tmp_path / "half"
+    with prepared_data_back(data):
+        assert main(["export", str(run_dir), str(out), "--dtype", "float16"]) == 0
+    with safe_open(str(out / "model.safetensors"), framework="pt") as weights:
+        assert {weights.get_tensor(k).dtype for k in weights.keys() if weights.get_tensor(k).is_floating_point()} \
+            == {torch.float16}
+    assert (out / "model.safetensors").stat().st_size < 0.6 * (exported / "model.safetensors").stat().st_size
+    assert json.loads((out / "config.json").read_text(encoding="utf-8"))["weights_dtype"] == "float16"
+    full, half = Translator.from_pretrained(exported, device="cpu"), Translator.from_pretrained(out, device="cpu")
+    for (name, a), (_, b) in zip(full.model.state_dict().items(), half.model.state_dict().items()):
+        assert b.dtype == a.dtype, name
+        if a.is_floating_point():
+            torch.testing.assert_close(b, a.half().float(), rtol=0, atol=0, msg=name)
+    assert half.translate(run[3][:2]) and half.model.training is False
+
+
+def test_a_float16_export_refuses_weights_beyond_its_range(run, tmp_path, capsys):
+    _, run_dir, data, *_ = run
+    bad_run = tmp_path / "big_run"
+    shutil.copytree(run_dir, bad_run)
+    checkpoint = torch.load(bad_run / "last.pt", weights_only=True)
+    name = next(k for k, v in checkpoint["model"].items() if v.is_floating_point())
+    checkpoint["model"][name].view(-1)[0] = 1e6  # finite in float32, inf in float16
+    torch.save(checkpoint, bad_run / "last.pt")
+    (bad_run / "best.pt").unlink(missing_ok=True)
+    with prepared_data_back(data):
+        assert main(["export", str(bad_run), str(tmp_path / "half"), "--dtype", "float16"]) == 2
+        assert f"weight {name}" in capsys.readouterr().err and not (tmp_path / "half").exists()
+        assert main(["export", str(bad_run), str(tmp_path / "full")]) == 0  # float32 holds it

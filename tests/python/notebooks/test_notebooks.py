@@ -3,8 +3,9 @@
 Environment: ``MMA_NMT_NOTEBOOK_PRESET`` (default ``tiny`` here), ``MMA_NMT_NOTEBOOK_TIMEOUT`` (seconds per cell,
 default 600). Figures go to a temporary folder; the notebooks' cache (prepared data, trained models) to one temporary
 folder per test session, so the data is prepared once and every model is trained from scratch. The notebooks search
-an empty folder for trained runs (``MMA_NMT_NOTEBOOK_RUNS``), so they always train their own tiny models here, whatever
-``runs/`` holds.
+an empty folder for trained runs (``MMA_NMT_NOTEBOOK_RUNS``) and no example models (``MMA_NMT_EXAMPLES=none``), so they
+train their own tiny models here, whatever ``runs/`` holds; one more test opens ``01_mma.py`` on the committed example
+model, as a fresh clone does.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ def test_there_is_at_least_one_notebook():
     assert NOTEBOOKS, f"no notebooks/*.py under {REPO}"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path: Path, tmp_path, tmp_path_factory, shared_data, monkeypatch):
+def _execute(path: Path, tmp_path, tmp_path_factory, shared_data, monkeypatch, *, examples: str) -> tuple[str, str]:
+    """Runs the notebook at ``path`` on the tiny preset with no runs on disk; returns its printed text and HTML."""
     monkeypatch.setenv("MMA_NMT_NOTEBOOK_PRESET", os.environ.get("MMA_NMT_NOTEBOOK_PRESET", "tiny"))
     monkeypatch.setenv("MMA_NMT_NOTEBOOK_OUT", str(tmp_path / "figures"))
     monkeypatch.setenv("MMA_NMT_NOTEBOOK_CACHE", str(tmp_path_factory.getbasetemp() / "notebook_cache"))
     (tmp_path / "no_runs").mkdir()
     monkeypatch.setenv("MMA_NMT_NOTEBOOK_RUNS", str(tmp_path / "no_runs"))
+    monkeypatch.setenv("MMA_NMT_EXAMPLES", examples)
     monkeypatch.setenv("MMA_NMT_DATA_DIR", str(shared_data))
     monkeypatch.setenv("MPLBACKEND", "Agg")
     notebook = jupytext.read(path)
@@ -46,5 +48,20 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path, tmp_path_factory, sha
     outputs = [out for cell in notebook.cells for out in cell.get("outputs", [])]
     text = "".join(out.get("text", "") for out in outputs if out.get("output_type") == "stream")
     html = "".join(out.get("data", {}).get("text/html", "") for out in outputs)
-    assert "the notebook's own" in text  # no run was found: it says that it trained (or reused) its own tiny model
     assert 'class="mma-explorer"' in html  # the interactive attention view
+    return text, html
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_top_to_bottom(path: Path, tmp_path, tmp_path_factory, shared_data, monkeypatch):
+    text, _ = _execute(path, tmp_path, tmp_path_factory, shared_data, monkeypatch, examples="none")
+    assert "the notebook's own" in text  # no run was found: it says that it trained (or reused) its own tiny model
+
+
+def test_the_mma_notebook_opens_on_the_committed_example(tmp_path, tmp_path_factory, shared_data, monkeypatch):
+    example = REPO / "examples" / "mma_multi30k_de_en"
+    if not (example / "card.json").is_file():
+        pytest.skip("the MMA example model is not committed yet")
+    text, _ = _execute(REPO / "notebooks" / "01_mma.py", tmp_path, tmp_path_factory, shared_data, monkeypatch,
+                       examples=str(REPO / "examples"))
+    assert f"loaded the example model {example}" in text and "the notebook's own" not in text

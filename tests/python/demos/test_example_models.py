@@ -1,0 +1,124 @@
+"""The converged example models under ``examples/`` (mma_nmt.demos.example_models): the registry names committed
+records, each committed example loads, translates as its committed translations and scores as its card says, the
+README lists what is there, and the notebooks open on an example when no run is on disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from mma_nmt import Translator
+from mma_nmt.data import ParallelDataset
+from mma_nmt.data.fileio import read_text_lines, sha256_file
+from mma_nmt.demos import example_models
+from mma_nmt.demos.example_models import (CARD_FILE, EXAMPLES, HYPOTHESES_FILE, example_export, raw_test_split,
+                                          read_card, write_readme)
+from mma_nmt.evaluation.scoring import score_corpus
+
+REPO = Path(__file__).resolve().parents[3]
+COMMITTED = [name for name in EXAMPLES if (REPO / "examples" / name / CARD_FILE).is_file()]
+FIRST = 12  # test sentences re-translated per committed example
+MODEL = {"preset": "transformer_tiny", "d_model": 32, "ffn_dim": 64,
+         "encoder": {"layers": 1, "attention": "mma", "head_spec": "GLFB"}, "decoder": {"layers": 1}}
+
+
+def test_every_example_retrains_a_committed_to_patience_record_of_its_paper():
+    for example in EXAMPLES.values():
+        record = json.loads(example.record_path.read_text(encoding="utf-8"))
+        assert record["experiment"] == example.paper and record["system"] == example.system, example.name
+        assert record["seed"] == 1 and record["dataset"] == example.dataset and record["scale"] == "mini"
+        assert record["stopping"]["reason"] == "patience", example.name
+        assert example.dtype in ("float32", "float16")
+
+
+def test_examples_folder_comes_from_the_environment_or_the_checkout(monkeypatch, tmp_path):
+    monkeypatch.setenv(example_models.EXAMPLES_ENV, "none")
+    assert example_models.examples_dir() is None and example_export("mma_multi30k_de_en") is None
+    monkeypatch.setenv(example_models.EXAMPLES_ENV, str(tmp_path))
+    assert example_models.examples_dir() == tmp_path and example_export("mma_multi30k_de_en") is None
+    with pytest.raises(KeyError, match="no example model 'nope'"):
+        example_export("nope")
+
+
+def test_the_readme_lists_every_committed_example(tmp_path):
+    if not COMMITTED:
+        pytest.skip("no example model is committed yet")
+    for name in COMMITTED:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / CARD_FILE).write_bytes((REPO / "examples" / name / CARD_FILE).read_bytes())
+    write_readme(tmp_path)
+    assert (tmp_path / "README.md").read_text(encoding="utf-8") == \
+        (REPO / "examples" / "README.md").read_text(encoding="utf-8"), \
+        "examples/README.md is stale: python -m mma_nmt.demos.example_models readme"
+
+
+@pytest.mark.parametrize("name", COMMITTED)
+def test_a_committed_example_translates_and_scores_as_its_card_says(name, shared_data, monkeypatch):
+    monkeypatch.setenv("MMA_NMT_DATA_DIR", str(shared_data))
+    folder = REPO / "examples" / name
+    card, example = read_card(folder), EXAMPLES[name]
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    assert config["weights_dtype"] == example.dtype == card["export"]["dtype"]
+    assert config["exported_from"]["retrains_record"] == example.record
+    assert sha256_file(folder / "model.safetensors") == card["export"]["weights_sha256"]
+    run_record = json.loads((folder / card["run"]["record"]).read_text(encoding="utf-8"))
+    original = json.loads(example.record_path.read_text(encoding="utf-8"))
+    assert run_record["config"] == original["config"] and run_record["identity"] == original["identity"]
+    assert run_record["metrics"]["bleu"] == card["run"]["bleu"]
+    sources, references = raw_test_split(original["corpus"])
+    hypotheses = read_text_lines(folder / HYPOTHESES_FILE)
+    assert len(hypotheses) == len(references) == card["export"]["sentences"]
+    assert score_corpus(hypotheses, references, lang=config["corpus"]["tgt_lang"]).bleu == card["export"]["bleu"]
+    translator = Translator.from_pretrained(folder, device="cpu")
+    assert translator.translate(sources[:FIRST]) == hypotheses[:FIRST]
+
+
+def _scale():
+    from mma_nmt.demos.notebook_models import NotebookScale
+
+    return NotebookScale("test", train_lines=50, vocab_size=320, steps=2, max_tokens=400, warmup_steps=1, lr=0.001,
+                         test_sentences=1, analysis_sentences=1, gold_pairs=1)
+
+
+def _tiny_example(tmp_path: Path) -> Path:
+    """A 2-step notebook model exported (float16) and carded as example ``mma_multi30k_de_en`` under
+    ``tmp_path/examples``; returns its prepared data folder."""
+    from mma_nmt.config_io import to_dict
+    from mma_nmt.data.fileio import atomic_write_json
+    from mma_nmt.demos.notebook_models import notebook_run, train_or_load
+    from mma_nmt.export import export_run
+
+    trained = train_or_load(notebook_run("mma", MODEL, _scale(), tmp_path / "cache"))
+    config = tmp_path / "run_config.json"
+    config.write_text(json.dumps(to_dict(trained.run)), encoding="utf-8")
+    folder = export_run(trained.run.train.save_dir, tmp_path / "examples" / "mma_multi30k_de_en", config=config,
+                        dtype="float16")
+    atomic_write_json(folder / CARD_FILE, {"label": "tiny", "run": {"stopping": {"best_update": 2}},
+                                           "export": {"bleu": 0.0}})
+    return trained.run.prepared_dir()
+
+
+def test_a_notebook_opens_on_the_example_when_no_run_is_on_disk(tmp_path, shared_data, monkeypatch):
+    from mma_nmt.demos.notebook_models import NotebookModel, models_for_notebook
+
+    monkeypatch.setenv("MMA_NMT_DATA_DIR", str(shared_data))
+    prepared = _tiny_example(tmp_path)
+    monkeypatch.setenv("MMA_NMT_NOTEBOOK_RUNS", "none")
+    monkeypatch.setenv(example_models.EXAMPLES_ENV, str(tmp_path / "examples"))
+    wanted = {"MMA": NotebookModel(("mma",), "mma", MODEL, example="mma_multi30k_de_en")}
+    found = models_for_notebook("mma", wanted, _scale(), tmp_path / "unused_cache")["MMA"]
+    assert found.example == tmp_path / "examples" / "mma_multi30k_de_en" and "example model" in found.summary()
+    assert found.run.model.encoder.head_spec == "GLFB" and not found.model.training
+    assert not (tmp_path / "unused_cache").exists()  # nothing trained
+    test, prepared_test = found.dataset("test"), ParallelDataset.load(prepared, "test")
+    assert test.src_text == prepared_test.src_text and test.tgt_text == prepared_test.tgt_text
+    assert all(torch.equal(a, b) for a, b in zip(test.src, prepared_test.src))  # the same ids as prepare's
+    assert all(torch.equal(a, b) for a, b in zip(test.tgt, prepared_test.tgt))
+    with pytest.raises(ValueError, match="test split only"):
+        found.dataset("valid")
+    monkeypatch.setenv(example_models.EXAMPLES_ENV, "none")  # no examples: the notebook's own model (cached)
+    own = models_for_notebook("mma", wanted, _scale(), tmp_path / "cache")["MMA"]
+    assert own.example is None and own.from_cache and "the notebook's own" in own.summary()
