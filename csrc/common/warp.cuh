@@ -65,6 +65,9 @@ __device__ __forceinline__ acc_t warp_dot(const acc_t (&slice)[kPerLane], const 
   return warp_sum(part);
 }
 
+// The GPU's launches (gpu::current_launch) take Launch's default rows per block: the most the kernels are built for.
+static_assert(Launch{}.warps_per_block == kMaxWarpsPerBlock, "gpu::Launch's default warps_per_block is the bound");
+
 // Blocks of launch.warps_per_block warps, checked against kMaxWarpsPerBlock; `kernels` names them in the error.
 inline dim3 warp_block(const Launch& launch, const char* kernels) {
   TORCH_CHECK(launch.warps_per_block >= 1 && launch.warps_per_block <= kMaxWarpsPerBlock, "mma_nmt ", kernels,
