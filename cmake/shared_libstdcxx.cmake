@@ -2,10 +2,11 @@
 #
 # A library that carries its own static libstdc++ beside the shared one torch loads crashes where a stream of one copy
 # meets the locale of the other: built on a GPU image by /opt/gcc/bin/g++, the extension did not need libstdc++.so.6,
-# defined 4,637 std:: symbols, and died formatting an error message with c10::str (docs/cuda.md, section 4). g++ links
-# libstdc++.a when its search path offers no libstdc++.so first, or when told -static-libstdc++ (by its specs or the
-# flags). Naming the shared library on the link line, before the -lstdc++ that g++ appends, resolves every std::
-# symbol from it in both cases (checked with a small library here: 3,949 std:: definitions without it, none with it).
+# defined 4,637 std:: symbols, and died formatting an error message with c10::str
+# (benchmarks/results/2026-11-26.cuda-quick.notes.md). g++ links libstdc++.a when its search path offers no libstdc++.so
+# first, or when told -static-libstdc++ (by its specs or the flags). Naming the shared library on the link line, before
+# the -lstdc++ that g++ appends, resolves every std:: symbol from it in both cases (checked with a small library here:
+# 3,949 std:: definitions without it, none with it).
 # tests/python/packaging/test_extension_linkage.py checks the built extension and this function.
 function(mma_nmt_link_shared_libstdcxx target)
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "GNU" OR NOT CMAKE_SYSTEM_NAME STREQUAL "Linux")
@@ -20,7 +21,7 @@ function(mma_nmt_link_shared_libstdcxx target)
   endif()
   if(NOT _libstdcxx)
     message(WARNING "mma_nmt: found no libstdc++.so.6 for ${CMAKE_CXX_COMPILER}; if it links libstdc++ statically, "
-                    "${target} will crash beside torch's copy (docs/cuda.md, section 4)")
+                    "${target} will crash beside torch's copy (benchmarks/results/2026-11-26.cuda-quick.notes.md)")
     return()
   endif()
   message(STATUS "mma_nmt: ${target} links the shared libstdc++ ${_libstdcxx}")

@@ -1,10 +1,11 @@
-"""How accurate is torch's memory-efficient SDPA backward in float32, by head size? (docs/cuda.md, section 4: at head
-size 256, zero-padded from 200, the composition's grad_k missed the CUDA suite's float32 rule, 1.55e-5 against 1.7e-6
-for plain PyTorch.) For each head size, q, k, v of shape (B, H, T, E) with a padding mask as an additive bias, as the
-composition calls it: the largest error of each gradient against a float64 reference, for the memory-efficient kernel
-and for plain PyTorch (the math backend) in float32, with the second sentence 49 keys long or 1 (the suite's case has
-a one-key sentence). Prints one markdown table. Without a GPU it measures torch's CPU flash kernel instead, the fused
-kernel the composition calls on the CPU.
+"""How accurate is torch's memory-efficient SDPA backward in float32, by head size? (At head size 256, zero-padded from
+200, the composition's grad_k missed the CUDA suite's float32 rule, 1.55e-5 against 1.7e-6 for plain PyTorch:
+benchmarks/results/2026-11-26.cuda-quick.notes.md; this probe's results on the GPU and on the CPU:
+benchmarks/results/2026-11-28.cuda-suite.notes.md.) For each head size, q, k, v of shape (B, H, T, E) with a padding
+mask as an additive bias, as the composition calls it: the largest error of each gradient against a float64 reference,
+for the memory-efficient kernel and for plain PyTorch (the math backend) in float32, with the second sentence 49 keys
+long or 1 (the suite's case has a one-key sentence). Prints one markdown table. Without a GPU it measures torch's CPU
+flash kernel instead, the fused kernel the composition calls on the CPU.
 
     python3 scripts/gpu_probe_efficient_backward.py
 """

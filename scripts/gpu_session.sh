@@ -29,7 +29,8 @@ if ! gpu_build "$OUT/build.log"; then
   say "build FAILED (build.log)"; exit 1
 fi
 # The toolchain and what the library links and defines: on the first H200 an error message formatting an integer
-# crashed inside the library, in libstdc++ code that seemed to be defined there (docs/cuda.md, section 4).
+# crashed inside the library, in libstdc++ code that seemed to be defined there
+# (benchmarks/results/2026-11-26.cuda-quick.notes.md).
 # The session of 2026-11-26 (third) confirmed it: built with /opt/gcc/bin/g++ the library does not need
 # libstdc++.so.6 and defines 4,637 std:: symbols, so libstdc++ was linked statically. Which of the compiler's
 # libraries the linker finds, its link-time defaults and the flags in the environment say why; the build now links the

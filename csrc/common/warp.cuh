@@ -1,6 +1,6 @@
 // What the one-warp-per-row CUDA kernels (attention, GMM, the multi-hop head gate) share: the warp size, the row a
-// warp owns, the warp-wide sum and the launch shape. Device source for nvcc and the HIP CPU emulator
-// (common/cuda_compat.h).
+// warp owns, the warp-wide sum, a lane's slice of a row in registers (load, store, dot product) and the launch
+// shape. Device source for nvcc and the HIP CPU emulator (common/cuda_compat.h).
 #pragma once
 
 #include "common/cuda_compat.h"  // first: under the emulator torch's headers must precede HIP's
@@ -27,6 +27,46 @@ __device__ __forceinline__ acc_t warp_sum(acc_t x) {
   for (int offset = kWarpSize / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
 }
+
+// A lane's register slice of a row of `dim` values: element e holds index lane + 32 * e, for lane = threadIdx.x % 32.
+// kPerLane * 32 must cover the largest `dim` a kernel is launched for (its launcher checks it).
+template <int kPerLane, typename acc_t, typename scalar_t>
+__device__ __forceinline__ void load_slice(const scalar_t* row, int64_t dim, acc_t (&slice)[kPerLane]) {
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    const int64_t d = lane + e * kWarpSize;
+    slice[e] = d < dim ? static_cast<acc_t>(row[d]) : acc_t(0);  // zero past the end
+  }
+}
+
+// Writes slice * factor back to the row's first `dim` values.
+template <int kPerLane, typename acc_t, typename scalar_t>
+__device__ __forceinline__ void store_slice(scalar_t* row, int64_t dim, const acc_t (&slice)[kPerLane], acc_t factor) {
+  const int lane = threadIdx.x % kWarpSize;
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    const int64_t d = lane + e * kWarpSize;
+    if (d < dim) row[d] = static_cast<scalar_t>(slice[e] * factor);
+  }
+}
+
+// Full dot product of a register slice with a row of `dim` values in memory, returned to every lane: each lane sums its
+// elements in order e = 0, 1, ..., then warp_sum adds the lanes.
+template <int kPerLane, typename acc_t, typename scalar_t>
+__device__ __forceinline__ acc_t warp_dot(const acc_t (&slice)[kPerLane], const scalar_t* row, int64_t dim) {
+  const int lane = threadIdx.x % kWarpSize;
+  acc_t part = 0;
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) {
+    const int64_t d = lane + e * kWarpSize;
+    if (d < dim) part += slice[e] * static_cast<acc_t>(row[d]);
+  }
+  return warp_sum(part);
+}
+
+// The GPU's launches (gpu::current_launch) take Launch's default rows per block: the most the kernels are built for.
+static_assert(Launch{}.warps_per_block == kMaxWarpsPerBlock, "gpu::Launch's default warps_per_block is the bound");
 
 // Blocks of launch.warps_per_block warps, checked against kMaxWarpsPerBlock; `kernels` names them in the error.
 inline dim3 warp_block(const Launch& launch, const char* kernels) {

@@ -1,7 +1,7 @@
 // The backward kernel of mma_nmt::attention (attention_backward_kernel.cuh) on the current CUDA stream.
 #include "attention/cuda/attention_backward_kernel.cuh"
 
-#include <ATen/cuda/CUDAContext.h>
+#include "common/cuda_launch.h"
 
 namespace mma_nmt::attention::cuda {
 
@@ -10,8 +10,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const Attentio
                                                                   const at::Tensor& v, const at::Tensor& out,
                                                                   const at::Tensor& lse,
                                                                   const std::optional<at::Tensor>& key_lengths) {
-  return run_attention_backward(p, grad_out, q, k, v, out, lse, key_lengths,
-                                gpu::Launch{at::cuda::getCurrentCUDAStream(), kMaxWarpsPerBlock});
+  return run_attention_backward(p, grad_out, q, k, v, out, lse, key_lengths, gpu::current_launch());
 }
 
 }  // namespace mma_nmt::attention::cuda

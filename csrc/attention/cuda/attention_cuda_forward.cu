@@ -1,7 +1,7 @@
 // The forward kernel of mma_nmt::attention (attention_forward_kernel.cuh) on the current CUDA stream.
 #include "attention/cuda/attention_forward_kernel.cuh"
 
-#include <ATen/cuda/CUDAContext.h>
+#include "common/cuda_launch.h"
 
 namespace mma_nmt::attention::cuda {
 
@@ -9,8 +9,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_forward(const Attention
                                                                  const at::Tensor& k, const at::Tensor& v,
                                                                  const std::optional<at::Tensor>& key_lengths,
                                                                  bool return_probs) {
-  return run_attention_forward(p, q, k, v, key_lengths, return_probs,
-                               gpu::Launch{at::cuda::getCurrentCUDAStream(), kMaxWarpsPerBlock});
+  return run_attention_forward(p, q, k, v, key_lengths, return_probs, gpu::current_launch());
 }
 
 }  // namespace mma_nmt::attention::cuda

@@ -21,6 +21,10 @@ namespace mma_nmt::attention::cuda {
 using gpu::kMaxWarpsPerBlock;  // query rows per block at most (gpu::Launch::warps_per_block)
 using gpu::kWarpSize;
 using gpu::warp_sum;  // sum over the 32 lanes, returned to every lane
+// A lane's register slice of a row (elements lane, lane + 32, ...): load, store, dot product with a row in memory.
+using gpu::load_slice;
+using gpu::store_slice;
+using gpu::warp_dot;
 
 // AttentionParams without its std::vector, passed by value to the kernels.
 struct KernelParams {
@@ -96,40 +100,6 @@ __device__ __forceinline__ RowCoordinates locate_row(const KernelParams& p) {
   const int64_t n_keys = keys_of_sentence(p.key_lengths, r.b, p.key_len);
   r.keys = visible_keys(p.head_kinds[r.h], r.i + p.query_offset, p.window, n_keys);
   return r;
-}
-
-// A lane's slice of one row of `dim` values: element e holds index lane + 32 * e, zero past the end.
-template <int kPerLane, typename acc_t, typename scalar_t>
-__device__ __forceinline__ void load_slice(const scalar_t* row, int64_t dim, acc_t (&slice)[kPerLane]) {
-  const int lane = threadIdx.x % kWarpSize;
-#pragma unroll
-  for (int e = 0; e < kPerLane; ++e) {
-    const int64_t d = lane + e * kWarpSize;
-    slice[e] = d < dim ? static_cast<acc_t>(row[d]) : acc_t(0);
-  }
-}
-
-template <int kPerLane, typename acc_t, typename scalar_t>
-__device__ __forceinline__ void store_slice(scalar_t* row, int64_t dim, const acc_t (&slice)[kPerLane], acc_t factor) {
-  const int lane = threadIdx.x % kWarpSize;
-#pragma unroll
-  for (int e = 0; e < kPerLane; ++e) {
-    const int64_t d = lane + e * kWarpSize;
-    if (d < dim) row[d] = static_cast<scalar_t>(slice[e] * factor);
-  }
-}
-
-// Full dot product of a register slice with a row in memory, on every lane.
-template <int kPerLane, typename acc_t, typename scalar_t>
-__device__ __forceinline__ acc_t warp_dot(const acc_t (&slice)[kPerLane], const scalar_t* row, int64_t dim) {
-  const int lane = threadIdx.x % kWarpSize;
-  acc_t part = 0;
-#pragma unroll
-  for (int e = 0; e < kPerLane; ++e) {
-    const int64_t d = lane + e * kWarpSize;
-    if (d < dim) part += slice[e] * static_cast<acc_t>(row[d]);
-  }
-  return warp_sum(part);
 }
 
 // Dropout multiplier of weight (row, key j): 1 without dropout, else 0 (dropped) or 1 / (1 - p) (kept).

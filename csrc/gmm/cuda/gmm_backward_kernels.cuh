@@ -18,10 +18,10 @@ struct GmmGrads {
 // Writes row statistics and dgate; returns them through the references.
 template <typename scalar_t, typename acc_t>
 __device__ void row_statistics(const GmmArgs<scalar_t, acc_t>& a, const GmmGrads<scalar_t, acc_t>& gr, int64_t row,
-                               const acc_t* dout, acc_t shift, int lane, acc_t& delta_a, acc_t& delta_b,
-                               acc_t& beta_scale) {
-  delta_a = warp_dot(dout, gr.ctx_a + row * a.value_dim, a.value_dim, lane);
-  delta_b = warp_dot(dout, gr.ctx_b + row * a.value_dim, a.value_dim, lane);
+                               const acc_t (&dout)[kMaxPerLane], acc_t shift, int lane, acc_t& delta_a,
+                               acc_t& delta_b, acc_t& beta_scale) {
+  delta_a = warp_dot(dout, gr.ctx_a + row * a.value_dim, a.value_dim);
+  delta_b = warp_dot(dout, gr.ctx_b + row * a.value_dim, a.value_dim);
   const acc_t log_mass = gr.log_mass[row];
   beta_scale = acc_t(1);
   if (a.normalization == kStrict) {
@@ -44,8 +44,8 @@ __global__ void gmm_backward_rows_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
   if (row >= a.batch * a.heads * a.query_len) return;
   const int64_t bh = row / a.query_len, n_keys = keys_of(a, row), D = a.head_dim, K = a.components;
   acc_t q[kMaxPerLane], dout[kMaxPerLane], dq[kMaxPerLane] = {};
-  load_slice(a.q + row * D, D, lane, q);
-  load_slice(a.dout + row * a.value_dim, a.value_dim, lane, dout);
+  load_slice(a.q + row * D, D, q);
+  load_slice(a.dout + row * a.value_dim, a.value_dim, dout);
   const RowMixture<scalar_t, acc_t> mix = row_mixture(a, row, n_keys);
   acc_t delta_a, delta_b, beta_scale;
   row_statistics(a, gr, row, dout, mix.shift, lane, delta_a, delta_b, beta_scale);
@@ -55,9 +55,9 @@ __global__ void gmm_backward_rows_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
   acc_t m0[kMaxComponents] = {}, m1[kMaxComponents] = {}, m2[kMaxComponents] = {}, n1 = 0, n2 = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
     const scalar_t* key = a.k + (bh * a.key_len + j) * D;
-    const acc_t logit = warp_dot(q, key, D, lane) * a.scale + logit_bias(a, row, acc_t(j));
+    const acc_t logit = warp_dot(q, key, D) * a.scale + logit_bias(a, row, acc_t(j));
     const acc_t p = exp_of(logit - lse);
-    const acc_t dov = warp_dot(dout, a.v + (bh * a.key_len + j) * a.value_dim, a.value_dim, lane);
+    const acc_t dov = warp_dot(dout, a.v + (bh * a.key_len + j) * a.value_dim, a.value_dim);
     const acc_t ds = (acc_t(1) - g) * p * (dov - delta_a);
     n1 += ds * (acc_t(j) - center);
     n2 += ds * (acc_t(j) - center) * (acc_t(j) - center);
@@ -102,16 +102,16 @@ __global__ void gmm_backward_keys_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
   const int64_t bh = key_index / a.key_len, j = key_index % a.key_len, D = a.head_dim, Dv = a.value_dim;
   if (j >= keys_of(a, bh * a.query_len)) return;  // padding keys keep their zero gradients
   acc_t key[kMaxPerLane], value[kMaxPerLane], dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
-  load_slice(a.k + key_index * D, D, lane, key);
-  load_slice(a.v + key_index * Dv, Dv, lane, value);
+  load_slice(a.k + key_index * D, D, key);
+  load_slice(a.v + key_index * Dv, Dv, value);
   for (int64_t i = 0; i < a.query_len; ++i) {
     const int64_t row = bh * a.query_len + i;
     const acc_t* stats = gr.row_stats + row * kRowStats;
     const scalar_t* q = a.q + row * D;
     const scalar_t* dout = a.dout + row * Dv;
-    const acc_t logit = warp_dot(key, q, D, lane) * a.scale + logit_bias(a, row, acc_t(j));
+    const acc_t logit = warp_dot(key, q, D) * a.scale + logit_bias(a, row, acc_t(j));
     const acc_t p = exp_of(logit - gr.lse[row]);
-    const acc_t dov = warp_dot(value, dout, Dv, lane);
+    const acc_t dov = warp_dot(value, dout, Dv);
     const acc_t g = static_cast<acc_t>(a.gate[row]);
     const acc_t ds = (acc_t(1) - g) * p * (dov - stats[0]) * a.scale;
     RowMixture<scalar_t, acc_t> mix{a.omega + row * a.components, a.mu + row * a.components,

@@ -4,11 +4,11 @@
 // gmm_launch.cuh on the current stream; MMA_NMT_CUDA_KERNELS=handwritten forces those (common/cuda_dispatch.h).
 #include "gmm/cuda/gmm_launch.cuh"  // first: it includes common/cuda_compat.h
 
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include "common/cuda_dispatch.h"
+#include "common/cuda_launch.h"
 #include "gmm/gmm_composition.h"
 
 namespace mma_nmt::gmm::cuda {
@@ -22,8 +22,6 @@ void check_cuda_limits(const char* op, const GmmParams& p, const at::Tensor& q) 
   TORCH_CHECK_VALUE(p.components <= kMaxComponents, op, ": the CUDA kernel supports up to ", kMaxComponents,
                     " components, got ", p.components);
 }
-
-gpu::Launch current_launch() { return gpu::Launch{at::cuda::getCurrentCUDAStream(), kMaxWarpsPerBlock}; }
 
 GmmForwardResult gmm_attention_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const std::optional<at::Tensor>& key_lengths, const at::Tensor& omega,
@@ -43,7 +41,7 @@ GmmForwardResult gmm_attention_cuda(const at::Tensor& q, const at::Tensor& k, co
     }
   }
   return run_gmm_forward(p, contiguous_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local), return_weights,
-                         current_launch());
+                         gpu::current_launch());
 }
 
 GmmBackwardResult gmm_attention_backward_cuda(
@@ -69,7 +67,7 @@ GmmBackwardResult gmm_attention_backward_cuda(
   }
   Inputs in = contiguous_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local);
   in.dout = grad_out.contiguous();
-  return run_gmm_backward(p, in, {lse, log_mass, alpha_context, beta_context}, current_launch());
+  return run_gmm_backward(p, in, {lse, log_mass, alpha_context, beta_context}, gpu::current_launch());
 }
 
 }  // namespace

@@ -21,6 +21,10 @@ constexpr int kMaxPerLane = 8;  // head_dim and value_dim up to 256
 using gpu::kMaxWarpsPerBlock;  // rows (or keys) per block at most (gpu::Launch::warps_per_block)
 using gpu::warp_index;  // the row (or key) of this warp
 using gpu::warp_sum;
+// A lane's slice (elements lane, lane + 32, ...) of a row, in acc_t[kMaxPerLane] registers; the dot product of one with
+// a row in memory.
+using gpu::load_slice;
+using gpu::warp_dot;
 
 // Row-major views and sizes every kernel needs; pointers are at the start of the whole tensor.
 template <typename scalar_t, typename acc_t>
@@ -35,27 +39,6 @@ struct GmmArgs {
 template <typename scalar_t, typename acc_t>
 __device__ int64_t keys_of(const GmmArgs<scalar_t, acc_t>& a, int64_t row) {
   return keys_of_sentence(a.lengths, row / (a.heads * a.query_len), a.key_len);
-}
-
-// Loads the lane's slice (elements lane, lane + 32, ...) of a length-n vector into registers.
-template <typename scalar_t, typename acc_t>
-__device__ void load_slice(const scalar_t* x, int64_t n, int lane, acc_t* out) {
-#pragma unroll
-  for (int s = 0; s < kMaxPerLane; ++s) {
-    const int64_t d = lane + s * kWarp;
-    out[s] = d < n ? static_cast<acc_t>(x[d]) : acc_t(0);
-  }
-}
-
-template <typename scalar_t, typename acc_t>
-__device__ acc_t warp_dot(const acc_t* slice, const scalar_t* y, int64_t n, int lane) {
-  acc_t partial = 0;
-#pragma unroll
-  for (int s = 0; s < kMaxPerLane; ++s) {
-    const int64_t d = lane + s * kWarp;
-    if (d < n) partial += slice[s] * static_cast<acc_t>(y[d]);
-  }
-  return warp_sum(partial);
 }
 
 // Per-row mixture state: components read from global memory on use (K is small), plus the strict-mode shift.
@@ -114,11 +97,11 @@ struct GmmOutputs {
 
 template <typename scalar_t, typename acc_t>
 __device__ void write_row_weights(const GmmArgs<scalar_t, acc_t>& a, GmmOutputs<scalar_t, acc_t> o, int64_t row,
-                                  int64_t n_keys, const acc_t* q, const RowMixture<scalar_t, acc_t>& mix, acc_t lse,
-                                  acc_t beta_scale, int lane) {
+                                  int64_t n_keys, const acc_t (&q)[kMaxPerLane],
+                                  const RowMixture<scalar_t, acc_t>& mix, acc_t lse, acc_t beta_scale, int lane) {
   const scalar_t* keys = a.k + (row / a.query_len) * a.key_len * a.head_dim;
   for (int64_t j = 0; j < n_keys; ++j) {
-    const acc_t logit = warp_dot(q, keys + j * a.head_dim, a.head_dim, lane) * a.scale + logit_bias(a, row, acc_t(j));
+    const acc_t logit = warp_dot(q, keys + j * a.head_dim, a.head_dim) * a.scale + logit_bias(a, row, acc_t(j));
     if (lane == 0) {
       o.alpha[row * a.key_len + j] = static_cast<scalar_t>(exp_of(logit - lse));
       o.beta[row * a.key_len + j] = static_cast<scalar_t>(mix.u(acc_t(j)) * beta_scale);
@@ -135,12 +118,12 @@ __global__ void gmm_forward_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<scalar
   const scalar_t* keys = a.k + bh * a.key_len * a.head_dim;
   const scalar_t* values = a.v + bh * a.key_len * Dv;
   acc_t q[kMaxPerLane], acc_a[kMaxPerLane] = {}, acc_b[kMaxPerLane] = {};
-  load_slice(a.q + row * a.head_dim, a.head_dim, lane, q);
+  load_slice(a.q + row * a.head_dim, a.head_dim, q);
   const RowMixture<scalar_t, acc_t> mix = row_mixture(a, row, n_keys);
   OnlineSoftmax<acc_t> state;
   acc_t mass = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
-    const acc_t logit = warp_dot(q, keys + j * a.head_dim, a.head_dim, lane) * a.scale + logit_bias(a, row, acc_t(j));
+    const acc_t logit = warp_dot(q, keys + j * a.head_dim, a.head_dim) * a.scale + logit_bias(a, row, acc_t(j));
     const acc_t factor = state.raise_max(logit);
     const acc_t p = state.weight(logit);
     state.add(p);

@@ -3,17 +3,15 @@
 // kernels of shared_value_kernels.cuh on the current stream.
 #include "luong/cuda/shared_value_kernels.cuh"  // first: it includes common/cuda_compat.h
 
-#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include "common/cuda_dispatch.h"
+#include "common/cuda_launch.h"
 #include "luong/shared_value_composition.h"
 
 namespace mma_nmt::luong::cuda {
 namespace {
-
-gpu::Launch current_launch() { return gpu::Launch{at::cuda::getCurrentCUDAStream()}; }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_cuda(
     const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
@@ -21,7 +19,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_cuda(
   const SharedValueParams p = check_shared_value_args("mma_nmt.shared_value_attention", q, k, v, key_lengths, scale);
   const c10::cuda::CUDAGuard guard(q.device());
   if (!handwritten_cuda_kernels_only()) return shared_value_forward_by_composition(p, q, k, v, key_lengths, return_probs);
-  return run_shared_value_forward(p, q, k, v, key_lengths, return_probs, current_launch());
+  return run_shared_value_forward(p, q, k, v, key_lengths, return_probs, gpu::current_launch());
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_backward_cuda(
@@ -34,7 +32,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_backward_c
   if (!handwritten_cuda_kernels_only()) {
     return shared_value_backward_by_composition(p, grad_out, q, k, v, out, lse, key_lengths);
   }
-  return run_shared_value_backward(p, grad_out, q, k, v, out, lse, key_lengths, current_launch());
+  return run_shared_value_backward(p, grad_out, q, k, v, out, lse, key_lengths, gpu::current_launch());
 }
 
 }  // namespace

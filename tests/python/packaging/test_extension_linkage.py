@@ -2,9 +2,9 @@
 and that CMake function keeps a library on the shared libstdc++ even where g++ is told to link it statically.
 
 Two copies of libstdc++ in one process crash where a stream of one meets the locale of the other: on a GPU image the
-extension, linked statically, died formatting an error message (docs/cuda.md, section 4). libstdc++'s locale
-(``std::locale``, mangled ``_ZNSt6locale``) is defined only in libstdc++ itself, so an extension that defines it has a
-copy of its own.
+extension, linked statically, died formatting an error message (benchmarks/results/2026-11-26.cuda-quick.notes.md).
+libstdc++'s locale (``std::locale``, mangled ``_ZNSt6locale``) is defined only in libstdc++ itself, so an extension
+that defines it has a copy of its own.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ PROBE_PROJECT = """\
 cmake_minimum_required(VERSION 3.18)
 project(probe LANGUAGES CXX)
 include("{module}")
-# -static-libstdc++ stands for a toolchain that links libstdc++.a (the GPU image of docs/cuda.md, section 4).
+# -static-libstdc++ stands for a toolchain that links libstdc++.a (the GPU image of
+# benchmarks/results/2026-11-26.cuda-quick.notes.md).
 add_library(static_probe MODULE probe.cpp)
 target_link_options(static_probe PRIVATE -static-libstdc++)
 add_library(shared_probe MODULE probe.cpp)
