@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from mma_nmt.data.fileio import atomic_write_json
+from mma_nmt.evaluation.multi_reference import multi_reference_scores
 from mma_nmt.experiments.records import log_events, training_minutes, training_segments
 from mma_nmt.training.config import run_config_from_dict
 
@@ -58,30 +59,6 @@ def _checkpoint_for_decoding(run_dir: Path, average_last: int) -> Path:
         return save_checkpoint(average_checkpoints(periodic), run_dir / "averaged.pt")
     best = run_dir / "best.pt"
     return best if best.is_file() else run_dir / "last.pt"
-
-
-def reference_sets(run) -> list | None:
-    """For a corpus scored on several test sets with several references each (NIST Zh-En): the
-    :class:`~mma_nmt.data.reference_sets.ReferenceSet` of each test set, in the order of the test split; None for
-    every other corpus (and for a split other than the test split)."""
-    from mma_nmt.data.corpora import get_corpus
-
-    spec = get_corpus(run.data.corpus)
-    if not spec.test_sets or run.eval.split != "test":
-        return None
-    return spec.reference_sets(*run.data.corpus_roots())
-
-
-def multi_reference_scores(run, hypotheses: Path) -> dict | None:
-    """For a corpus scored on several test sets with several references each (NIST Zh-En): BLEU per test set and its
-    mean over the sets (the paper's protocol); None for every other corpus."""
-    from mma_nmt.data.fileio import read_text_lines
-    from mma_nmt.evaluation.multi_reference import score_test_sets
-
-    sets = reference_sets(run)
-    if sets is None:
-        return None
-    return score_test_sets(read_text_lines(hypotheses), sets, tokenize=run.eval.bleu_tokenize)
 
 
 def run_cell(run_dir: str | Path, *, progress: bool = True) -> dict:

@@ -54,14 +54,13 @@ def _references(experiment: Experiment, system: str, role: str, scale: str) -> T
     rebuilt from its records without any training)."""
     from mma_nmt import pipeline
     from mma_nmt.data import ParallelDataset
-    from mma_nmt.evaluation.multi_reference import concatenated_streams
-    from mma_nmt.experiments.cell import reference_sets
+    from mma_nmt.evaluation.multi_reference import concatenated_streams, run_reference_sets
 
     cell = experiment.cell(system, role, scale)
     run = resolved_run_config(cell, Path("unused"))
     pipeline.ensure_prepared(run, say=lambda text: print(f"[experiment] {text} (for its test references)", flush=True))
     data = ParallelDataset.load(run.prepared_dir(), run.eval.split)
-    sets = reference_sets(run)
+    sets = run_reference_sets(run)
     return TestReferences(lines=data.tgt_text, lang=data.meta.get("corpus", {}).get("tgt_lang", "en"),
                           streams=concatenated_streams(sets) if sets else None)
 
