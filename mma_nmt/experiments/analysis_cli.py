@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from mma_nmt.data.fileio import atomic_write_text
+from mma_nmt.experiments.spec import Experiment
 from mma_nmt.experiments.trained import TrainedCell, trained_cell
 
 
@@ -82,9 +83,11 @@ def models_of(table: str, args: argparse.Namespace) -> str:
             else f"the {table} table's models")
 
 
-def load_trained(paper: str, system: str, args: argparse.Namespace, *, seed: int | None = None) -> TrainedCell:
-    """The trained model of ``system`` in ``args.dataset``'s column (the table's seed ``seed``, default the
-    recipe's; with ``--converged`` the model of ``system`` trained until patience stopped it)."""
+def load_trained(paper: str | Experiment, system: str, args: argparse.Namespace, *,
+                 seed: int | None = None) -> TrainedCell:
+    """The trained model of ``system`` in ``args.dataset``'s column of ``paper`` (a name, or the experiment read
+    already) (the table's seed ``seed``, default the recipe's; with ``--converged`` the model of ``system`` trained
+    until patience stopped it)."""
     _, system = _analysed("main", system, args)
     return trained_cell(paper, system, args.dataset, scale=args.scale, seed=seed, runs_dir=args.runs_dir,
                         results_dir=args.results_dir)
@@ -97,12 +100,13 @@ def trained_seeds(paper: str, table: str, system: str, args: argparse.Namespace
     FileNotFoundError when none is trained."""
     from mma_nmt.experiments.command import experiment_named
 
+    experiment = experiment_named(paper)
     table, analysed = _analysed(table, system, args)
-    seeds = experiment_named(paper).tables[table].seeds_at(args.scale, analysed)
+    seeds = experiment.tables[table].seeds_at(args.scale, analysed)
     found, missing, error = [], [], None
     for seed in seeds:
         try:
-            found.append(load_trained(paper, system, args, seed=seed))
+            found.append(load_trained(experiment, system, args, seed=seed))
         except FileNotFoundError as absent:
             missing.append(seed)
             error = absent

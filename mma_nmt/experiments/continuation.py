@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mma_nmt.experiments.cell import CELL_FILE, RESULT_FILE, is_finished, read_json
 from mma_nmt.experiments.records import CONTINUE_EVENT, log_events
-from mma_nmt.experiments.spec import Cell, identity_config
+from mma_nmt.experiments.spec import PlannedRun, identity_config
 from mma_nmt.training.logging import JsonLinesLogger
 from mma_nmt.training.run_lock import existing_checkpoints
 
@@ -63,14 +63,14 @@ def extends(config: dict, capped: dict) -> bool:
             and _without_cap(capped) == _without_cap(config))
 
 
-def capped_predecessor(cell: Cell, runs_dir: Path) -> Path | None:
-    """The finished run directory under ``runs_dir/<scale>`` whose config is ``cell``'s with a lower, nonzero
+def capped_predecessor(run: PlannedRun, runs_dir: Path) -> Path | None:
+    """The finished run directory under ``runs_dir/<scale>`` whose config is ``run``'s with a lower, nonzero
     ``train.max_steps`` (the highest such cap) that is a multiple of ``train.validate_every``, or None. None too when
-    the cell has no cap or its schedule reads it."""
+    the run has no cap or its schedule reads it."""
     found: list[tuple[int, Path]] = []
-    for cell_file in sorted((Path(runs_dir) / cell.scale).glob(f"*/*/{CELL_FILE}")):
+    for cell_file in sorted((Path(runs_dir) / run.scale).glob(f"*/*/{CELL_FILE}")):
         other = read_json(cell_file)
-        if (extends(cell.config, other.get("config", {})) and other.get("average_last", 0) == cell.average_last
+        if (extends(run.config, other.get("config", {})) and other.get("average_last", 0) == run.average_last
                 and is_finished(cell_file.parent) and (cell_file.parent / "last.pt").is_file()):
             found.append((_cap(other["config"]), cell_file.parent))
     return max(found)[1] if found else None

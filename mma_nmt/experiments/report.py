@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mma_nmt.data.fileio import read_text_lines
 from mma_nmt.experiments.records import CHECKSUM_KEY, late_descent
-from mma_nmt.experiments.spec import Experiment, Table, resolved_run_config
+from mma_nmt.experiments.spec import Plan, PlannedRun
 from mma_nmt.training.hardware import hardware_name
 
 SIGNIFICANT = 0.05
@@ -49,15 +49,14 @@ class TestReferences:
         return self.tokenized[key]
 
 
-def _references(experiment: Experiment, system: str, role: str, scale: str) -> TestReferences:
-    """The test references of ``role``'s column, preparing its corpus first on a machine that has not (a table is
+def _references(planned: PlannedRun) -> TestReferences:
+    """The test references of ``planned``'s column, preparing its corpus first on a machine that has not (a table is
     rebuilt from its records without any training)."""
     from mma_nmt import pipeline
     from mma_nmt.data import ParallelDataset
     from mma_nmt.evaluation.multi_reference import concatenated_streams, run_reference_sets
 
-    cell = experiment.cell(system, role, scale)
-    run = resolved_run_config(cell, Path("unused"))
+    run = planned.run_config
     pipeline.ensure_prepared(run, say=lambda text: print(f"[experiment] {text} (for its test references)", flush=True))
     data = ParallelDataset.load(run.prepared_dir(), run.eval.split)
     sets = run_reference_sets(run)
@@ -132,18 +131,25 @@ def _compare(ours: dict, base: dict, references: TestReferences, metric: str, sa
             "significant": bool(test["p_value"] < SIGNIFICANT and delta != 0.0)}
 
 
-def _cell(experiment, table, scale, row, column, records, references, samples) -> dict:
-    base_row = table.baseline_of(row)
+def _runs_of(runs: list[PlannedRun], row: str, column: str) -> list[PlannedRun]:
+    """The planned runs of one (row, column) cell of a table, in seed order."""
+    return [run for run in runs if run.system.name == row and run.dataset.role == column]
 
-    def runs_of(system: str) -> list[dict]:
-        found = [records.get(experiment.cell(system, column, scale, seed=seed).identity)
-                 for seed in table.seeds_at(scale, system)]
+
+def _cell(plan: Plan, name: str, row: str, column: str, records: dict[str, dict],
+          references: dict[str, TestReferences], samples: int) -> dict:
+    table, runs = plan.experiment.tables[name], plan.tables[name]
+    planned = _runs_of(runs, row, column)
+    base_row = planned[0].baseline
+
+    def records_of(system: str) -> list[dict]:
+        found = [records.get(run.identity) for run in _runs_of(runs, system, column)]
         return [record for record in found if record]
 
-    ours, bases = runs_of(row), {record["seed"]: record for record in runs_of(base_row)}
+    ours, bases = records_of(row), {record["seed"]: record for record in records_of(base_row)}
     paper, paper_base = table.paper.get(row, {}).get(column), table.paper.get(base_row, {}).get(column)
     entry = {"baseline": base_row, "seeds": [r["seed"] for r in ours],
-             "planned_seeds": [s for s in table.seeds_at(scale, row) if s is not None],
+             "planned_seeds": [s for s in table.seeds_at(plan.scale, row) if s is not None],
              "bleus": [score(r, table.metric) for r in ours], "paper": paper,
              "paper_delta": None if row == base_row or paper is None or paper_base is None
              else round(paper - paper_base, 2)}
@@ -152,7 +158,7 @@ def _cell(experiment, table, scale, row, column, records, references, samples) -
     if row != base_row:
         pairs = [(r, bases[r["seed"]]) for r in ours if r["seed"] in bases]
         if pairs and column not in references:
-            references[column] = _references(experiment, row, column, scale)
+            references[column] = _references(planned[0])
         entry["per_seed"] = [_compare(r, b, references[column], table.metric, samples) for r, b in pairs]
         deltas = [c["delta"] for c in entry["per_seed"]]
         if deltas:
@@ -165,19 +171,20 @@ def _cell(experiment, table, scale, row, column, records, references, samples) -
     return entry
 
 
-def build_table(experiment: Experiment, table: Table, scale: str, records: dict[str, dict], *,
-                bootstrap_samples: int = 10000) -> dict:
-    """The table as data; ``records`` maps run identities to run records (missing runs are left empty)."""
+def build_table(plan: Plan, name: str, records: dict[str, dict], *, bootstrap_samples: int = 10000) -> dict:
+    """Table ``name`` of ``plan`` as data; ``records`` maps run identities to run records (missing runs are left
+    empty)."""
+    experiment, table, scale = plan.experiment, plan.experiment.tables[name], plan.scale
     references: dict[str, TestReferences] = {}
     columns = [c for c in table.columns if experiment.has_recipe(c, scale)]
     rows = [{"system": row, "label": experiment.systems[row].label,
-             "cells": {column: _cell(experiment, table, scale, row, column, records, references, bootstrap_samples)
+             "cells": {column: _cell(plan, name, row, column, records, references, bootstrap_samples)
                        for column in columns}} for row in table.rows]
     runs = []
     for row in table.rows:
         for column in columns:
-            for seed in table.seeds_at(scale, row):
-                record = records.get(experiment.cell(row, column, scale, seed=seed).identity)
+            for planned in _runs_of(plan.tables[name], row, column):
+                record = records.get(planned.identity)
                 if record:  # the checksum stays in the record: a table is the same whether or not its records have it
                     run = {key: value for key, value in record.items() if key != CHECKSUM_KEY}
                     runs.append({**run, "row": row, "column": column})
