@@ -270,8 +270,8 @@ def _run_line(run: dict, columns: dict) -> str:
         f"[record]({folder}/record.json)"]) + " |"
 
 
-def to_markdown(data: dict, *, command: str = "") -> str:
-    columns, paper_columns = data["columns"], data["paper_columns"]
+def _heading(data: dict, command: str) -> list[str]:
+    """The table's title and what it is: paper, scale, metric, seeds, date, commit, command, note."""
     metric = ("sacreBLEU (detokenised)" if data["metric"] == "bleu"
               else "tokenised BLEU (Moses-tokenised, multi-bleu style)")
     seeds = f"Seeds: {', '.join(map(str, data['seeds']))}." if data.get("seeds") else "One seed per system."
@@ -279,7 +279,7 @@ def to_markdown(data: dict, *, command: str = "") -> str:
              f"Paper: {data['paper']}. Scale: **{data['scale']}**. Metric: {metric}. {seeds} Date {data['date']}, "
              f"commit {data['git_commit']}."]
     if data["scale"] != "full":
-        lines += ["", "Our numbers are measured on " + "; ".join(f"**{label}**" for label in columns.values())
+        lines += ["", "Our numbers are measured on " + "; ".join(f"**{label}**" for label in data["columns"].values())
                   + ", not on the paper's corpora; the paper's columns are the paper's own numbers on its data."]
     if command:
         lines += ["", f"Command: `{command}`"]
@@ -288,10 +288,16 @@ def to_markdown(data: dict, *, command: str = "") -> str:
     if data.get("not_at_this_scale"):
         lines += ["", f"Not run at this scale (no data here; see the experiment's README): "
                       f"{', '.join(data['not_at_this_scale'])}; only the paper's numbers are shown."]
+    return lines
+
+
+def _results(data: dict) -> list[str]:
+    """Ours beside the paper's, row by row, and how to read the differences."""
+    columns, paper_columns = data["columns"], data["paper_columns"]
     header = ["System"]
     for column, label in columns.items():
         header += [f"ours: {label}", "Δ", f"paper: {paper_columns[column]}", "paper Δ"]
-    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in data["rows"]:
         out = [row["label"]]
         for column in columns:
@@ -306,22 +312,29 @@ def to_markdown(data: dict, *, command: str = "") -> str:
         on += (" (where a column has several references per test set, BLEU is the mean over its test sets of "
                "multi-reference BLEU, as the paper; the bootstrap then runs on its test sets pooled, against all "
                "their references)")
-    lines += ["", "ours: mean ± standard deviation over seeds (number of seeds) when there are several. Δ: "
-                  "difference to the row's baseline trained with the same seed. Paired bootstrap resampling "
-                  f"(sacreBLEU, {data['bootstrap_samples']} samples) of each seed against that baseline{on}: "
-                  f"† p < 0.05, †† p < 0.01; (n.s.) = no significant difference. {CLAIM_RULE}"]
-    lines += ["", ("Runs (stop: updates done, why training stopped, the update of the best validation loss; train min: "
-               "wall-clock minutes of training, summed over the segments of a resumed run, under whatever load the "
-               "machine had then: not a speed measurement; valid nll: the validation NLL per target token at the last "
-               "validation, where training stopped (the decoded checkpoint's can be a little lower); last 1k: how "
-               "much the validation NLL still fell over the "
-               "last 1,000 updates before the stop, near 0 where the curve had flattened):"), "",
-              "| System | Data | seed | #Params | stop | translated with | train min | valid nll | last 1k | BLEU "
-              "| tok. BLEU | chrF | TER | hardware | record |", "|" + "---|" * 15]
-    lines += [_run_line(run, columns) for run in data["runs"]]
+    return lines + ["", "ours: mean ± standard deviation over seeds (number of seeds) when there are several. Δ: "
+                        "difference to the row's baseline trained with the same seed. Paired bootstrap resampling "
+                        f"(sacreBLEU, {data['bootstrap_samples']} samples) of each seed against that baseline{on}: "
+                        f"† p < 0.05, †† p < 0.01; (n.s.) = no significant difference. {CLAIM_RULE}"]
+
+
+def _runs(data: dict) -> list[str]:
+    """One line per run, and the sacreBLEU signatures."""
+    lines = ["", ("Runs (stop: updates done, why training stopped, the update of the best validation loss; train min: "
+                  "wall-clock minutes of training, summed over the segments of a resumed run, under whatever load the "
+                  "machine had then: not a speed measurement; valid nll: the validation NLL per target token at the "
+                  "last validation, where training stopped (the decoded checkpoint's can be a little lower); last 1k: "
+                  "how much the validation NLL still fell over the "
+                  "last 1,000 updates before the stop, near 0 where the curve had flattened):"), "",
+             "| System | Data | seed | #Params | stop | translated with | train min | valid nll | last 1k | BLEU "
+             "| tok. BLEU | chrF | TER | hardware | record |", "|" + "---|" * 15]
+    lines += [_run_line(run, data["columns"]) for run in data["runs"]]
     signatures = sorted({run["metrics"]["bleu_signature"] for run in data["runs"]
                          if run.get("metrics", {}).get("bleu_signature")})
     if signatures:
         lines += ["", "sacreBLEU signature: " + "; ".join(f"`{s}`" for s in signatures)]
-    return "\n".join(lines) + "\n"
+    return lines
 
+
+def to_markdown(data: dict, *, command: str = "") -> str:
+    return "\n".join(_heading(data, command) + _results(data) + _runs(data)) + "\n"
