@@ -28,8 +28,8 @@ from mma_nmt.data.fileio import atomic_write_json, atomic_write_text
 from mma_nmt.decoding.translate import special_ids, translate_ids
 from mma_nmt.evaluation.bootstrap import paired_bootstrap
 from mma_nmt.evaluation.scoring import moses_detokenize
-from mma_nmt.experiments.cell import CELL_FILE, RESULT_FILE, read_json
 from mma_nmt.experiments.report import _num, significance_mark
+from mma_nmt.experiments.runner import CELL_FILE, RESULT_FILE, read_json
 from mma_nmt.experiments.spec import load_experiment
 from mma_nmt.models.attention_adapters import MultiLayerCrossAttention
 from mma_nmt.training.checkpoint import load_model

@@ -12,18 +12,15 @@ tables all read those planned runs."""
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import sys
 from pathlib import Path
 
-from mma_nmt.data.fileio import atomic_write_json, atomic_write_text
 from mma_nmt.experiments.records import load_records, write_record
-from mma_nmt.experiments.losses import lost_numbers
-from mma_nmt.experiments.report import build_table, to_markdown
-from mma_nmt.experiments.runner import run_cells
+from mma_nmt.experiments.report import build_table, write_table
+from mma_nmt.experiments.runner import RESULT_FILE, is_finished, read_json, run_cells
 from mma_nmt.experiments.spec import RUNS_DIR, Experiment, ExperimentError, Plan, PlannedRun, distinct, load_experiment
+from mma_nmt.experiments.status import format_status, table_status
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "experiments"
 
@@ -87,56 +84,11 @@ def _run_order(plan: Plan):
 def collect_records(runs: list[PlannedRun], records_root: Path) -> dict[str, dict]:
     """Writes the record of every run that finished in its run directory but has no record yet (so finished runs are
     kept while others still train, or after a table run was interrupted); returns all records by identity."""
-    from mma_nmt.experiments.cell import RESULT_FILE, is_finished, read_json
-
     records = load_records(records_root)
     for run in distinct(runs):
         if run.identity not in records and is_finished(run.run_dir):
             write_record(run, read_json(run.run_dir / RESULT_FILE), records_root)
     return load_records(records_root)
-
-
-def _lost_numbers(path: Path, data: dict) -> list[str]:
-    """What the table at ``path`` publishes today that ``data`` would not (:func:`~.losses.lost_numbers`)."""
-    if not path.is_file():
-        return []
-    try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        return [f"whatever {path} holds (it cannot be read: {error})"]
-    return lost_numbers(old, data)
-
-
-def _with_relative_hypotheses(data: dict, out_dir: Path) -> dict:
-    """``data`` with each run's translations named relative to the table's folder, so that a committed table names
-    no path of the machine that wrote it and stays the same wherever it is rebuilt."""
-    runs = [{**run, "hypotheses": os.path.relpath(run["hypotheses"], out_dir)} if run.get("hypotheses") else run
-            for run in data.get("runs", [])]
-    return {**data, "runs": runs}
-
-
-def _write_table(out_dir: Path, data: dict, command: str, *,
-                 allow_fewer: bool = False) -> tuple[Path | None, str | None]:
-    """Writes the table's Markdown, JSON and learning curves; refuses (returns the reason) when the table would publish
-    fewer seeds, runs or significance daggers than it does today (:mod:`~.losses`), unless ``allow_fewer``."""
-    from mma_nmt.experiments.curves import plot_learning_curves
-
-    name = data["table"]
-    lost = _lost_numbers(out_dir / f"{name}.json", data)
-    if lost and not allow_fewer:
-        return None, (f"{out_dir / (name + '.md')} not rewritten: it publishes {'; '.join(lost)} (a run failed or is "
-                      f"not finished, its record was removed, or its config changed); finish or restore those runs, "
-                      f"or pass --allow-fewer to publish the table with less")
-    if lost:
-        print(f"[experiment] {out_dir / (name + '.md')} publishes less than before (--allow-fewer): {'; '.join(lost)}",
-              flush=True)
-    data["command"] = command
-    atomic_write_json(out_dir / f"{name}.json", _with_relative_hypotheses(data, out_dir))
-    figure = plot_learning_curves(data, out_dir / f"{name}.curves.png")
-    markdown = to_markdown(data, command=command)
-    if figure is not None:
-        markdown += f"\n![learning curves]({figure.name})\n"
-    return atomic_write_text(out_dir / f"{name}.md", markdown), None
 
 
 def _train_missing(plan: Plan, runs: list[PlannedRun], records: dict[str, dict], records_root: Path,
@@ -153,12 +105,12 @@ def _train_missing(plan: Plan, runs: list[PlannedRun], records: dict[str, dict],
 
 def _write_tables(plan: Plan, records: dict[str, dict], out_dir: Path, command: str, *, bootstrap_samples: int,
                   allow_fewer: bool) -> tuple[list[Path], list[str]]:
-    """Writes every table of ``plan`` (:func:`_write_table`); returns the Markdown files written and the reasons of
-    the tables kept as they were."""
+    """Writes every table of ``plan`` (:func:`~mma_nmt.experiments.report.write_table`); returns the Markdown files
+    written and the reasons of the tables kept as they were."""
     written, refused = [], []
     for name in plan.tables:
         data = build_table(plan, name, records, bootstrap_samples=bootstrap_samples)
-        path, reason = _write_table(out_dir, data, command, allow_fewer=allow_fewer)
+        path, reason = write_table(out_dir, data, command, allow_fewer=allow_fewer)
         if path is None:
             refused.append(reason)
             print(f"[experiment] {reason}", flush=True)
@@ -174,8 +126,6 @@ def experiment_status(name: str, *, tables: list[str] | None = None, scale: str 
                       seeds: list[int] | None = None) -> str:
     """Where each run of ``tables`` (default: all) stands (:mod:`mma_nmt.experiments.status`), limited to the asked
     columns, rows and seeds; trains and writes nothing."""
-    from mma_nmt.experiments.status import format_status, table_status
-
     experiment = experiment_named(name)
     plan = _plan(experiment, tables, scale, runs_dir)
     runs = _selected(plan, datasets, systems, seeds)
@@ -192,7 +142,8 @@ def run_experiment(name: str, *, tables: list[str] | None = None, scale: str = "
     """Runs ``tables`` (default: all) of experiment ``name`` at ``scale``; returns the Markdown reports written.
     Records go to ``<results_dir>/runs`` (default results dir: ``experiments/<paper>/results/<scale>``). Raises
     RuntimeError after writing what it can when some run failed or a table was not rewritten because it would publish
-    fewer seeds, runs or significance daggers than it does (:mod:`~.losses`; ``allow_fewer`` writes it anyway). ``datasets`` and ``systems`` limit the training to those columns and rows (the
+    fewer seeds, runs or significance daggers than it does (:func:`~mma_nmt.experiments.report.lost_numbers`;
+    ``allow_fewer`` writes it anyway). ``datasets`` and ``systems`` limit the training to those columns and rows (the
     tables are still written with every cell that has records), e.g. to train the seeds of a table's compared pair
     before its other rows; ``seeds`` likewise limits it to those seeds (e.g. one seed's baseline and proposed system
     on one machine, the next seed's on another)."""

@@ -165,12 +165,12 @@ def training_minutes(segments: list[dict]) -> float:
     return sum(segment["minutes"] for segment in segments)
 
 
-CONTINUE_EVENT = "continue"  # logged by mma_nmt.experiments.continuation when a run continues a capped one
+CONTINUE_EVENT = "continue"  # logged by mma_nmt.experiments.runner when a run continues a capped one
 
 
 def stopping_point(log_path: Path, checkpoint: str) -> dict:
     """Where and why training ended, from the last ``end`` event of the run's log; for a run that continued a capped
-    run (:mod:`mma_nmt.experiments.continuation`), which one and from which update."""
+    run (:func:`~mma_nmt.experiments.runner.continue_from`), which one and from which update."""
     ends, continued = log_events(log_path, "end"), log_events(log_path, CONTINUE_EVENT)
     end = ends[-1] if ends else {}
     point = {"updates": end.get("step"), "epoch": end.get("epoch"), "reason": end.get("stopped", "max_steps"),

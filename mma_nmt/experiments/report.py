@@ -1,18 +1,26 @@
 """A table's results laid out like the paper's, built from run records: our BLEU under the name of the data we ran on
 (mean and standard deviation over seeds), the difference to the baseline of the same seed with paired-bootstrap
 significance per seed, the paper's numbers beside ours under the paper's corpus name; then one line per run (seed,
-stopping point, training time, other metrics, hardware)."""
+stopping point, training time, other metrics, hardware). Written as Markdown, JSON and a learning-curve figure
+(:mod:`~mma_nmt.experiments.curves`), but never with less than the table publishes today (:func:`write_table`; the
+rule is ``mma-nmt experiment --help``'s). The scoring modules (sacreBLEU, the bootstrap, Moses) are imported where a
+table is scored."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mma_nmt.data.fileio import read_text_lines
+from mma_nmt import pipeline
+from mma_nmt.data import ParallelDataset
+from mma_nmt.data.fileio import atomic_write_json, atomic_write_text, read_text_lines
+from mma_nmt.experiments.curves import plot_learning_curves
 from mma_nmt.experiments.records import CHECKSUM_KEY, late_descent
 from mma_nmt.experiments.spec import Plan, PlannedRun
 from mma_nmt.training.hardware import hardware_name
@@ -52,8 +60,6 @@ class TestReferences:
 def _references(planned: PlannedRun) -> TestReferences:
     """The test references of ``planned``'s column, preparing its corpus first on a machine that has not (a table is
     rebuilt from its records without any training)."""
-    from mma_nmt import pipeline
-    from mma_nmt.data import ParallelDataset
     from mma_nmt.evaluation.multi_reference import concatenated_streams, run_reference_sets
 
     run = planned.run_config
@@ -86,10 +92,8 @@ def _spread(values: list[float]) -> dict:
 
 def _translations(record: dict, references: list[str]) -> list[str]:
     """A record's test translations, refused (naming the file) unless they are line for line with ``references``."""
-    from mma_nmt.pipeline import _same_count
-
     lines = read_text_lines(record["hypotheses"])
-    _same_count(lines, record["hypotheses"], references, f"the test split of {record['dataset']}")
+    pipeline._same_count(lines, record["hypotheses"], references, f"the test split of {record['dataset']}")
     return lines
 
 
@@ -338,3 +342,98 @@ def _runs(data: dict) -> list[str]:
 
 def to_markdown(data: dict, *, command: str = "") -> str:
     return "\n".join(_heading(data, command) + _results(data) + _runs(data)) + "\n"
+
+
+# ---- never publishing less: what a rebuilt table would lose of what it publishes today ----
+#
+# A table publishes, per cell (row, column), one run per seed: its BLEU and, for a row compared with a baseline, its
+# difference to the baseline of that seed with significance daggers. A rebuild may add runs and change numbers (a run
+# retrained, a config changed), but it never silently publishes fewer: a seed, or a run, that had a number and would
+# have none, a difference to the baseline that would disappear, or a dagger that would drop (†† to † or n.s.) stops the
+# rebuild of that table unless the user allows it (``mma-nmt experiment --allow-fewer``).
+
+
+def _published(data: dict) -> dict[tuple[str, str, int | None], dict]:
+    """(row, column, seed) -> the BLEU and, where the row is compared with a baseline, the difference and its
+    significance mark, of every run ``data`` publishes."""
+    found = {}
+    for row in data.get("rows", []):
+        for column, cell in row.get("cells", {}).items():
+            seeds, bleus = cell.get("seeds"), cell.get("bleus")
+            if seeds is None and cell.get("bleu") is not None:  # a table written before runs were listed per seed
+                seeds, bleus = [None], [cell["bleu"]]
+            per_seed = {compared.get("seed"): compared for compared in cell.get("per_seed") or []}
+            for seed, bleu in zip(seeds or [], bleus or []):
+                compared = per_seed.get(seed, {})
+                found[row["system"], column, seed] = {
+                    "bleu": bleu, "delta": compared.get("delta"),
+                    "mark": significance_mark(compared["p_value"]) if "p_value" in compared else ""}
+    return found
+
+
+def _daggers(mark: str) -> int:
+    return mark.count("†")
+
+
+def _delta_text(number: dict) -> str:
+    return f"Δ {number['delta']:+.2f}{number['mark']}"
+
+
+def lost_numbers(old: dict, new: dict) -> list[str]:
+    """What table ``new`` would no longer publish of table ``old`` (both as :func:`build_table` returns them), one
+    phrase per run: "mma on de_en seed 1 (37.77, Δ +1.18††): no run"."""
+    before, after = _published(old), _published(new)
+    lost = []
+    for (row, column, seed), number in before.items():
+        where = f"{row} on {column}" + (f" seed {seed}" if seed is not None else "")
+        now = after.get((row, column, seed))
+        if now is None:
+            shown = f"{number['bleu']:.2f}" + (f", {_delta_text(number)}" if number["delta"] is not None else "")
+            lost.append(f"{where} ({shown}): no run")
+        elif number["delta"] is not None and now["delta"] is None:
+            lost.append(f"{where} ({_delta_text(number)}): no difference to the baseline (its run of that seed is "
+                        f"gone)")
+        elif number["delta"] is not None and _daggers(now["mark"]) < _daggers(number["mark"]):
+            lost.append(f"{where} ({_delta_text(number)}): would become {_delta_text(now)}")
+    return lost
+
+
+def _lost_numbers(path: Path, data: dict) -> list[str]:
+    """What the table at ``path`` publishes today that ``data`` would not (:func:`lost_numbers`)."""
+    if not path.is_file():
+        return []
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return [f"whatever {path} holds (it cannot be read: {error})"]
+    return lost_numbers(old, data)
+
+
+def _with_relative_hypotheses(data: dict, out_dir: Path) -> dict:
+    """``data`` with each run's translations named relative to the table's folder, so that a committed table names
+    no path of the machine that wrote it and stays the same wherever it is rebuilt."""
+    runs = [{**run, "hypotheses": os.path.relpath(run["hypotheses"], out_dir)} if run.get("hypotheses") else run
+            for run in data.get("runs", [])]
+    return {**data, "runs": runs}
+
+
+def write_table(out_dir: Path, data: dict, command: str, *,
+                allow_fewer: bool = False) -> tuple[Path | None, str | None]:
+    """Writes the table's Markdown, JSON and learning curves; refuses (returns the reason) when the table would publish
+    fewer seeds, runs or significance daggers than it does today (:func:`lost_numbers`), unless ``allow_fewer``."""
+    name = data["table"]
+    lost = _lost_numbers(out_dir / f"{name}.json", data)
+    if lost and not allow_fewer:
+        return None, (f"{out_dir / (name + '.md')} not rewritten: it publishes {'; '.join(lost)} (a run failed or is "
+                      f"not finished, its record was removed, or its config changed); finish or restore those runs, "
+                      f"or pass --allow-fewer to publish the table with less")
+    if lost:
+        print(f"[experiment] {out_dir / (name + '.md')} publishes less than before (--allow-fewer): {'; '.join(lost)}",
+              flush=True)
+    data["command"] = command
+    atomic_write_json(out_dir / f"{name}.json", _with_relative_hypotheses(data, out_dir))
+    figure = plot_learning_curves(data, out_dir / f"{name}.curves.png")
+    markdown = to_markdown(data, command=command)
+    if figure is not None:
+        markdown += f"\n![learning curves]({figure.name})\n"
+    return atomic_write_text(out_dir / f"{name}.md", markdown), None

@@ -23,9 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mma_nmt.experiments.cell import is_finished
-from mma_nmt.experiments.continuation import capped_predecessor, holds_run
 from mma_nmt.experiments.records import CONTINUE_EVENT, log_events, training_segments
+from mma_nmt.experiments.runner import capped_predecessor, holds_run, is_finished
 from mma_nmt.experiments.spec import PlannedRun, distinct
 from mma_nmt.training.run_lock import lock_holder
 
@@ -75,8 +74,8 @@ def _resume_point(events: list[dict]) -> str:
 
 def _training_ended(events: list[dict]) -> dict | None:
     """The ``end`` event of the log's last training segment when that segment ended and no continuation of a capped
-    run (:mod:`mma_nmt.experiments.continuation`, which copies the capped run's log, ``end`` included) followed it;
-    else None."""
+    run (:func:`~mma_nmt.experiments.runner.continue_from`, which copies the capped run's log, ``end`` included)
+    followed it; else None."""
     segments = training_segments(events)
     if not segments or not segments[-1]["ended"]:
         return None

@@ -17,7 +17,7 @@ import pytest
 
 from mma_nmt.cli.main import main
 from mma_nmt.experiments.command import experiment_status, run_experiment
-from mma_nmt.experiments.continuation import capped_predecessor, continue_from
+from mma_nmt.experiments.runner import capped_predecessor, continue_from
 from mma_nmt.experiments.spec import ExperimentError, load_experiment
 from mma_nmt.training.run_lock import RunDirectoryLock, lock_holder
 

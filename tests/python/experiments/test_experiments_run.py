@@ -393,7 +393,7 @@ def test_mma_analysis_draws_the_trained_heads_of_the_main_table(workdir, monkeyp
 
 def test_analyses_read_finished_runs_only(toy, workdir):
     """A run still training has checkpoints but no final model: the analyses must not pass it off as trained."""
-    from mma_nmt.experiments.trained import trained_cell
+    from mma_nmt.experiments.analysis_cli import trained_cell
 
     run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments")
     finished = run_dir_of(toy, workdir, "mma")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mma_nmt.experiments.continuation import extends
+from mma_nmt.experiments.runner import extends
 from mma_nmt.experiments.spec import ExperimentError, load_experiment, run_identity
 from mma_nmt.models import build_model
 
