@@ -28,9 +28,8 @@ from mma_nmt.data.fileio import atomic_write_json, atomic_write_text
 from mma_nmt.decoding.translate import special_ids, translate_ids
 from mma_nmt.evaluation.bootstrap import paired_bootstrap
 from mma_nmt.evaluation.scoring import moses_detokenize
-from mma_nmt.experiments.cell import CELL_FILE, RESULT_FILE, read_json
-from mma_nmt.experiments.runner import run_dir_for
 from mma_nmt.experiments.report import _num, significance_mark
+from mma_nmt.experiments.runner import CELL_FILE, RESULT_FILE, read_json
 from mma_nmt.experiments.spec import load_experiment
 from mma_nmt.models.attention_adapters import MultiLayerCrossAttention
 from mma_nmt.training.checkpoint import load_model
@@ -125,9 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     experiment = load_experiment(HERE)
     runs = []
     for system in args.systems:
-        cell = experiment.cell(system, args.dataset, args.scale)
-        runs.append(mask_one_run(run_dir_for(cell, Path(args.runs_dir)), split=args.split,
-                                 bootstrap_samples=args.bootstrap_samples))
+        cell = experiment.cell(system, args.dataset, args.scale, runs_dir=args.runs_dir)
+        runs.append(mask_one_run(cell.run_dir, split=args.split, bootstrap_samples=args.bootstrap_samples))
     out_dir = Path(args.results_dir) if args.results_dir else HERE / "results" / args.scale
     command = "python experiments/mlmha/layer_masking.py " + " ".join(sys.argv[1:] if argv is None else argv)
     atomic_write_json(out_dir / "layer_masking.json", {"scale": args.scale, "command": command, "runs": runs,

@@ -15,6 +15,16 @@ DESCRIPTION = "Neural machine translation with fused attention operators: data, 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "tiny_mma_multi30k.toml"  # package data
 TINY = "configs/tiny_mma_multi30k.toml"
 
+# What mma-nmt experiment never does to a published table (mma_nmt.experiments.report.write_table and lost_numbers
+# enforce it); here, not there, so that building the parser, on every command, imports no experiments module.
+TABLE_POLICY = """\
+A table is never rewritten with fewer seeds, runs or significance daggers than it publishes:
+when a seed's run has no record any more (a run failed or is not finished, its record was
+removed, or its config changed), or a seed's difference to the baseline would disappear or
+lose a dagger (†† to †, or to n.s.), the table is kept as it is, the command names each cell,
+seed and number it would lose, and exits non-zero. Finish or restore those runs, or pass
+--allow-fewer to publish the table with less. Adding runs and seeds is always allowed."""
+
 # One example per command, shown at the end of its --help.
 EXAMPLES = {
     "prepare": f"mma-nmt prepare --config {TINY}",
@@ -143,8 +153,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how the weights are stored: float16 halves the folder; they are widened back to float32 "
                         "when loaded (check the export's BLEU: mma-nmt translate --model OUT_DIR --input ...)")
     p = _command(sub, "experiment", "reproduce a paper's tables (experiments/<paper>/experiment.toml)")
-    from mma_nmt.experiments.losses import TABLE_POLICY  # no heavy imports: the parser is built on every command
-
     p.description += "\n\n" + TABLE_POLICY
     p.add_argument("paper", help="a folder name under experiments/ (mma, lstm_multihead, mlmha, multihop, gmm) or a path")
     p.add_argument("--table", action="append", help="table name (repeatable); default: every table of the paper")

@@ -8,11 +8,16 @@ back into the sets by their sizes and scores each set against all of its referen
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sacrebleu.metrics import BLEU
 
+from mma_nmt.data.corpora import get_corpus
+from mma_nmt.data.fileio import read_text_lines
 from mma_nmt.data.reference_sets import ReferenceSet
 
-__all__ = ["ReferenceSet", "multi_reference_bleu", "score_test_sets"]
+__all__ = ["ReferenceSet", "multi_reference_bleu", "score_test_sets", "concatenated_streams", "run_reference_sets",
+           "multi_reference_scores"]
 
 
 def multi_reference_bleu(hypotheses: list[str], references: list[list[str]], *, tokenize: str = "13a",
@@ -58,3 +63,22 @@ def concatenated_streams(test_sets: list[ReferenceSet]) -> list[list[str]]:
         raise ValueError(f"the test sets have different numbers of references "
                          f"{[(t.name, len(t.references)) for t in test_sets]}; they cannot be tested as one split")
     return [[line for test_set in test_sets for line in test_set.references[index]] for index in range(counts.pop())]
+
+
+def run_reference_sets(run) -> list[ReferenceSet] | None:
+    """For a run (a :class:`~mma_nmt.training.config.RunConfig`) on a corpus scored on several test sets with several
+    references each (NIST Zh-En): the :class:`ReferenceSet` of each test set, in the order of the test split; None
+    for every other corpus (and for a split other than the test split)."""
+    spec = get_corpus(run.data.corpus)
+    if not spec.test_sets or run.eval.split != "test":
+        return None
+    return spec.reference_sets(*run.data.corpus_roots())
+
+
+def multi_reference_scores(run, hypotheses: Path) -> dict | None:
+    """For a run on a corpus scored on several test sets with several references each (NIST Zh-En): BLEU per test set
+    and its mean over the sets (the paper's protocol, :func:`score_test_sets`); None for every other corpus."""
+    sets = run_reference_sets(run)
+    if sets is None:
+        return None
+    return score_test_sets(read_text_lines(hypotheses), sets, tokenize=run.eval.bleu_tokenize)

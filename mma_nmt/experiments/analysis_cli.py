@@ -5,6 +5,9 @@ models of a table it reads (force-decoded on the test set).
     args = parser.parse_args(argv)
     trained = load_trained("mma", "mma", args)
     records, test = force_decoded(trained, args.sentences)
+
+``trained_cell("mma", "mma", "de_en", scale="mini")`` finds the run of that system on that dataset (its run directory
+under ``runs/experiments``, and the checkpoint its record says was translated) and loads the model with its test split.
 """
 
 from __future__ import annotations
@@ -13,12 +16,59 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
+from mma_nmt.data import ParallelDataset
 from mma_nmt.data.fileio import atomic_write_text
-from mma_nmt.experiments.trained import TrainedCell, trained_cell
+from mma_nmt.evaluation.force_decode import force_decode_sentences
+from mma_nmt.experiments.command import experiment_named
+from mma_nmt.experiments.records import load_records
+from mma_nmt.experiments.runner import RESULT_FILE, is_finished, read_json
+from mma_nmt.experiments.spec import RUNS_DIR, Experiment, PlannedRun
+from mma_nmt.training.checkpoint import load_model
+
+
+@dataclass
+class TrainedCell:
+    """The trained model behind a table cell."""
+
+    cell: PlannedRun
+    run_dir: Path
+    checkpoint: Path
+    model: nn.Module  # eval mode, CPU
+    record: dict | None  # the run record, when the cell has one
+
+    def dataset(self, split: str | None = None):
+        run = self.cell.run_config
+        return ParallelDataset.load(run.prepared_dir(), split or run.eval.split)
+
+
+def trained_cell(experiment: str | Experiment, system: str, dataset: str, *, scale: str = "mini",
+                 seed: int | None = None, runs_dir: str | Path = RUNS_DIR,
+                 results_dir: str | Path | None = None) -> TrainedCell:
+    """Loads the model of one cell of ``experiment`` (a name or path, or the experiment read already); raises
+    FileNotFoundError naming the command that trains it when it is absent."""
+    spec = experiment if isinstance(experiment, Experiment) else experiment_named(experiment)
+    cell = spec.cell(system, dataset, scale, seed=seed, runs_dir=runs_dir)
+    results = Path(results_dir) if results_dir else spec.path.parent / "results" / scale
+    record = load_records(results / "runs").get(cell.identity)
+    train_it = (f"train it with `mma-nmt experiment {spec.name} --scale {scale} --dataset {dataset}` (the table that "
+                f"holds it)")
+    if record is None and not is_finished(cell.run_dir):  # a run still training has checkpoints, but no final model
+        raise FileNotFoundError(f"no trained model for {system} seed {cell.seed} on {dataset} at scale {scale}: "
+                                f"{cell.run_dir} has not finished (no {RESULT_FILE}, no run record); {train_it}")
+    translated_with = (record["stopping"] if record else read_json(cell.run_dir / RESULT_FILE)).get("checkpoint",
+                                                                                                    "best.pt")
+    checkpoint = cell.run_dir / translated_with
+    if not checkpoint.is_file():
+        raise FileNotFoundError(f"no trained model for {system} on {dataset} at scale {scale} ({checkpoint} is "
+                                f"missing); {train_it}")
+    model, _ = load_model(checkpoint)
+    return TrainedCell(cell=cell, run_dir=cell.run_dir, checkpoint=checkpoint, model=model.eval(), record=record)
 
 
 def analysis_parser(doc: str, *, dataset: str, sentences: int = 300) -> argparse.ArgumentParser:
@@ -68,8 +118,6 @@ def command_line(script: str | Path, args: argparse.Namespace) -> str:
 def data_of(paper: str, args: argparse.Namespace) -> str:
     """The data ``args.dataset``'s column trains and tests on at ``args.scale``, as the tables name it ("Multi30k
     En-De (for IWSLT'15 En-Vi)"), for a report's heading: the column's key names the paper's corpus, not ours."""
-    from mma_nmt.experiments.command import experiment_named
-
     datasets = experiment_named(paper).datasets
     if args.dataset not in datasets:
         raise ValueError(f"{paper} has no dataset {args.dataset!r}; its columns: {sorted(datasets)}")
@@ -82,9 +130,11 @@ def models_of(table: str, args: argparse.Namespace) -> str:
             else f"the {table} table's models")
 
 
-def load_trained(paper: str, system: str, args: argparse.Namespace, *, seed: int | None = None) -> TrainedCell:
-    """The trained model of ``system`` in ``args.dataset``'s column (the table's seed ``seed``, default the
-    recipe's; with ``--converged`` the model of ``system`` trained until patience stopped it)."""
+def load_trained(paper: str | Experiment, system: str, args: argparse.Namespace, *,
+                 seed: int | None = None) -> TrainedCell:
+    """The trained model of ``system`` in ``args.dataset``'s column of ``paper`` (a name, or the experiment read
+    already) (the table's seed ``seed``, default the recipe's; with ``--converged`` the model of ``system`` trained
+    until patience stopped it)."""
     _, system = _analysed("main", system, args)
     return trained_cell(paper, system, args.dataset, scale=args.scale, seed=seed, runs_dir=args.runs_dir,
                         results_dir=args.results_dir)
@@ -95,14 +145,13 @@ def trained_seeds(paper: str, table: str, system: str, args: argparse.Namespace
     """The trained model of every seed ``table`` trains ``system`` with at ``args.scale`` (with ``--converged``: the
     convergence table's ``system`` trained until patience), and the seeds not trained yet (reports name them); raises
     FileNotFoundError when none is trained."""
-    from mma_nmt.experiments.command import experiment_named
-
+    experiment = experiment_named(paper)
     table, analysed = _analysed(table, system, args)
-    seeds = experiment_named(paper).tables[table].seeds_at(args.scale, analysed)
+    seeds = experiment.tables[table].seeds_at(args.scale, analysed)
     found, missing, error = [], [], None
     for seed in seeds:
         try:
-            found.append(load_trained(paper, system, args, seed=seed))
+            found.append(load_trained(experiment, system, args, seed=seed))
         except FileNotFoundError as absent:
             missing.append(seed)
             error = absent
@@ -127,8 +176,6 @@ def with_rows_measured_elsewhere(path: Path, measured: list[dict], paper: str, t
     names the very run it measured (the same identity), so a report analysed on several machines keeps every seed
     instead of losing those whose models stayed behind, and a retrained or reconfigured run drops its old rows. Rows
     measured with other settings (``--sentences``, say) are not mixed in: they are dropped, and the command says so."""
-    from mma_nmt.experiments.command import experiment_named
-
     spec = experiment_named(paper)
     elsewhere = {spec.cell(_analysed(table, system, args)[1], args.dataset, args.scale, seed=seed).identity
                  for system, seeds in missing.items() for seed in seeds}
@@ -169,8 +216,6 @@ def elsewhere_note(rows: list[dict]) -> list[str]:
 def force_decoded(trained: TrainedCell, sentences: int) -> tuple[list, object]:
     """The :class:`~mma_nmt.models.recording.SentenceRecord` of each of the first ``sentences`` test pairs (the
     reference teacher-forced) and the test split."""
-    from mma_nmt.evaluation.force_decode import force_decode_sentences
-
     test = trained.dataset()
     count = min(sentences, len(test))
     torch.manual_seed(0)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from mma_nmt.data.fileio import atomic_write_json
-from mma_nmt.experiments.spec import Cell, Experiment
+from mma_nmt.experiments.spec import PlannedRun
 from mma_nmt.training.hardware import hardware
 
 RECORD_FILE, HYPOTHESES_FILE = "record.json", "test.hyp.txt"
@@ -36,13 +36,8 @@ class RecordError(ValueError):
     """A run record that cannot be trusted; the message names the file and the way out."""
 
 
-def records_dir(experiment: Experiment, scale: str) -> Path:
-    return experiment.path.parent / "results" / scale / "runs"
-
-
-def record_dir_for(cell: Cell, root: Path) -> Path:
-    seed = cell.config.get("train", {}).get("seed", 1)
-    return Path(root) / cell.dataset.role / f"{cell.system.name}-seed{seed}-{cell.identity}"
+def record_dir_for(run: PlannedRun, root: Path) -> Path:
+    return Path(root) / run.dataset.role / f"{run.system.name}-seed{run.seed}-{run.identity}"
 
 
 def file_sha256(path: Path) -> str:
@@ -170,12 +165,12 @@ def training_minutes(segments: list[dict]) -> float:
     return sum(segment["minutes"] for segment in segments)
 
 
-CONTINUE_EVENT = "continue"  # logged by mma_nmt.experiments.continuation when a run continues a capped one
+CONTINUE_EVENT = "continue"  # logged by mma_nmt.experiments.runner when a run continues a capped one
 
 
 def stopping_point(log_path: Path, checkpoint: str) -> dict:
     """Where and why training ended, from the last ``end`` event of the run's log; for a run that continued a capped
-    run (:mod:`mma_nmt.experiments.continuation`), which one and from which update."""
+    run (:func:`~mma_nmt.experiments.runner.continue_from`), which one and from which update."""
     ends, continued = log_events(log_path, "end"), log_events(log_path, CONTINUE_EVENT)
     end = ends[-1] if ends else {}
     point = {"updates": end.get("step"), "epoch": end.get("epoch"), "reason": end.get("stopped", "max_steps"),
@@ -192,26 +187,27 @@ _TRAINING = ("parameters", "train_tokens_per_s", "train_steps", "train_minutes",
              "resumed", "decode_sentences_per_s")
 
 
-def write_record(cell: Cell, run_dir: Path, result: dict, root: Path) -> Path:
-    """Writes the record of the finished run in ``run_dir`` (its ``result.json`` contents in ``result``) under
+def write_record(run: PlannedRun, result: dict, root: Path) -> Path:
+    """Writes the record of ``run``, finished in its run directory (its ``result.json`` contents in ``result``), under
     ``root``; an existing record of the same run is kept as it is. Returns the record's folder."""
-    target = record_dir_for(cell, root)
+    target = record_dir_for(run, root)
     if (target / RECORD_FILE).is_file():
         return target
     target.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(run_dir) / "translations" / Path(result["hypotheses"]).name, target / HYPOTHESES_FILE)
-    config = cell.config
-    train = config.get("train", {})
-    record = {"experiment": result.get("experiment"), "system": cell.system.name,
-              "dataset": cell.dataset.role, "data": cell.dataset.data_label(cell.scale),
-              "corpus": config.get("data", {}).get("corpus"), "test_split": config.get("eval", {}).get("split"),
-              "scale": cell.scale, "identity": cell.identity, "seed": cell.seed, "config": config,
-              "average_last": cell.average_last,
-              "stopping": stopping_point(run_dir / "log.jsonl", result.get("checkpoint", "best.pt")),
+    shutil.copyfile(run.run_dir / "translations" / Path(result["hypotheses"]).name, target / HYPOTHESES_FILE)
+    typed = run.run_config
+    # a result.json written before results named their hardware (2026-11-24): this machine, "auto" read as the CPU
+    device = "cpu" if typed.train.device == "auto" else typed.train.device
+    record = {"experiment": result.get("experiment"), "system": run.system.name,
+              "dataset": run.dataset.role, "data": run.dataset.data_label(run.scale),
+              "corpus": typed.data.corpus, "test_split": typed.eval.split,
+              "scale": run.scale, "identity": run.identity, "seed": run.seed, "config": run.config,
+              "average_last": run.average_last,
+              "stopping": stopping_point(run.run_dir / "log.jsonl", result.get("checkpoint", "best.pt")),
               "metrics": {key: result[key] for key in _METRICS if key in result},
               "training": {key: result.get(key) for key in _TRAINING},
-              "curve": learning_curve(run_dir / "log.jsonl"),
-              "hardware": result.get("hardware") or hardware(train.get("device", "cpu"), train.get("threads", 0)),
+              "curve": learning_curve(run.run_dir / "log.jsonl"),
+              "hardware": result.get("hardware") or hardware(device, typed.train.threads),
               "software": result.get("software") or software(Path(__file__).parent),
               "finished": result.get("finished", time.strftime("%Y-%m-%d %H:%M:%S")),
               CHECKSUM_KEY: file_sha256(target / HYPOTHESES_FILE)}
@@ -219,6 +215,6 @@ def write_record(cell: Cell, run_dir: Path, result: dict, root: Path) -> Path:
     return target
 
 
-__all__ = ["RECORD_FILE", "HYPOTHESES_FILE", "CHECKSUM_KEY", "RecordError", "file_sha256", "read_record", "records_dir",
+__all__ = ["RECORD_FILE", "HYPOTHESES_FILE", "CHECKSUM_KEY", "RecordError", "file_sha256", "read_record",
            "record_dir_for", "load_records", "write_record",
            "learning_curve", "late_descent", "stopping_point", "training_segments", "training_minutes", "software"]

@@ -1,20 +1,28 @@
 """A table's results laid out like the paper's, built from run records: our BLEU under the name of the data we ran on
 (mean and standard deviation over seeds), the difference to the baseline of the same seed with paired-bootstrap
 significance per seed, the paper's numbers beside ours under the paper's corpus name; then one line per run (seed,
-stopping point, training time, other metrics, hardware)."""
+stopping point, training time, other metrics, hardware). Written as Markdown, JSON and a learning-curve figure
+(:mod:`~mma_nmt.experiments.curves`), but never with less than the table publishes today (:func:`write_table`; the
+rule is ``mma-nmt experiment --help``'s). The scoring modules (sacreBLEU, the bootstrap, Moses) are imported where a
+table is scored."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mma_nmt.data.fileio import read_text_lines
+from mma_nmt import pipeline
+from mma_nmt.data import ParallelDataset
+from mma_nmt.data.fileio import atomic_write_json, atomic_write_text, read_text_lines
+from mma_nmt.experiments.curves import plot_learning_curves
 from mma_nmt.experiments.records import CHECKSUM_KEY, late_descent
-from mma_nmt.experiments.spec import Experiment, Table, resolved_run_config
+from mma_nmt.experiments.spec import Plan, PlannedRun
 from mma_nmt.training.hardware import hardware_name
 
 SIGNIFICANT = 0.05
@@ -49,19 +57,15 @@ class TestReferences:
         return self.tokenized[key]
 
 
-def _references(experiment: Experiment, system: str, role: str, scale: str) -> TestReferences:
-    """The test references of ``role``'s column, preparing its corpus first on a machine that has not (a table is
+def _references(planned: PlannedRun) -> TestReferences:
+    """The test references of ``planned``'s column, preparing its corpus first on a machine that has not (a table is
     rebuilt from its records without any training)."""
-    from mma_nmt import pipeline
-    from mma_nmt.data import ParallelDataset
-    from mma_nmt.evaluation.multi_reference import concatenated_streams
-    from mma_nmt.experiments.cell import reference_sets
+    from mma_nmt.evaluation.multi_reference import concatenated_streams, run_reference_sets
 
-    cell = experiment.cell(system, role, scale)
-    run = resolved_run_config(cell, Path("unused"))
+    run = planned.run_config
     pipeline.ensure_prepared(run, say=lambda text: print(f"[experiment] {text} (for its test references)", flush=True))
     data = ParallelDataset.load(run.prepared_dir(), run.eval.split)
-    sets = reference_sets(run)
+    sets = run_reference_sets(run)
     return TestReferences(lines=data.tgt_text, lang=data.meta.get("corpus", {}).get("tgt_lang", "en"),
                           streams=concatenated_streams(sets) if sets else None)
 
@@ -88,10 +92,8 @@ def _spread(values: list[float]) -> dict:
 
 def _translations(record: dict, references: list[str]) -> list[str]:
     """A record's test translations, refused (naming the file) unless they are line for line with ``references``."""
-    from mma_nmt.pipeline import _same_count
-
     lines = read_text_lines(record["hypotheses"])
-    _same_count(lines, record["hypotheses"], references, f"the test split of {record['dataset']}")
+    pipeline._same_count(lines, record["hypotheses"], references, f"the test split of {record['dataset']}")
     return lines
 
 
@@ -133,18 +135,25 @@ def _compare(ours: dict, base: dict, references: TestReferences, metric: str, sa
             "significant": bool(test["p_value"] < SIGNIFICANT and delta != 0.0)}
 
 
-def _cell(experiment, table, scale, row, column, records, references, samples) -> dict:
-    base_row = table.baseline_of(row)
+def _runs_of(runs: list[PlannedRun], row: str, column: str) -> list[PlannedRun]:
+    """The planned runs of one (row, column) cell of a table, in seed order."""
+    return [run for run in runs if run.system.name == row and run.dataset.role == column]
 
-    def runs_of(system: str) -> list[dict]:
-        found = [records.get(experiment.cell(system, column, scale, seed=seed).identity)
-                 for seed in table.seeds_at(scale, system)]
+
+def _cell(plan: Plan, name: str, row: str, column: str, records: dict[str, dict],
+          references: dict[str, TestReferences], samples: int) -> dict:
+    table, runs = plan.experiment.tables[name], plan.tables[name]
+    planned = _runs_of(runs, row, column)
+    base_row = planned[0].baseline
+
+    def records_of(system: str) -> list[dict]:
+        found = [records.get(run.identity) for run in _runs_of(runs, system, column)]
         return [record for record in found if record]
 
-    ours, bases = runs_of(row), {record["seed"]: record for record in runs_of(base_row)}
+    ours, bases = records_of(row), {record["seed"]: record for record in records_of(base_row)}
     paper, paper_base = table.paper.get(row, {}).get(column), table.paper.get(base_row, {}).get(column)
     entry = {"baseline": base_row, "seeds": [r["seed"] for r in ours],
-             "planned_seeds": [s for s in table.seeds_at(scale, row) if s is not None],
+             "planned_seeds": [s for s in table.seeds_at(plan.scale, row) if s is not None],
              "bleus": [score(r, table.metric) for r in ours], "paper": paper,
              "paper_delta": None if row == base_row or paper is None or paper_base is None
              else round(paper - paper_base, 2)}
@@ -153,7 +162,7 @@ def _cell(experiment, table, scale, row, column, records, references, samples) -
     if row != base_row:
         pairs = [(r, bases[r["seed"]]) for r in ours if r["seed"] in bases]
         if pairs and column not in references:
-            references[column] = _references(experiment, row, column, scale)
+            references[column] = _references(planned[0])
         entry["per_seed"] = [_compare(r, b, references[column], table.metric, samples) for r, b in pairs]
         deltas = [c["delta"] for c in entry["per_seed"]]
         if deltas:
@@ -166,19 +175,20 @@ def _cell(experiment, table, scale, row, column, records, references, samples) -
     return entry
 
 
-def build_table(experiment: Experiment, table: Table, scale: str, records: dict[str, dict], *,
-                bootstrap_samples: int = 10000) -> dict:
-    """The table as data; ``records`` maps run identities to run records (missing runs are left empty)."""
+def build_table(plan: Plan, name: str, records: dict[str, dict], *, bootstrap_samples: int = 10000) -> dict:
+    """Table ``name`` of ``plan`` as data; ``records`` maps run identities to run records (missing runs are left
+    empty)."""
+    experiment, table, scale = plan.experiment, plan.experiment.tables[name], plan.scale
     references: dict[str, TestReferences] = {}
     columns = [c for c in table.columns if experiment.has_recipe(c, scale)]
     rows = [{"system": row, "label": experiment.systems[row].label,
-             "cells": {column: _cell(experiment, table, scale, row, column, records, references, bootstrap_samples)
+             "cells": {column: _cell(plan, name, row, column, records, references, bootstrap_samples)
                        for column in columns}} for row in table.rows]
     runs = []
     for row in table.rows:
         for column in columns:
-            for seed in table.seeds_at(scale, row):
-                record = records.get(experiment.cell(row, column, scale, seed=seed).identity)
+            for planned in _runs_of(plan.tables[name], row, column):
+                record = records.get(planned.identity)
                 if record:  # the checksum stays in the record: a table is the same whether or not its records have it
                     run = {key: value for key, value in record.items() if key != CHECKSUM_KEY}
                     runs.append({**run, "row": row, "column": column})
@@ -264,8 +274,8 @@ def _run_line(run: dict, columns: dict) -> str:
         f"[record]({folder}/record.json)"]) + " |"
 
 
-def to_markdown(data: dict, *, command: str = "") -> str:
-    columns, paper_columns = data["columns"], data["paper_columns"]
+def _heading(data: dict, command: str) -> list[str]:
+    """The table's title and what it is: paper, scale, metric, seeds, date, commit, command, note."""
     metric = ("sacreBLEU (detokenised)" if data["metric"] == "bleu"
               else "tokenised BLEU (Moses-tokenised, multi-bleu style)")
     seeds = f"Seeds: {', '.join(map(str, data['seeds']))}." if data.get("seeds") else "One seed per system."
@@ -273,7 +283,7 @@ def to_markdown(data: dict, *, command: str = "") -> str:
              f"Paper: {data['paper']}. Scale: **{data['scale']}**. Metric: {metric}. {seeds} Date {data['date']}, "
              f"commit {data['git_commit']}."]
     if data["scale"] != "full":
-        lines += ["", "Our numbers are measured on " + "; ".join(f"**{label}**" for label in columns.values())
+        lines += ["", "Our numbers are measured on " + "; ".join(f"**{label}**" for label in data["columns"].values())
                   + ", not on the paper's corpora; the paper's columns are the paper's own numbers on its data."]
     if command:
         lines += ["", f"Command: `{command}`"]
@@ -282,10 +292,16 @@ def to_markdown(data: dict, *, command: str = "") -> str:
     if data.get("not_at_this_scale"):
         lines += ["", f"Not run at this scale (no data here; see the experiment's README): "
                       f"{', '.join(data['not_at_this_scale'])}; only the paper's numbers are shown."]
+    return lines
+
+
+def _results(data: dict) -> list[str]:
+    """Ours beside the paper's, row by row, and how to read the differences."""
+    columns, paper_columns = data["columns"], data["paper_columns"]
     header = ["System"]
     for column, label in columns.items():
         header += [f"ours: {label}", "Δ", f"paper: {paper_columns[column]}", "paper Δ"]
-    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in data["rows"]:
         out = [row["label"]]
         for column in columns:
@@ -300,22 +316,124 @@ def to_markdown(data: dict, *, command: str = "") -> str:
         on += (" (where a column has several references per test set, BLEU is the mean over its test sets of "
                "multi-reference BLEU, as the paper; the bootstrap then runs on its test sets pooled, against all "
                "their references)")
-    lines += ["", "ours: mean ± standard deviation over seeds (number of seeds) when there are several. Δ: "
-                  "difference to the row's baseline trained with the same seed. Paired bootstrap resampling "
-                  f"(sacreBLEU, {data['bootstrap_samples']} samples) of each seed against that baseline{on}: "
-                  f"† p < 0.05, †† p < 0.01; (n.s.) = no significant difference. {CLAIM_RULE}"]
-    lines += ["", ("Runs (stop: updates done, why training stopped, the update of the best validation loss; train min: "
-               "wall-clock minutes of training, summed over the segments of a resumed run, under whatever load the "
-               "machine had then: not a speed measurement; valid nll: the validation NLL per target token at the last "
-               "validation, where training stopped (the decoded checkpoint's can be a little lower); last 1k: how "
-               "much the validation NLL still fell over the "
-               "last 1,000 updates before the stop, near 0 where the curve had flattened):"), "",
-              "| System | Data | seed | #Params | stop | translated with | train min | valid nll | last 1k | BLEU "
-              "| tok. BLEU | chrF | TER | hardware | record |", "|" + "---|" * 15]
-    lines += [_run_line(run, columns) for run in data["runs"]]
+    return lines + ["", "ours: mean ± standard deviation over seeds (number of seeds) when there are several. Δ: "
+                        "difference to the row's baseline trained with the same seed. Paired bootstrap resampling "
+                        f"(sacreBLEU, {data['bootstrap_samples']} samples) of each seed against that baseline{on}: "
+                        f"† p < 0.05, †† p < 0.01; (n.s.) = no significant difference. {CLAIM_RULE}"]
+
+
+def _runs(data: dict) -> list[str]:
+    """One line per run, and the sacreBLEU signatures."""
+    lines = ["", ("Runs (stop: updates done, why training stopped, the update of the best validation loss; train min: "
+                  "wall-clock minutes of training, summed over the segments of a resumed run, under whatever load the "
+                  "machine had then: not a speed measurement; valid nll: the validation NLL per target token at the "
+                  "last validation, where training stopped (the decoded checkpoint's can be a little lower); last 1k: "
+                  "how much the validation NLL still fell over the "
+                  "last 1,000 updates before the stop, near 0 where the curve had flattened):"), "",
+             "| System | Data | seed | #Params | stop | translated with | train min | valid nll | last 1k | BLEU "
+             "| tok. BLEU | chrF | TER | hardware | record |", "|" + "---|" * 15]
+    lines += [_run_line(run, data["columns"]) for run in data["runs"]]
     signatures = sorted({run["metrics"]["bleu_signature"] for run in data["runs"]
                          if run.get("metrics", {}).get("bleu_signature")})
     if signatures:
         lines += ["", "sacreBLEU signature: " + "; ".join(f"`{s}`" for s in signatures)]
-    return "\n".join(lines) + "\n"
+    return lines
 
+
+def to_markdown(data: dict, *, command: str = "") -> str:
+    return "\n".join(_heading(data, command) + _results(data) + _runs(data)) + "\n"
+
+
+# ---- never publishing less: what a rebuilt table would lose of what it publishes today ----
+#
+# A table publishes, per cell (row, column), one run per seed: its BLEU and, for a row compared with a baseline, its
+# difference to the baseline of that seed with significance daggers. A rebuild may add runs and change numbers (a run
+# retrained, a config changed), but it never silently publishes fewer: a seed, or a run, that had a number and would
+# have none, a difference to the baseline that would disappear, or a dagger that would drop (†† to † or n.s.) stops the
+# rebuild of that table unless the user allows it (``mma-nmt experiment --allow-fewer``).
+
+
+def _published(data: dict) -> dict[tuple[str, str, int | None], dict]:
+    """(row, column, seed) -> the BLEU and, where the row is compared with a baseline, the difference and its
+    significance mark, of every run ``data`` publishes."""
+    found = {}
+    for row in data.get("rows", []):
+        for column, cell in row.get("cells", {}).items():
+            seeds, bleus = cell.get("seeds"), cell.get("bleus")
+            if seeds is None and cell.get("bleu") is not None:  # a table written before runs were listed per seed
+                seeds, bleus = [None], [cell["bleu"]]
+            per_seed = {compared.get("seed"): compared for compared in cell.get("per_seed") or []}
+            for seed, bleu in zip(seeds or [], bleus or []):
+                compared = per_seed.get(seed, {})
+                found[row["system"], column, seed] = {
+                    "bleu": bleu, "delta": compared.get("delta"),
+                    "mark": significance_mark(compared["p_value"]) if "p_value" in compared else ""}
+    return found
+
+
+def _daggers(mark: str) -> int:
+    return mark.count("†")
+
+
+def _delta_text(number: dict) -> str:
+    return f"Δ {number['delta']:+.2f}{number['mark']}"
+
+
+def lost_numbers(old: dict, new: dict) -> list[str]:
+    """What table ``new`` would no longer publish of table ``old`` (both as :func:`build_table` returns them), one
+    phrase per run: "mma on de_en seed 1 (37.77, Δ +1.18††): no run"."""
+    before, after = _published(old), _published(new)
+    lost = []
+    for (row, column, seed), number in before.items():
+        where = f"{row} on {column}" + (f" seed {seed}" if seed is not None else "")
+        now = after.get((row, column, seed))
+        if now is None:
+            shown = f"{number['bleu']:.2f}" + (f", {_delta_text(number)}" if number["delta"] is not None else "")
+            lost.append(f"{where} ({shown}): no run")
+        elif number["delta"] is not None and now["delta"] is None:
+            lost.append(f"{where} ({_delta_text(number)}): no difference to the baseline (its run of that seed is "
+                        f"gone)")
+        elif number["delta"] is not None and _daggers(now["mark"]) < _daggers(number["mark"]):
+            lost.append(f"{where} ({_delta_text(number)}): would become {_delta_text(now)}")
+    return lost
+
+
+def _lost_numbers(path: Path, data: dict) -> list[str]:
+    """What the table at ``path`` publishes today that ``data`` would not (:func:`lost_numbers`)."""
+    if not path.is_file():
+        return []
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return [f"whatever {path} holds (it cannot be read: {error})"]
+    return lost_numbers(old, data)
+
+
+def _with_relative_hypotheses(data: dict, out_dir: Path) -> dict:
+    """``data`` with each run's translations named relative to the table's folder, so that a committed table names
+    no path of the machine that wrote it and stays the same wherever it is rebuilt."""
+    runs = [{**run, "hypotheses": os.path.relpath(run["hypotheses"], out_dir)} if run.get("hypotheses") else run
+            for run in data.get("runs", [])]
+    return {**data, "runs": runs}
+
+
+def write_table(out_dir: Path, data: dict, command: str, *,
+                allow_fewer: bool = False) -> tuple[Path | None, str | None]:
+    """Writes the table's Markdown, JSON and learning curves; refuses (returns the reason) when the table would publish
+    fewer seeds, runs or significance daggers than it does today (:func:`lost_numbers`), unless ``allow_fewer``."""
+    name = data["table"]
+    lost = _lost_numbers(out_dir / f"{name}.json", data)
+    if lost and not allow_fewer:
+        return None, (f"{out_dir / (name + '.md')} not rewritten: it publishes {'; '.join(lost)} (a run failed or is "
+                      f"not finished, its record was removed, or its config changed); finish or restore those runs, "
+                      f"or pass --allow-fewer to publish the table with less")
+    if lost:
+        print(f"[experiment] {out_dir / (name + '.md')} publishes less than before (--allow-fewer): {'; '.join(lost)}",
+              flush=True)
+    data["command"] = command
+    atomic_write_json(out_dir / f"{name}.json", _with_relative_hypotheses(data, out_dir))
+    figure = plot_learning_curves(data, out_dir / f"{name}.curves.png")
+    markdown = to_markdown(data, command=command)
+    if figure is not None:
+        markdown += f"\n![learning curves]({figure.name})\n"
+    return atomic_write_text(out_dir / f"{name}.md", markdown), None

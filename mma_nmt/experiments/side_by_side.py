@@ -13,7 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-CELL_COMMAND = [sys.executable, "-m", "mma_nmt.experiments.cell"]  # + the run directory
+CELL_COMMAND = [sys.executable, "-m", "mma_nmt.experiments.runner"]  # + the run directory
 TERMINATE_GRACE_S = 30.0
 
 

@@ -18,7 +18,8 @@
 Any other key, at any level, is an error naming the file and the key's path (``tabels``, ``datasets.de_en.lable``),
 as in run configs; a file without tables (e.g. a run config) is not an experiment and is refused.
 
-:func:`load_experiment` validates all of it and :meth:`Experiment.cells` turns a table into resolved run configs.
+:func:`load_experiment` reads and validates all of it (each recipe file once, when a run first needs it), and
+:meth:`Experiment.plan` resolves the runs of the tables a command works on, each once, into :class:`PlannedRun` objects.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from mma_nmt.config_io import from_dict, load_file, set_dotted
+from mma_nmt.training.config import RunConfig, run_config_from_dict
 
 SCALES = ("full", "mini", "smoke")
+RUNS_DIR = "runs/experiments"  # where runs live, under <scale>/<corpus>/<system>-<identity> (shared by all papers)
 METRICS = ("bleu", "tokenized_bleu")
 # Settings that change how a run executes but not what it computes: left out of a run's identity.
 _NOT_IDENTITY = (("train", "save_dir"), ("train", "progress"), ("train", "threads"), ("train", "device"),
@@ -115,28 +118,58 @@ class Table:
         return self.deltas.get(row, self.baseline)
 
 
-@dataclass
-class Cell:
-    """One system trained and scored on one dataset at one scale."""
+@dataclass(frozen=True)
+class PlannedRun:
+    """One system trained and scored on one dataset at one scale with one seed, resolved once from the recipe
+    (:meth:`Experiment.plan`): everything the runner, the status, the continuation of capped runs, the records and the
+    tables read about a run. A run that two tables share (the same identity) is one run in one directory."""
 
     system: System
     dataset: Dataset
     scale: str
-    config: dict  # the raw run config (data, model, train, decode, eval), without train.save_dir
-    average_last: int = 0
-
-    @property
-    def seed(self) -> int:
-        return int(self.config.get("train", {}).get("seed", 1))
-
-    @property
-    def identity(self) -> str:
-        """A hash of everything that determines the result: equal configs share one run, across tables and papers."""
-        return run_identity(self.config, self.average_last)
+    seed: int
+    config: dict  # the raw run config as the recipe gives it, without train.save_dir: what the identity hashes and
+    # cell.json and the record keep (never changed after planning)
+    run_config: RunConfig  # the same config, typed, saving into run_dir
+    average_last: int  # translate with the average of the last N periodic checkpoints (0: best.pt, else last.pt)
+    identity: str  # run_identity(config, average_last): equal configs share one run, across tables and papers
+    run_dir: Path
+    table: str | None = None  # the table it was planned for (None: asked for by name, e.g. by an analysis)
+    baseline: str | None = None  # the row of that table it is compared with (its own name for the baseline row)
 
     @property
     def key(self) -> tuple[str, str]:
         return self.system.name, self.dataset.role
+
+
+def distinct(runs: list[PlannedRun]) -> list[PlannedRun]:
+    """The first planned run of each identity, in order (a run in two tables is trained and recorded once)."""
+    first: dict[str, PlannedRun] = {}
+    for run in runs:
+        first.setdefault(run.identity, run)
+    return list(first.values())
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The runs of the tables one command works on at one scale, each resolved once (:meth:`Experiment.plan`)."""
+
+    experiment: Experiment
+    scale: str
+    runs_dir: Path
+    tables: dict[str, list[PlannedRun]]  # table name -> its runs in reading order (row, seed, column)
+
+    @property
+    def runs(self) -> list[PlannedRun]:
+        """Every run of every table, in reading order (a run in two tables comes twice, once for each)."""
+        return [run for runs in self.tables.values() for run in runs]
+
+
+def _run_dir(runs_dir: Path, scale: str, identity: str, corpus: str, system: str) -> Path:
+    """``<runs_dir>/<scale>/<corpus>/<system>-<identity>``; an existing directory of the same identity (the same run
+    under another system name, e.g. another paper's baseline) is reused."""
+    existing = sorted((runs_dir / scale).glob(f"*/*-{identity}"))
+    return existing[0] if existing else runs_dir / scale / corpus / f"{system}-{identity}"
 
 
 @dataclass
@@ -147,50 +180,85 @@ class Experiment:
     datasets: dict[str, Dataset]
     systems: dict[str, System]
     tables: dict[str, Table]
+    _recipe_files: dict[Path, dict] = field(default_factory=dict, repr=False, compare=False)  # each read once
 
-    def cells(self, table: str, scale: str) -> list[Cell]:
-        """The (row, column) runs of ``table`` at ``scale``, in reading order; columns whose dataset has no recipe at
-        ``scale`` (e.g. a licensed corpus at the mini scale) are left out."""
-        if table not in self.tables:
-            raise ExperimentError(f"{self.path}: no table {table!r}; tables: {', '.join(self.tables)}")
-        t = self.tables[table]
-        if scale not in t.scales:
-            raise ExperimentError(f"{self.path}: table {table!r} runs only at scale(s) {', '.join(t.scales)}")
-        return [self.cell(row, column, scale, seed=seed) for row in t.rows for seed in t.seeds_at(scale, row)
-                for column in t.columns if self.has_recipe(column, scale)]
+    def plan(self, tables: list[str], scale: str, runs_dir: str | Path = RUNS_DIR) -> Plan:
+        """The (row, column) runs of ``tables`` at ``scale``, each table's in reading order; columns whose dataset has
+        no recipe at ``scale`` (e.g. a licensed corpus at the mini scale) are left out."""
+        runs_dir, claimed = Path(runs_dir), {}  # claimed: identity -> its run directory, shared by every table
+        planned = {}
+        for name in tables:
+            table = self._table_at(name, scale)
+            planned[name] = [self._planned(row, column, scale, seed, runs_dir, claimed, table)
+                             for row in table.rows for seed in table.seeds_at(scale, row)
+                             for column in table.columns if self.has_recipe(column, scale)]
+        return Plan(experiment=self, scale=scale, runs_dir=runs_dir, tables=planned)
+
+    def cells(self, table: str, scale: str, runs_dir: str | Path = RUNS_DIR) -> list[PlannedRun]:
+        """The runs of one table (:meth:`plan`)."""
+        return self.plan([table], scale, runs_dir).tables[table]
+
+    def cell(self, system: str, role: str, scale: str, *, seed: int | None = None,
+             runs_dir: str | Path = RUNS_DIR) -> PlannedRun:
+        """One system on one dataset at one scale, of no table; ``seed`` replaces the recipe's ``train.seed``."""
+        return self._planned(system, role, scale, seed, Path(runs_dir), {}, None)
 
     def has_recipe(self, role: str, scale: str) -> bool:
         return scale in self.datasets[role].scales
 
-    def cell(self, system: str, role: str, scale: str, *, seed: int | None = None) -> Cell:
-        """One system on one dataset at one scale; ``seed`` replaces the recipe's ``train.seed``."""
+    def _table_at(self, name: str, scale: str) -> Table:
+        if name not in self.tables:
+            raise ExperimentError(f"{self.path}: no table {name!r}; tables: {', '.join(self.tables)}")
+        table = self.tables[name]
+        if scale not in table.scales:
+            raise ExperimentError(f"{self.path}: table {name!r} runs only at scale(s) {', '.join(table.scales)}")
+        return table
+
+    def _recipe_config(self, system: str, role: str, scale: str, seed: int | None) -> tuple[dict, int]:
+        """The raw run config of ``system`` on ``role`` at ``scale`` (the recipe's file, its ``set``, the system's
+        ``set`` and ``scale_set``, the seed) without ``train.save_dir``, and the checkpoints it averages."""
         if scale not in SCALES:
             raise ExperimentError(f"unknown scale {scale!r}; scales: {', '.join(SCALES)}")
-        dataset, sys_ = self.datasets[role], self.systems[system]
+        dataset, spec = self.datasets[role], self.systems[system]
         if scale not in dataset.scales:
             raise ExperimentError(f"{self.path}: dataset {role!r} has no {scale!r} recipe")
-        recipe = dataset.scales[scale]
-        config = load_file(recipe.base)
-        for key, value in {**recipe.set, **sys_.set, **sys_.scale_set.get(scale, {})}.items():
+        recipe, file = dataset.scales[scale], dataset.scales[scale].base.resolve()
+        if file not in self._recipe_files:
+            self._recipe_files[file] = load_file(recipe.base)
+        config = copy.deepcopy(self._recipe_files[file])
+        for key, value in {**recipe.set, **spec.set, **spec.scale_set.get(scale, {})}.items():
             set_dotted(config, key, copy.deepcopy(value))
         if seed is not None:
             set_dotted(config, "train.seed", int(seed))
-        average_last = sys_.average_last.get(scale, recipe.average_last)
-        _check_run_config(config, average_last, f"{self.path}: system {system!r} on {role!r} at scale {scale!r}")
         config.get("train", {}).pop("save_dir", None)
-        return Cell(system=sys_, dataset=dataset, scale=scale, config=config, average_last=average_last)
+        return config, spec.average_last.get(scale, recipe.average_last)
+
+    def _planned(self, system: str, role: str, scale: str, seed: int | None, runs_dir: Path,
+                 claimed: dict[str, Path], table: Table | None) -> PlannedRun:
+        config, average_last = self._recipe_config(system, role, scale, seed)
+        run_config = _checked_run_config(config, average_last,
+                                         f"{self.path}: system {system!r} on {role!r} at scale {scale!r}")
+        identity = run_identity(config, average_last)
+        if identity not in claimed:
+            claimed[identity] = _run_dir(runs_dir, scale, identity, run_config.data.corpus, system)
+        run_config.train.save_dir = str(claimed[identity])
+        return PlannedRun(system=self.systems[system], dataset=self.datasets[role], scale=scale,
+                          seed=run_config.train.seed, config=config, run_config=run_config,
+                          average_last=average_last, identity=identity, run_dir=claimed[identity],
+                          table=table.name if table else None, baseline=table.baseline_of(system) if table else None)
 
 
-def _check_run_config(config: dict, average_last: int, where: str) -> None:
-    from mma_nmt.training.config import run_config_from_dict
-
+def _checked_run_config(config: dict, average_last: int, where: str) -> RunConfig:
+    """``config`` typed; refused (naming ``where``) when it is no valid run config or keeps fewer periodic checkpoints
+    than it averages (else the run would fail only after training, when it averages)."""
     try:
         run = run_config_from_dict(copy.deepcopy(config))
     except (ValueError, TypeError) as error:
         raise ExperimentError(f"{where}: {error}") from None
-    if run.train.keep_periodic < average_last:  # else the run would fail only after training, when it averages
+    if run.train.keep_periodic < average_last:
         raise ExperimentError(f"{where}: average_last = {average_last} needs train.keep_periodic >= {average_last}, "
                               f"got {run.train.keep_periodic}")
+    return run
 
 
 def _table(name: str, raw: dict, path: Path) -> Table:
@@ -268,6 +336,34 @@ def _dataset(role: str, raw: dict, path: Path) -> Dataset:
     return Dataset(role=role, label=spec.label or role, scales=scales)
 
 
+def _system(name: str, spec: dict, path: Path) -> System:
+    unknown = sorted(set(spec) - {"label", "set", "note", "scale_set", "average_last"}) + sorted(
+        (set(spec.get("scale_set", {})) | set(spec.get("average_last", {}))) - set(SCALES))
+    if unknown:
+        raise ExperimentError(f"{path}: systems.{name}: unknown key(s) {unknown}")
+    return System(name=name, label=spec.get("label", name), set=dict(spec.get("set", {})), note=spec.get("note", ""),
+                  scale_set={k: dict(v) for k, v in spec.get("scale_set", {}).items()},
+                  average_last={k: int(v) for k, v in spec.get("average_last", {}).items()})
+
+
+def _check_names(table: Table, datasets: dict[str, Dataset], systems: dict[str, System], path: Path) -> None:
+    """Refuses a table that names a column, row or baseline the experiment does not have."""
+    where = f"{path}: tables.{table.name}"
+    for role in table.columns:
+        if role not in datasets:
+            raise ExperimentError(f"{where}: column {role!r} is not a dataset; datasets: {sorted(datasets)}")
+    for row in table.rows + [table.baseline] + list(table.deltas.values()) + table.seed_rows:
+        if row not in systems:
+            raise ExperimentError(f"{where}: row {row!r} is not a system; systems: {sorted(systems)}")
+    for row in [table.baseline, *table.deltas.values()]:
+        if row not in table.rows:
+            raise ExperimentError(f"{where}: baseline {row!r} must be one of the table's rows")
+    for row, values in table.paper.items():
+        if row not in table.rows or not set(values) <= set(table.columns):
+            raise ExperimentError(f"{where}: paper numbers for {row!r} {sorted(values)} do not match the "
+                                  f"rows {table.rows} / columns {table.columns}")
+
+
 def load_experiment(path: str | Path) -> Experiment:
     """Reads and checks ``experiment.toml`` (or a directory holding one)."""
     path = Path(path)
@@ -279,46 +375,14 @@ def load_experiment(path: str | Path) -> Experiment:
     if not raw.tables:
         raise ExperimentError(f"{path} is not an experiment: it has no [tables.<name>] section (an experiment file "
                               f"names its [datasets.*], [systems.*] and [tables.*]; see experiments/README.md)")
-    here = path.parent
     datasets = {role: _dataset(role, spec, path) for role, spec in raw.datasets.items()}
-    systems = {}
-    for name, spec in raw.systems.items():
-        unknown = sorted(set(spec) - {"label", "set", "note", "scale_set", "average_last"}) + sorted(
-            (set(spec.get("scale_set", {})) | set(spec.get("average_last", {}))) - set(SCALES))
-        if unknown:
-            raise ExperimentError(f"{path}: systems.{name}: unknown key(s) {unknown}")
-        systems[name] = System(name=name, label=spec.get("label", name), set=dict(spec.get("set", {})),
-                               note=spec.get("note", ""), scale_set={k: dict(v) for k, v in
-                                                                     spec.get("scale_set", {}).items()},
-                               average_last={k: int(v) for k, v in spec.get("average_last", {}).items()})
+    systems = {name: _system(name, spec, path) for name, spec in raw.systems.items()}
     tables = {name: _table(name, spec, path) for name, spec in raw.tables.items()}
     for table in tables.values():
-        where = f"{path}: tables.{table.name}"
-        for role in table.columns:
-            if role not in datasets:
-                raise ExperimentError(f"{where}: column {role!r} is not a dataset; datasets: {sorted(datasets)}")
-        for row in table.rows + [table.baseline] + list(table.deltas.values()) + table.seed_rows:
-            if row not in systems:
-                raise ExperimentError(f"{where}: row {row!r} is not a system; systems: {sorted(systems)}")
-        for row in [table.baseline, *table.deltas.values()]:
-            if row not in table.rows:
-                raise ExperimentError(f"{where}: baseline {row!r} must be one of the table's rows")
-        for row, values in table.paper.items():
-            if row not in table.rows or not set(values) <= set(table.columns):
-                raise ExperimentError(f"{where}: paper numbers for {row!r} {sorted(values)} do not match the "
-                                      f"rows {table.rows} / columns {table.columns}")
-    return Experiment(name=raw.name or here.name, title=raw.title or here.name, path=path,
+        _check_names(table, datasets, systems, path)
+    return Experiment(name=raw.name or path.parent.name, title=raw.title or path.parent.name, path=path,
                       datasets=datasets, systems=systems, tables=tables)
 
 
-def resolved_run_config(cell: Cell, save_dir: Path):
-    """The :class:`~mma_nmt.training.config.RunConfig` of ``cell`` saving into ``save_dir``."""
-    from mma_nmt.training.config import run_config_from_dict
-
-    config = copy.deepcopy(cell.config)
-    set_dotted(config, "train.save_dir", str(save_dir))
-    return run_config_from_dict(config)
-
-
-__all__ = ["SCALES", "Experiment", "ExperimentError", "Cell", "Table", "System", "Dataset", "load_experiment",
-           "resolved_run_config"]
+__all__ = ["SCALES", "RUNS_DIR", "Experiment", "ExperimentError", "PlannedRun", "Plan", "Table", "System", "Dataset",
+           "distinct", "load_experiment", "run_identity"]

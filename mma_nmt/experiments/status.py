@@ -23,12 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mma_nmt.experiments.cell import is_finished
-from mma_nmt.experiments.continuation import capped_predecessor, holds_run
-from mma_nmt.experiments.records import CONTINUE_EVENT, load_records, log_events, training_segments
-from mma_nmt.experiments.runner import run_dir_for
-from mma_nmt.experiments.spec import Cell
-from mma_nmt.training.config import run_config_from_dict
+from mma_nmt.experiments.records import CONTINUE_EVENT, log_events, training_segments
+from mma_nmt.experiments.runner import capped_predecessor, holds_run, is_finished
+from mma_nmt.experiments.spec import PlannedRun, distinct
 from mma_nmt.training.run_lock import lock_holder
 
 STATES = ("recorded", "finished", "training", "trained", "interrupted", "continues", "not started")
@@ -36,11 +33,9 @@ STATES = ("recorded", "finished", "training", "trained", "interrupted", "continu
 
 @dataclass
 class RunStatus:
-    table: str
-    cell: Cell
+    run: PlannedRun  # under the first of the chosen tables that has it
     state: str  # one of STATES
     detail: str
-    run_dir: Path | None = None
 
 
 def _count(value) -> str:
@@ -52,10 +47,10 @@ def _of(events: list[dict], kind: str) -> list[dict]:
     return [event for event in events if event["event"] == kind]
 
 
-def _progress(cell: Cell, events: list[dict]) -> str:
+def _progress(run: PlannedRun, events: list[dict]) -> str:
     """How far a run that has started has come, from its log's events: the last update logged, the last validation,
     and the early-stopping state (validations in a row without a new best, of the patience)."""
-    train = run_config_from_dict(cell.config).train
+    train = run.run_config.train
     stepped = [event for event in events if event["event"] in ("train", "valid", "end")]
     if not stepped:
         return f"no update logged yet (max {train.max_steps:,})"
@@ -79,8 +74,8 @@ def _resume_point(events: list[dict]) -> str:
 
 def _training_ended(events: list[dict]) -> dict | None:
     """The ``end`` event of the log's last training segment when that segment ended and no continuation of a capped
-    run (:mod:`mma_nmt.experiments.continuation`, which copies the capped run's log, ``end`` included) followed it;
-    else None."""
+    run (:func:`~mma_nmt.experiments.runner.continue_from`, which copies the capped run's log, ``end`` included)
+    followed it; else None."""
     segments = training_segments(events)
     if not segments or not segments[-1]["ended"]:
         return None
@@ -89,73 +84,64 @@ def _training_ended(events: list[dict]) -> dict | None:
     return None if CONTINUE_EVENT in kinds[last_end:] else events[last_end]
 
 
-def _started_run_status(table: str, cell: Cell, run_dir: Path) -> RunStatus:
+def _started_run_status(run: PlannedRun) -> RunStatus:
     """A run directory that holds a run but no result: training now, trained but not scored, or interrupted."""
-    log = run_dir / "log.jsonl"
+    log = run.run_dir / "log.jsonl"
     events = log_events(log) if log.is_file() else []
-    holder = lock_holder(run_dir)
+    holder = lock_holder(run.run_dir)
     if holder is not None:
-        return RunStatus(table, cell, "training", f"PID {holder}: " + _progress(cell, events), run_dir)
+        return RunStatus(run, "training", f"PID {holder}: " + _progress(run, events))
     end = _training_ended(events)
     if end is not None:  # the lock covers training only: decoding now and killed while decoding look alike
         detail = (f"training stopped at {_count(end.get('step'))} ({end.get('stopped', 'max_steps')}; best "
                   f"{_count(end.get('best_step', end.get('step')))}); translation and scoring not finished (running "
                   f"now, or the table's next run does them)")
-        return RunStatus(table, cell, "trained", detail, run_dir)
+        return RunStatus(run, "trained", detail)
     if not events:
-        return RunStatus(table, cell, "interrupted", "checkpoints but no log.jsonl", run_dir)
-    return RunStatus(table, cell, "interrupted", _progress(cell, events) + _resume_point(events), run_dir)
+        return RunStatus(run, "interrupted", "checkpoints but no log.jsonl")
+    return RunStatus(run, "interrupted", _progress(run, events) + _resume_point(events))
 
 
-def run_status(table: str, cell: Cell, runs_dir: Path, records: dict[str, dict]) -> RunStatus:
-    """The state of ``cell`` (see the module docstring)."""
-    record = records.get(cell.identity)
+def run_status(run: PlannedRun, runs_dir: Path, records: dict[str, dict]) -> RunStatus:
+    """The state of ``run`` (see the module docstring)."""
+    record = records.get(run.identity)
     if record is not None:
         stop, metrics = record.get("stopping", {}), record.get("metrics", {})
         detail = (f"stopped at {_count(stop.get('updates'))} ({stop.get('reason')}; best "
                   f"{_count(stop.get('best_update'))}), sacreBLEU {metrics.get('bleu', float('nan')):.2f}")
-        return RunStatus(table, cell, "recorded", detail)
-    run_dir = run_dir_for(cell, runs_dir)
-    if is_finished(run_dir):
-        return RunStatus(table, cell, "finished", "no record yet: --from-records writes it", run_dir)
-    if holds_run(run_dir):
-        return _started_run_status(table, cell, run_dir)
-    predecessor = capped_predecessor(cell, runs_dir)
+        return RunStatus(run, "recorded", detail)
+    if is_finished(run.run_dir):
+        return RunStatus(run, "finished", "no record yet: --from-records writes it")
+    if holds_run(run.run_dir):
+        return _started_run_status(run)
+    predecessor = capped_predecessor(run, runs_dir)
     if predecessor is not None:
-        return RunStatus(table, cell, "continues", f"will continue the finished capped run {predecessor}", run_dir)
-    return RunStatus(table, cell, "not started", "", run_dir)
+        return RunStatus(run, "continues", f"will continue the finished capped run {predecessor}")
+    return RunStatus(run, "not started", "")
 
 
-def table_status(tables: dict[str, list[Cell]], runs_dir: Path, records_root: Path) -> list[RunStatus]:
-    """Every distinct run of ``tables`` (table name -> its cells, in reading order), each once, under the first table
+def table_status(runs: list[PlannedRun], runs_dir: Path, records: dict[str, dict]) -> list[RunStatus]:
+    """Every distinct run of ``runs`` (the chosen tables' runs in reading order), each once, under the first table
     that has it."""
-    records = load_records(records_root)
-    seen, statuses = set(), []
-    for table, cells in tables.items():
-        for cell in cells:
-            if cell.identity not in seen:
-                seen.add(cell.identity)
-                statuses.append(run_status(table, cell, Path(runs_dir), records))
-    return statuses
+    return [run_status(run, Path(runs_dir), records) for run in distinct(runs)]
 
 
 def train_command(paper: str, status: RunStatus) -> str:
     """The command that trains just this run (and rebuilds its table)."""
-    cell = status.cell
+    run = status.run
     return " ".join(shlex.quote(str(part)) for part in (
-        "mma-nmt", "experiment", paper, "--table", status.table, "--scale", cell.scale, "--dataset",
-        cell.dataset.role, "--system", cell.system.name, "--seed", cell.seed, "--jobs", 1))
+        "mma-nmt", "experiment", paper, "--table", run.table, "--scale", run.scale, "--dataset", run.dataset.role,
+        "--system", run.system.name, "--seed", run.seed, "--jobs", 1))
 
 
 def format_status(paper: str, statuses: list[RunStatus]) -> str:
     """One line per run, a count per state, and the commands that train the runs without a record."""
     def width(of) -> int:
-        return max((len(of(s)) for s in statuses), default=0)
+        return max((len(of(s.run)) for s in statuses), default=0)
 
-    table, system, dataset = width(lambda s: s.table), width(lambda s: s.cell.system.name), \
-        width(lambda s: s.cell.dataset.role)
-    lines = [f"{s.table:<{table}}  {s.cell.system.name:<{system}}  {s.cell.dataset.role:<{dataset}}  seed "
-             f"{s.cell.seed}  {s.state:<11} {s.detail}".rstrip() for s in statuses]
+    table, system, dataset = width(lambda r: r.table), width(lambda r: r.system.name), width(lambda r: r.dataset.role)
+    lines = [f"{s.run.table:<{table}}  {s.run.system.name:<{system}}  {s.run.dataset.role:<{dataset}}  seed "
+             f"{s.run.seed}  {s.state:<11} {s.detail}".rstrip() for s in statuses]
     counts = {state: sum(1 for s in statuses if s.state == state) for state in STATES}
     lines.append(f"{len(statuses)} runs: " + ", ".join(f"{n} {state}" for state, n in counts.items() if n))
     missing = [s for s in statuses if s.state not in ("recorded", "finished", "training")]

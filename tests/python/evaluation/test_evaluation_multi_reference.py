@@ -78,7 +78,7 @@ def test_nist_has_five_test_sets_with_four_references():
 
 def test_table_cells_of_nist_runs_read_the_mean_over_test_sets(tmp_path):
     """The experiment runner scores a NIST run set by set with 4 references, and its table shows that mean."""
-    from mma_nmt.experiments.cell import multi_reference_scores
+    from mma_nmt.evaluation.multi_reference import multi_reference_scores
     from mma_nmt.experiments.report import score
     from mma_nmt.training.config import load_run_config
 

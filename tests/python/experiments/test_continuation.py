@@ -1,4 +1,4 @@
-"""A raised update cap continues the capped run (mma_nmt.experiments.continuation): the continued run ends with the
+"""A raised update cap continues the capped run (mma_nmt.experiments.runner): the continued run ends with the
 weights of a run trained with the higher cap from update 0, its record says which run it continued, and runs that
 differ in more than the cap, or whose schedule reads the cap, are never continued."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mma_nmt.experiments.command import run_experiment
-from mma_nmt.experiments.continuation import capped_predecessor, continue_from, holds_run
+from mma_nmt.experiments.runner import capped_predecessor, continue_from, holds_run
 from mma_nmt.experiments.records import load_records
 from mma_nmt.experiments.spec import load_experiment
 
@@ -157,24 +157,24 @@ def test_an_unfinished_capped_run_is_not_continued(experiment, tmp_path):
 def test_a_copy_killed_halfway_leaves_no_checkpoints_without_their_log(experiment, tmp_path, monkeypatch):
     """The copy is assembled beside the run directory: a failure mid-copy leaves the directory as it was (the next
     command continues again), and that next copy clears what the failed one left."""
-    import mma_nmt.experiments.continuation as continuation
+    import mma_nmt.experiments.runner as runner
 
     source = _run_dir(experiment, "runs/capped", "base")
     run_dir = tmp_path / "base_longer-x"
     run_dir.mkdir()
     (run_dir / "cell.json").write_text("{}")
-    real_copy = continuation.shutil.copy2
+    real_copy = runner.shutil.copy2
 
     def copy_until_best(src, dst):
         if Path(src).name == "best.pt":
             raise OSError("killed")
         return real_copy(src, dst)
 
-    monkeypatch.setattr(continuation.shutil, "copy2", copy_until_best)
+    monkeypatch.setattr(runner.shutil, "copy2", copy_until_best)
     with pytest.raises(OSError, match="killed"):
         continue_from(source, run_dir)
     assert not holds_run(run_dir) and sorted(p.name for p in run_dir.iterdir()) == ["cell.json"]
-    monkeypatch.setattr(continuation.shutil, "copy2", real_copy)
+    monkeypatch.setattr(runner.shutil, "copy2", real_copy)
     event = continue_from(source, run_dir)
     assert event["step"] == 4 and holds_run(run_dir) and (run_dir / "cell.json").read_text() == "{}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["base_longer-x"]  # no staging directory left

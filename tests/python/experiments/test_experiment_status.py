@@ -17,8 +17,7 @@ import pytest
 
 from mma_nmt.cli.main import main
 from mma_nmt.experiments.command import experiment_status, run_experiment
-from mma_nmt.experiments.continuation import capped_predecessor, continue_from
-from mma_nmt.experiments.runner import run_dir_for
+from mma_nmt.experiments.runner import capped_predecessor, continue_from
 from mma_nmt.experiments.spec import ExperimentError, load_experiment
 from mma_nmt.training.run_lock import RunDirectoryLock, lock_holder
 
@@ -153,8 +152,8 @@ def test_a_continued_run_killed_before_its_first_update_is_interrupted_not_train
     shutil.copytree(states[0], folder)
     paper = folder / "states"
     monkeypatch.chdir(folder)
-    cell = load_experiment(paper).cell("baseline_longer", "de_en", "smoke", seed=1)
-    continue_from(capped_predecessor(cell, Path("runs")), run_dir_for(cell, Path("runs")))
+    cell = load_experiment(paper).cell("baseline_longer", "de_en", "smoke", seed=1, runs_dir="runs")
+    continue_from(capped_predecessor(cell, Path("runs")), cell.run_dir)
     line = _lines_by_run(_status(folder, paper))[("baseline_longer", 1)]
     assert " interrupted " in line and "update 4 of 8" in line and "last checkpoint at 4" in line
 

@@ -335,7 +335,7 @@ def test_significance_column_on_constructed_outputs(toy, workdir):
         fake.write_text("".join(line + "\n" for line in (refs if name == "mma" else ["a"] * len(refs))))
         records[record["identity"]] = {**record, "hypotheses": str(fake),
                                        "metrics": {**record["metrics"], "bleu": 100.0 if name == "mma" else 0.0}}
-    data = build_table(experiment, experiment.tables["t"], "smoke", records, bootstrap_samples=200)
+    data = build_table(experiment.plan(["t"], "smoke"), "t", records, bootstrap_samples=200)
     cell = data["rows"][1]["cells"]["de_en"]
     assert cell["delta"] == 100.0 and cell["p_value"] < 0.01 and cell["significant"]
     assert "+100.00††" in to_markdown(data)
@@ -393,7 +393,7 @@ def test_mma_analysis_draws_the_trained_heads_of_the_main_table(workdir, monkeyp
 
 def test_analyses_read_finished_runs_only(toy, workdir):
     """A run still training has checkpoints but no final model: the analyses must not pass it off as trained."""
-    from mma_nmt.experiments.trained import trained_cell
+    from mma_nmt.experiments.analysis_cli import trained_cell
 
     run_experiment(str(toy), scale="smoke", runs_dir="runs/experiments")
     finished = run_dir_of(toy, workdir, "mma")

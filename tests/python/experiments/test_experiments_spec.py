@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import textwrap
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from mma_nmt.experiments.continuation import extends
-from mma_nmt.experiments.spec import ExperimentError, load_experiment, resolved_run_config
+from mma_nmt.experiments.runner import extends
+from mma_nmt.experiments.spec import ExperimentError, load_experiment, run_identity
 from mma_nmt.models import build_model
 
 REPO = Path(__file__).resolve().parents[3]
@@ -69,12 +70,12 @@ def test_identity_is_shared_by_equal_configs_and_ignores_execution_settings(tmp_
     assert experiment.cell("also_baseline", "de_en", "mini").identity == base.identity
     assert experiment.cell("mma", "de_en", "mini").identity != base.identity
     assert experiment.cell("baseline", "de_en", "smoke").identity != base.identity
-    moved = experiment.cell("baseline", "de_en", "mini")
-    moved.config["train"]["threads"] = 2
-    moved.config["train"]["progress"] = False
-    assert moved.identity == base.identity
-    moved.config["train"]["seed"] = 7
-    assert moved.identity != base.identity
+    moved = copy.deepcopy(base.config)
+    moved["train"]["threads"] = 2
+    moved["train"]["progress"] = False
+    assert run_identity(moved, base.average_last) == base.identity
+    moved["train"]["seed"] = 7
+    assert run_identity(moved, base.average_last) != base.identity
 
 
 def test_scale_without_recipe_is_left_out_and_unknown_scale_or_table_raise(tmp_path):
@@ -157,7 +158,7 @@ def test_every_cell_resolves_and_small_models_build(paper):
             assert cells or scale != "smoke", f"{paper}.{name}: nothing runs at smoke scale"
             assert scale != "full" or len(cells) == len(table.rows) * len(table.columns), (name, scale)
             for cell in cells:
-                run = resolved_run_config(cell, Path("unused"))
+                run = cell.run_config
                 if scale == "full" or cell.identity in built:
                     continue
                 built.add(cell.identity)
@@ -250,7 +251,7 @@ def test_gmm_full_recipes_follow_vaswanis_learning_rate_and_averaging():
     experiment = load_experiment(REPO / "experiments" / "gmm")
     for table, steps, averaged in (("main", 100000, 5), ("big", 300000, 20)):
         for cell in experiment.cells(table, "full"):
-            run = resolved_run_config(cell, Path("unused"))
+            run = cell.run_config
             peak = run.model.d_model ** -0.5 * run.train.optim.warmup_steps ** -0.5
             assert run.train.optim.lr == pytest.approx(peak, rel=2e-3), (table, cell.key)
             assert (run.train.max_steps, cell.average_last, run.train.optim.eps) == (steps, averaged, 1e-9)
@@ -265,7 +266,7 @@ def test_mma_iwslt14_full_recipe_scores_its_tokenised_references_as_they_are(sha
     from mma_nmt.experiments.command import experiment_named
 
     experiment = experiment_named("mma")
-    run = resolved_run_config(experiment.cell("baseline", "de_en", "full"), Path("unused"))
+    run = experiment.cell("baseline", "de_en", "full").run_config
     assert run.eval.bleu_tokenize == "none"
     references = read_text_lines(shared_data / "iwslt14_de_en" / "test.en.gz")
     recipe, default = BLEU(tokenize=run.eval.bleu_tokenize).tokenizer, BLEU().tokenizer
