@@ -7,7 +7,7 @@ export's translations of the raw test sources), ``card.json`` (what it is, its r
 and ``run/`` (the retrained run's record, in the format of the experiments' records). ``examples/README.md`` is
 written from the cards.
 
-    python -m mma_nmt.demos.example_models build mma_multi30k_de_en RUN_DIR   # RUN_DIR: a finished experiment cell
+    python -m mma_nmt.demos.example_models build mma_multi30k_de_en RUN_DIR   # RUN_DIR: a finished experiment run
     python -m mma_nmt.demos.example_models readme                              # rewrite examples/README.md
 
 ``$MMA_NMT_EXAMPLES`` names another examples folder (``none``: no examples, e.g. to make the notebooks train their
@@ -17,6 +17,7 @@ own models).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -132,13 +133,16 @@ def _record_run(example: ExampleModel, run_dir: Path, folder: Path) -> Path:
     from mma_nmt.experiments.spec import load_experiment
 
     experiment = load_experiment(repository_root() / "experiments" / example.paper / "experiment.toml")
-    cell = experiment.cell(example.system, example.dataset, "mini", seed=1)
+    planned = dataclasses.replace(experiment.cell(example.system, example.dataset, "mini", seed=1), run_dir=run_dir)
+    if planned.identity != json.loads(example.record_path.read_text(encoding="utf-8"))["identity"]:
+        raise ValueError(f"the recipe of {example.paper} {example.system} no longer gives the config of "
+                         f"{example.record} (identity {planned.identity}): the example would not retrain that record")
     result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
-    return write_record(cell, run_dir, result, folder / RUN_RECORDS) / RECORD_FILE
+    return write_record(planned, result, folder / RUN_RECORDS) / RECORD_FILE
 
 
 def build_example(name: str, run_dir: str | Path, *, out_root: str | Path | None = None) -> Path:
-    """Exports the finished run ``run_dir`` (an experiment cell trained with example ``name``'s record config) as
+    """Exports the finished run ``run_dir`` (an experiment run trained with example ``name``'s record config) as
     example ``name`` under ``out_root`` (default: the repository's ``examples/``), scores the export on the raw test
     split and writes its card. Refuses a run whose config is not the record's."""
     from mma_nmt.data.fileio import atomic_write_json, atomic_write_lines, sha256_file
@@ -198,7 +202,7 @@ on the Multi30k test set (test_2016_flickr, 1,000 sentences), beam 5:
 A retraining is bit-for-bit the recorded run only on the same code and CPU type. The code changed in between (each
 record names its commit; training now computes the logits of every target position, which changes the last bits), so
 a retrained run follows its own trajectory and its BLEU is another draw from the same config, not the record's number. Rebuild one with `python -m mma_nmt.demos.example_models build NAME RUN_DIR` (RUN_DIR: the finished run, an
-experiment cell with the record's config).
+experiment run directory with the record's config in its `cell.json`).
 
 """
 

@@ -26,8 +26,12 @@ MODEL = {"preset": "transformer_tiny", "d_model": 32, "ffn_dim": 64,
 
 
 def test_every_example_retrains_a_committed_to_patience_record_of_its_paper():
+    from mma_nmt.experiments.spec import load_experiment
+
     for example in EXAMPLES.values():
         record = json.loads(example.record_path.read_text(encoding="utf-8"))
+        experiment = load_experiment(REPO / "experiments" / example.paper / "experiment.toml")
+        assert experiment.cell(example.system, example.dataset, "mini", seed=1).identity == record["identity"]
         assert record["experiment"] == example.paper and record["system"] == example.system, example.name
         assert record["seed"] == 1 and record["dataset"] == example.dataset and record["scale"] == "mini"
         assert record["stopping"]["reason"] == "patience", example.name
