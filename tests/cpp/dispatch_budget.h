@@ -12,7 +12,8 @@
 //   composition hands local heads to) and torch's fused attention kernels (_scaled_dot_product_*, _flash_attention_*,
 //   _efficient_attention_*); on CPU these call ATen internally, on the GPU they are one kernel (the memory-efficient
 //   backward a few);
-// - never: view and metadata-only ops and bare allocations (kViewOrAllocationOps below), which launch no kernel. Ops
+// - never: view and metadata-only ops (resolve_conj and resolve_neg included) and bare allocations
+//   (kViewOrAllocationOps below), which launch no kernel. Ops
 //   that only sometimes copy (contiguous, reshape, to) are not counted themselves; the copy they make is.
 // A CPU count is a proxy for the GPU's: SDPA picks the CPU flash kernel where CUDA picks the memory-efficient one.
 #pragma once
@@ -48,7 +49,10 @@ inline bool is_view_or_allocation(const char* name) {
       "aten::movedim",      "aten::movedim.int",  "aten::contiguous",     "aten::to",           "aten::type_as",
       "aten::empty",        "aten::empty_like",   "aten::empty_strided",  "aten::resize_",      "aten::lift_fresh",
       "aten::result_type",  "aten::size",         "aten::stride",         "aten::is_same_size", "aten::dim",
-      "aten::set_",         "aten::_has_compatible_shallow_copy_type"};
+      "aten::set_",         "aten::_has_compatible_shallow_copy_type",
+      // metadata unless a conjugate or negative bit is set, and then the copy they make counts: without these, a CPU
+      // matmul (which resolves its operands' bits first) would count its two resolves instead of itself
+      "aten::resolve_conj", "aten::resolve_neg"};
   for (const char* op : kViewOrAllocationOps) {
     if (std::strcmp(name, op) == 0) return true;
   }

@@ -23,6 +23,7 @@
 #include "dispatch_budget.h"
 #include "gmm/gmm_composition.h"
 #include "luong/shared_value_composition.h"
+#include "multihop/second_hop_composition.h"
 
 namespace {
 
@@ -168,8 +169,14 @@ INSTANTIATE_TEST_SUITE_P(Kinds, AttentionCompositionBudget, ::testing::ValuesIn(
 // Counted 2026-11-28 (as above): GMM 89 / 132 ops with 15 / 31 B x T x S buffers (the SDPA half's mask and bias, then
 // the (B, H, T, S) mixture, elementwise per component); shared-value 36 / 38 ops, 4 / 8 buffers (its logits and
 // probabilities are (B, H, T, S): with no weights asked for, a fused kernel would make none).
-constexpr Budget kGmmForward{89, 15, 3}, kGmmBackward{132, 31, 3};
-constexpr Budget kSharedValueForward{36, 4, 3}, kSharedValueBackward{38, 8, 3};
+constexpr Budget kGmmForward{88, 15, 3}, kGmmBackward{130, 31, 3};
+constexpr Budget kSharedValueForward{34, 4, 3}, kSharedValueBackward{33, 8, 3};
+// multihop_second_hop (issue 49, point 6) has no keys: its largest legitimate buffer is the (B, H, T, hop)
+// pre-activation, so `large` is set just above it and no buffer may reach it (a weight broadcast over the batch, or
+// a (B, H, H, ...) product, would). Today 3 GEMMs + tanh + add + the gate forward, and 9 GEMMs + the gate backward,
+// each with layout copies (4 and 10) around them. Target: the GEMMs and the gate kernel, no copies, the tanh and
+// the add inside the gate (4 forward, 7 backward, counting the pre-activations as 2 GEMMs).
+constexpr Budget kSecondHopForward{10, 0, 4}, kSecondHopBackward{21, 0, 7};
 
 TEST(GmmCompositionBudget, ForwardAndBackwardWithinBudget) {
   at::manual_seed(7);
@@ -224,6 +231,31 @@ TEST(SharedValueCompositionBudget, ForwardAndBackwardWithinBudget) {
       [&] { (void)mma_nmt::luong::shared_value_backward_by_composition(p, grad_out, q, k, v, out, lse, lengths); },
       large);
   expect_within(b, kSharedValueBackward, "shared_value_attention backward");
+}
+
+TEST(SecondHopCompositionBudget, ForwardAndBackwardWithinBudget) {
+  at::manual_seed(13);
+  const int64_t batch = 2, heads = 4, steps = 8, dim = 4, hop = 6, value_dim = 5;
+  const int64_t large = batch * heads * steps * hop + 1;
+  const at::Tensor q = at::randn({batch, steps, heads, dim}).transpose(1, 2);  // a head view, as the module passes it
+  const at::Tensor a = at::randn({batch, heads, steps, dim});
+  const at::Tensor w_b = at::randn({hop, dim}), u_b = at::randn({heads, hop, dim}), v_b = at::randn({hop});
+  const std::optional<at::Tensor> u_c = at::randn({heads, value_dim, dim});
+  const at::Tensor grad_out = at::randn({batch, heads, steps, value_dim});
+  const std::optional<at::Tensor> grad_gate = at::randn({batch, heads, steps});
+
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> result;
+  const DispatchCount f = count(
+      [&] { result = mma_nmt::multihop::multihop_second_hop_by_composition(q, a, w_b, u_b, u_c, v_b); }, large);
+  expect_within(f, kSecondHopForward, "multihop_second_hop forward");
+  const auto& [out, gate, hidden] = result;
+  const DispatchCount b = count(
+      [&] {
+        (void)mma_nmt::multihop::multihop_second_hop_backward_by_composition(grad_out, grad_gate, q, a, w_b, u_b, u_c,
+                                                                           v_b, gate, hidden);
+      },
+      large);
+  expect_within(b, kSecondHopBackward, "multihop_second_hop backward");
 }
 
 }  // namespace
