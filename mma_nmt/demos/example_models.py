@@ -221,8 +221,10 @@ def write_readme(root: str | Path) -> Path:
         card = read_card(Path(root) / name)
         run, export = card["run"], card["export"]
         hardware = run["hardware"].get("gpu") or run["hardware"].get("cpu")
+        best = run["stopping"].get("best_update")
+        when = f" (best at {best:,} updates)" if best else ""
         rows.append(f"| [`{name}`]({name}/) | {card['label']} | [{card['retrains']['bleu']:.2f}](../{example.record}) "
-                    f"| [{run['bleu']:.2f}]({name}/{run['record']}) ({run['stopping']['best_update']:,} updates) "
+                    f"| [{run['bleu']:.2f}]({name}/{run['record']}){when} "
                     f"| {export['bleu']:.2f} ({export['dtype']}) | {export['bytes'] / 2**20:.1f} MiB "
                     f"| {hardware}, {run['train_minutes']:.0f} min |")
     text = README_HEAD + "\n".join(rows) + "\n"
