@@ -1,4 +1,5 @@
-"""The README's two commands are what CI runs, and a plain install never needs GoogleTest."""
+"""The README's two commands are what CI runs, its quick third translates with the committed example model, and a
+plain install never needs GoogleTest."""
 
 from __future__ import annotations
 
@@ -54,3 +55,21 @@ def test_setup_script_parses_and_rejects_unknown_options():
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     bad = subprocess.run(["bash", str(script), "--frobnicate"], capture_output=True, text=True)
     assert bad.returncode == 2 and "usage: scripts/setup.sh [--tests]" in bad.stderr
+
+
+def test_the_quick_third_command_translates_with_the_committed_example():
+    """``make translate``: the README's quick third command, on the converged example model (no training)."""
+    assert _readme_commands()["And"] == "make translate"
+    makefile = REPO.joinpath("Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^translate: setup$", makefile, re.M)
+    example = re.search(r"^EXAMPLE \?= (\S+)$", makefile, re.M).group(1)
+    sentence = re.search(r"^SENTENCE \?= (.+)$", makefile, re.M).group(1)
+    if not (REPO / example / "card.json").is_file():
+        pytest.skip(f"{example} is not committed yet")
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "mma_nmt", "translate", "--model", str(REPO / example), "--input",
+                           "-"], input=sentence + "\n", capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    words = done.stdout.lower().split()
+    assert len(done.stdout.splitlines()) == 1 and "man" in words, done.stdout  # "Ein Mann ..." is about a man
