@@ -192,8 +192,9 @@ Translator.from_pretrained("examples/mma_multi30k_de_en").translate(["Zwei Hunde
 Each is the seed-1 run of a paper's convergence table, trained on Multi30k (29,000 training pairs, joint 2,000-piece
 SentencePiece vocabulary) until five validations brought no new best validation loss, retrained from the committed
 record's config and exported with `mma-nmt export` (float16 where it halves the size: the weights are widened back to
-float32 when loaded). The notebooks open on them when no local run exists. Test BLEU is sacreBLEU (13a, mixed case)
-on the Multi30k test set (test_2016_flickr, 1,000 sentences), beam 5:
+float32 when loaded). A notebook opens on them when no local run exists and every model it shows has one here
+(`notebooks/README.md`). Test BLEU is sacreBLEU (13a, mixed case)
+on the Multi30k test set (test_2016_flickr, 1,000 sentences), decoded with the run's beam search settings:
 
 - **record**: the committed run the example retrains (its table's number);
 - **retrained**: this retraining, on the code named in its record (`run/`), decoded from its best checkpoint;
