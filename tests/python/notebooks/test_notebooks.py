@@ -60,8 +60,7 @@ def test_notebook_runs_top_to_bottom(path: Path, tmp_path, tmp_path_factory, sha
 
 def test_the_mma_notebook_opens_on_the_committed_example(tmp_path, tmp_path_factory, shared_data, monkeypatch):
     example = REPO / "examples" / "mma_multi30k_de_en"
-    if not (example / "card.json").is_file():
-        pytest.skip("the MMA example model is not committed yet")
+    assert (example / "card.json").is_file(), f"{example} is missing"
     text, _ = _execute(REPO / "notebooks" / "01_mma.py", tmp_path, tmp_path_factory, shared_data, monkeypatch,
                        examples=str(REPO / "examples"))
     assert f"loaded the example model {example}" in text and "the notebook's own" not in text
