@@ -167,6 +167,27 @@ def _file_identity(path: Path) -> list:
     return [str(path.resolve()), stat.st_size, stat.st_mtime_ns]
 
 
+def locate_splits(config: PrepareConfig, splits: list[str]) -> dict[str, tuple[Path, Path]]:
+    """The (src, tgt) files of each of ``splits`` of ``config.corpus`` under its data directories; downloads missing
+    ones when ``config.download``, else raises naming what is missing and where it was looked for."""
+    spec, roots = get_corpus(config.corpus), config.corpus_roots()
+    found = spec.locate(splits, roots)
+    missing = [split for split in splits if split not in found]
+    if missing and config.download:
+        fetch_corpus(spec, roots[-1], mirror=config.mirror, progress=config.progress)
+        found.update(spec.locate(missing, [roots[-1]]))
+        still = [split for split in missing if split not in found]
+        if still:
+            raise FileNotFoundError(f"{spec.name}: download finished but splits {still} are still missing")
+    elif missing:
+        raise FileNotFoundError(
+            f"{spec.name}: splits {missing} not found in {spec.folder(roots[0])} (expected "
+            f"{spec.expected_files(missing)}). Set download=True to fetch them from the original source, point "
+            f"MMA_NMT_DATA_DIR/data_dir at a copy, or choose other splits with splits=... and spm_train_split=... . "
+            f"Corpus note: {spec.note}")
+    return found
+
+
 class _Preparer:
     """The state of one ``prepare`` run (kept out of the public API)."""
 
@@ -201,25 +222,8 @@ class _Preparer:
         return {"version": META_VERSION, "stages": {}, "splits": {}, "reports": {}}
 
     def locate(self) -> dict[str, tuple[Path, Path]]:
-        """The (src, tgt) files of every wanted split; downloads missing ones when allowed, else raises."""
-        found = self.spec.locate(self.splits, self.roots)
-        missing = [split for split in self.splits if split not in found]
-        if missing and self.config.download:
-            fetch_corpus(self.spec, self.download_dir, mirror=self.config.mirror, progress=self.config.progress)
-            found.update(self.spec.locate(missing, [self.download_dir]))
-            still = [split for split in missing if split not in found]
-            if still:
-                raise FileNotFoundError(f"{self.spec.name}: download finished but splits {still} are still missing")
-        elif missing:
-            self._raise_missing(missing, self.roots)
-        return found
-
-    def _raise_missing(self, missing: list[str], roots: list[Path]) -> None:
-        raise FileNotFoundError(
-            f"{self.spec.name}: splits {missing} not found in {self.spec.folder(roots[0])} (expected "
-            f"{self.spec.expected_files(missing)}). Set download=True to fetch them from the original source, point "
-            f"MMA_NMT_DATA_DIR/data_dir at a copy, or choose other splits with splits=... and spm_train_split=... . "
-            f"Corpus note: {self.spec.note}")
+        """The (src, tgt) files of every wanted split (:func:`locate_splits`)."""
+        return locate_splits(self.config, self.splits)
 
     def read(self, split: str, files: tuple[Path, Path]) -> ParallelText:
         """The split's text (read once per run), with its report recorded in the metadata."""

@@ -100,16 +100,10 @@ def read_card(folder: str | Path) -> dict:
 def raw_test_split(corpus: str, *, progress: bool = False) -> tuple[list[str], list[str]]:
     """The raw (source, reference) lines of ``corpus``'s test split, from the local data directory or, when it is not
     there, downloaded as ``mma-nmt prepare`` would."""
-    from mma_nmt.data.corpora import get_corpus
-    from mma_nmt.data.prepare import PrepareConfig
+    from mma_nmt.data.prepare import PrepareConfig, locate_splits
     from mma_nmt.data.reader import read_parallel
-    from mma_nmt.data.sources import fetch_corpus
 
-    spec, roots = get_corpus(corpus), PrepareConfig(corpus=corpus).corpus_roots()
-    found = spec.locate(["test"], roots)
-    if "test" not in found:
-        fetch_corpus(spec, roots[-1], progress=progress)
-        found = spec.locate(["test"], roots)
+    found = locate_splits(PrepareConfig(corpus=corpus, download=True, progress=progress), ["test"])
     text = read_parallel(*found["test"], on_error="fail")
     return text.src, text.tgt
 
