@@ -13,6 +13,7 @@ import argparse
 
 import torch
 
+from benchmarks.gpu_counters import launches_per_call
 from benchmarks.timing import markdown_table, time_interleaved
 from mma_nmt.models import build_model, preset
 from mma_nmt.models.lstm_step import CapturedStep, LSTMStepFunction
@@ -68,18 +69,6 @@ def replay_call(step, inputs, backward: bool):
         outputs = graphed(*sample)
         torch.autograd.backward(outputs, [torch.ones_like(out) for out in outputs])
     return call
-
-
-def launches_per_call(call) -> int:
-    """Kernel and graph launches the host issues in one ``call`` (after a warm-up call), from the profiler."""
-    call()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                            torch.profiler.ProfilerActivity.CUDA]) as profile:
-        call()
-        torch.cuda.synchronize()
-    names = ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaLaunchKernelExC", "cuLaunchKernelEx")
-    return sum(event.count for event in profile.key_averages() if event.key in names)
 
 
 def rows(profile: str, dtype: torch.dtype, score_form: str, repeat: int) -> list[list]:

@@ -1,0 +1,68 @@
+"""What of ``python -m benchmarks.cuda_nmt_sizes`` can be checked without a GPU: every contender of a case computes the
+same attention (so a ratio compares equal work), a contender that fails is reported by its row while the others are
+timed, rows reach the JSON-lines file as each case ends, and the deadline stops new cases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from benchmarks import cuda_nmt_sizes
+from benchmarks.cuda_nmt_sizes import Case, cases, measure, render, run
+
+TINY = cases("tiny")
+
+
+def _as_tuple(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+@pytest.mark.parametrize("case", TINY, ids=lambda c: f"{c.what} {c.shape}")
+def test_every_contender_of_a_case_computes_the_same_output(case):
+    calls, leaves = case.make("cpu", torch.float64)
+    assert {"ours default", "ours handwritten", "reference"} <= set(calls)
+    expected = _as_tuple(calls["reference"]())
+    for name, call in calls.items():
+        for got, want in zip(_as_tuple(call()), expected):
+            torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, msg=f"{name} differs from the reference")
+    assert all(leaf.requires_grad for leaf in leaves)
+
+
+def test_the_nmt_groups_hold_the_issues_sizes():
+    shapes = {c.shape for c in cases("attention")}
+    for batch, length in cuda_nmt_sizes.NMT_CORE:
+        assert f"B={batch} T=S={length} H=8 D=64" in shapes
+    assert {c.shape for c in cases("attention_h4")} >= {"B=64 T=S=64 H=4 D=128"}
+    assert {c.what for c in cases("decoder")} >= {"gmm_attention", "gmm_attention step", "shared_value_attention",
+                                                  "multihop_gate", "multihop_second_hop", "attention step C"}
+
+
+def test_a_failing_contender_is_reported_and_the_others_are_timed():
+    good = cases("tiny")[0]
+
+    def make(device, dtype):
+        calls, leaves = good.make(device, dtype)
+        calls["broken"] = lambda: (_ for _ in ()).throw(RuntimeError("no kernel for this\nsecond line"))
+        return calls, leaves
+
+    rows = measure(Case("tiny", good.what, good.shape, make), "cpu", torch.float64)
+    broken = [r for r in rows if r["contender"] == "broken"]
+    assert [r["error"] for r in broken] == ["RuntimeError: no kernel for this"] * 2
+    assert {r["contender"] for r in rows if "ms" in r} == {"ours default", "ours handwritten", "ours flash",
+                                                           "reference", "SDPA+mask"}  # all-G: flash is a contender
+
+
+def test_rows_are_written_per_case_and_the_deadline_stops_new_cases(tmp_path, monkeypatch):
+    monkeypatch.setattr(cuda_nmt_sizes, "cases", lambda group: TINY[:2])
+    lines = []
+    assert run(["tiny"], tmp_path, device="cpu", dtype=torch.float64, deadline=None, graphs=False,
+               log=lines.append) == 2
+    rows = [json.loads(line) for line in (tmp_path / "nmt_sizes.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * 2 * 5  # cases x passes x contenders
+    report = render(tmp_path)
+    assert "## tiny, float64" in report and report.count("| ours default |") == 4
+    assert run(["tiny"], tmp_path / "late", device="cpu", dtype=torch.float64, deadline=-1, graphs=False,
+               log=lines.append) == 0
+    assert "deadline reached" in lines[-1]
