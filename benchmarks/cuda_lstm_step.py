@@ -63,7 +63,8 @@ def replay_call(step, inputs, backward: bool):
         captured = CapturedStep(step, inputs)
         return lambda: captured(*inputs)
     sample = tuple(x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs)
-    graphed = torch.cuda.make_graphed_callables(step, sample)
+    # Not every input reaches every output's gradient (the step reads some only as data).
+    graphed = torch.cuda.make_graphed_callables(step, sample, allow_unused_input=True)
 
     def call():
         outputs = graphed(*sample)

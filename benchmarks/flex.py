@@ -36,7 +36,7 @@ def compiled_flex_attention():
 
 def mask_mod_for(head_kinds, window: int, key_lengths: torch.Tensor):
     """The visibility rule of SPEC section 1 per head, plus key padding, as a FlexAttention ``mask_mod``."""
-    kinds = torch.as_tensor(list(head_kinds), dtype=torch.int64)  # (H,)
+    kinds = torch.as_tensor(list(head_kinds), dtype=torch.int64, device=key_lengths.device)  # (H,)
 
     def mask_mod(b, h, q_idx, kv_idx):
         kind = kinds[h]

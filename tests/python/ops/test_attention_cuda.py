@@ -20,10 +20,10 @@ def cuda_qkv(batch, heads, query_len, key_len, head_dim, *, value_dim=None, dtyp
     return [t.to("cuda", dtype).requires_grad_() for t in cpu]
 
 
-def check_cuda_against_reference(q, k, v, *, head_kinds, key_lengths=None, **options):
+def check_cuda_against_reference(q, k, v, *, head_kinds, key_lengths=None, weights=True, **options):
     kinds = parse_head_spec(head_kinds, q.shape[1])
     lengths = None if key_lengths is None else key_lengths.to("cuda")
-    assert_fused_matches_reference(q, k, v, head_kinds=kinds, key_lengths=lengths, **options)
+    assert_fused_matches_reference(q, k, v, head_kinds=kinds, key_lengths=lengths, weights=weights, **options)
 
 
 @pytest.mark.parametrize("spec", ["G", "L", "F", "B", "C", "GLFB", "GLLL"])
@@ -75,13 +75,13 @@ def test_cuda_rejects_head_size_above_256():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cuda_flash_opt_in_takes_uniform_kinds_and_matches_reference(spec, query_len, key_len, query_offset, dtype,
                                                                      monkeypatch):
-    """MMA_NMT_CUDA_KERNELS=flash (opt-in; written without a GPU, not yet run): a call of one head kind without key
+    """MMA_NMT_CUDA_KERNELS=flash (opt-in): a call of one head kind without key
     padding, where FA2's bottom-right window is our rule (S - T = query_offset), runs torch's FlashAttention-2 with the
     kind's window, forward and backward (docs/cuda.md, section 2)."""
     monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", "flash")
     q, k, v = cuda_qkv(2, 4, query_len, key_len, 64, dtype=dtype)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        check_cuda_against_reference(q, k, v, head_kinds=spec, query_offset=query_offset, window=2)
+        check_cuda_against_reference(q, k, v, head_kinds=spec, query_offset=query_offset, window=2, weights=False)
     names = {event.key for event in profile.key_averages()}
     assert {"aten::_flash_attention_forward", "aten::_flash_attention_backward"} <= names, sorted(names)
 
@@ -93,6 +93,6 @@ def test_cuda_flash_opt_in_takes_padded_cross_attention_and_matches_reference(dt
     monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", "flash")
     q, k, v = cuda_qkv(4, 4, 9, 23, 64, dtype=dtype)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        check_cuda_against_reference(q, k, v, head_kinds="G", key_lengths=torch.tensor([23, 1, 0, 11]))
+        check_cuda_against_reference(q, k, v, head_kinds="G", key_lengths=torch.tensor([23, 1, 0, 11]), weights=False)
     names = {event.key for event in profile.key_averages()}
     assert {"aten::_flash_attention_forward", "aten::_flash_attention_backward"} <= names, sorted(names)
