@@ -6,8 +6,14 @@
 // on sm90 and sm100 (check_prefer_cudnn_attention in ATen's sdp_utils.cpp), so on an H100 or H200 the answer for
 // half-precision inputs is cuDNN. Taking that answer as "no fused kernel" sent every group to the hand-written warp
 // kernel there: the H200 lease of 2026-11-28 measured the default path as slow as MMA_NMT_CUDA_KERNELS=handwritten
-// (benchmarks/results/2026-11-28.nmt-sizes.notes.md). A cuDNN answer now means the kernel torch ranks next: flash
-// where flash takes the call, else the memory-efficient kernel where its alignment holds.
+// (benchmarks/results/2026-11-28.nmt-sizes.notes.md).
+//
+// A cuDNN or flash answer now means the memory-efficient kernel, where its alignment holds. Not flash: the same lease
+// ran the composition's flash calls (at::_scaled_dot_product_flash_attention and its backward, which no earlier GPU
+// run had reached) and the CUDA suite found grad_q wrong in float16/bfloat16 for calls without padding (a mixed
+// decoder step, GMM's dot-product half, multi-layer attention), while every case on the memory-efficient kernel
+// passed. Until that is understood and tested on a GPU, flash runs only through MMA_NMT_CUDA_KERNELS=flash
+// (attention_cuda.cpp's own FA2 calls, which passed there).
 #pragma once
 
 #include <cstdint>
@@ -36,14 +42,14 @@ inline bool flash_takes_form(const SdpaForm& f) {
 // The memory-efficient kernel reads rows in 16-byte steps: 8 half-precision or 4 single-precision elements.
 inline bool efficient_takes_form(const SdpaForm& f) { return f.head_dim % (f.half_precision ? 8 : 4) == 0; }
 
+// Flash where flash takes the call would be `flash_takes_form(form)`: kept for the day the composition's flash calls
+// pass the CUDA suite (see above).
 inline SdpaKernel sdpa_kernel_for(int64_t torch_choice, const SdpaForm& form) {
   switch (torch_choice) {
-    case kTorchFlash:
-      return form.has_mask ? SdpaKernel::kNone : SdpaKernel::kFlash;
     case kTorchEfficient:
       return SdpaKernel::kEfficient;
+    case kTorchFlash:
     case kTorchCudnn:
-      if (flash_takes_form(form)) return SdpaKernel::kFlash;
       return efficient_takes_form(form) ? SdpaKernel::kEfficient : SdpaKernel::kNone;
     default:  // math, or no fused kernel at all: the hand-written kernel serves the group
       return SdpaKernel::kNone;
