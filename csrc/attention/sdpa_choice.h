@@ -8,12 +8,16 @@
 // kernel there: the H200 lease of 2026-11-28 measured the default path as slow as MMA_NMT_CUDA_KERNELS=handwritten
 // (benchmarks/results/2026-11-28.nmt-sizes.notes.md).
 //
-// A cuDNN or flash answer now means the memory-efficient kernel, where its alignment holds. Not flash: the same lease
-// ran the composition's flash calls (at::_scaled_dot_product_flash_attention and its backward, which no earlier GPU
-// run had reached) and the CUDA suite found grad_q wrong in float16/bfloat16 for calls without padding (a mixed
-// decoder step, GMM's dot-product half, multi-layer attention), while every case on the memory-efficient kernel
-// passed. Until that is understood and tested on a GPU, flash runs only through MMA_NMT_CUDA_KERNELS=flash
-// (attention_cuda.cpp's own FA2 calls, which passed there).
+// A lease later the same day reached the fused kernels in half precision for the first time (earlier GPU runs had
+// taken the cuDNN answer as "none", so half-precision groups always ran the hand-written kernel) and the CUDA suite
+// found grad_q wrong, by orders of magnitude, in float16 and bfloat16: first with flash for unmasked groups, then with
+// the memory-efficient kernel for every group (a mixed decoder step without padding, GMM's dot-product half,
+// multi-layer attention with joint weights; the outputs were right, and every float32 case passed). On an A100, where
+// torch answers flash or efficient, the same calls would have taken that path. Until the cause is found and the suite
+// passes on a GPU, the composition calls torch's fused kernels in float32 only (the memory-efficient kernel, whatever
+// torch answers, where its alignment holds); float16 and bfloat16 groups run the hand-written kernel, as they did on
+// every H200 run before. FlashAttention-2 runs only through MMA_NMT_CUDA_KERNELS=flash (attention_cuda.cpp's own
+// calls, which passed all 14 probe cases on the H200, gradients included).
 #pragma once
 
 #include <cstdint>
@@ -42,9 +46,10 @@ inline bool flash_takes_form(const SdpaForm& f) {
 // The memory-efficient kernel reads rows in 16-byte steps: 8 half-precision or 4 single-precision elements.
 inline bool efficient_takes_form(const SdpaForm& f) { return f.head_dim % (f.half_precision ? 8 : 4) == 0; }
 
-// Flash where flash takes the call would be `flash_takes_form(form)`: kept for the day the composition's flash calls
-// pass the CUDA suite (see above).
+// Flash where flash takes the call would be `flash_takes_form(form)`: kept for the day the composition's fused calls
+// pass the CUDA suite in half precision (see above).
 inline SdpaKernel sdpa_kernel_for(int64_t torch_choice, const SdpaForm& form) {
+  if (form.half_precision) return SdpaKernel::kNone;
   switch (torch_choice) {
     case kTorchEfficient:
       return SdpaKernel::kEfficient;
