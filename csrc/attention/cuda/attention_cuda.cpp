@@ -48,7 +48,8 @@ const AttentionKernels& handwritten_kernels() {
   return kernels;
 }
 
-// --- MMA_NMT_CUDA_KERNELS=flash (opt-in; compiled by .ci/cuda_build_check.sh, not yet run on a GPU) ---------------
+// --- FlashAttention-2: long calls by default, every size with MMA_NMT_CUDA_KERNELS=flash (its probe, 14 cases with
+// gradients, passed on an H200 on 2026-11-28) ----------------------------------------------------------------------
 // One call of torch's FlashAttention-2 for a call whose heads are all of one kind, without key padding, where FA2's
 // bottom-right anchored window gives our rule (flash_packing: S - T = query_offset for a non-global kind;
 // tests/cpp/test_flash_plan.cpp). float16/bfloat16, no dropout, no weights, equal head sizes up to 256 in steps of 8,
@@ -56,9 +57,21 @@ const AttentionKernels& handwritten_kernels() {
 // projections' (B, T, H, D) output, which the modules hand over. Global heads with key padding (cross-attention) are
 // one variable-length call: every sentence's T queries, its real keys packed first (flash_plan.h's packing_index, no
 // host read). Padded self-attention of other kinds (queries packed too) and mixed kinds stay on the default path.
+// Unless MMA_NMT_CUDA_KERNELS says otherwise, flash serves calls from this many query-key pairs per sentence on. The
+// H200 measured (bfloat16, benchmarks/results/2026-11-28.nmt-sizes.notes.md) the hand-written kernel ahead at NMT sizes
+// (global heads, B 128 T 64, forward+backward: 1.8 ms against flash's 2.9; its 4 launches against flash's packing) and
+// about level at T = S = 128 (3.5 against 3.3 ms), flash far ahead from T = S = 512 (3.8 against 22.1 ms; 1024: 2.7
+// against 45.0). 256 x 256 lies between the last tie and the first clear win.
+constexpr int64_t kFlashDefaultMinPairs = 256 * 256;
+
+bool flash_wanted(const AttentionParams& p) {
+  if (handwritten_cuda_kernels_only()) return false;
+  return flash_cuda_kernels_opted_in() || p.query_len * p.key_len >= kFlashDefaultMinPairs;
+}
+
 bool flash_takes(const AttentionParams& p, const at::Tensor& q, const std::optional<at::Tensor>& key_lengths,
                  bool return_probs) {
-  if (!flash_cuda_kernels_opted_in() || return_probs || p.dropout_p > 0.0) return false;
+  if (!flash_wanted(p) || return_probs || p.dropout_p > 0.0) return false;
   if (q.scalar_type() != at::kHalf && q.scalar_type() != at::kBFloat16) return false;
   if (p.head_dim != p.value_dim || p.head_dim > 256 || p.head_dim % 8 != 0) return false;
   if (p.batch == 0 || p.heads == 0 || p.query_len == 0 || p.key_len == 0) return false;
@@ -208,7 +221,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
   if (flash_takes(p, q, key_lengths, return_probs)) {
     return key_lengths.has_value() ? flash_forward_packed_keys(p, q, k, v, *key_lengths) : flash_forward(p, q, k, v);
   }
-  if (!handwritten_cuda_kernels_only() && splittable(p, return_probs)) {
+  if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type()) && splittable(p, return_probs)) {
     return attention_forward_by_kind(p, q, k, v, key_lengths, handwritten_kernels());
   }
   return attention_forward(p, q, k, v, key_lengths, return_probs);
@@ -229,7 +242,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
     return key_lengths.has_value() ? flash_backward_packed_keys(p, grad_out, q, k, v, out, lse, *key_lengths)
                                    : flash_backward(p, grad_out, q, k, v, out, lse);
   }
-  if (!handwritten_cuda_kernels_only() && splittable(p, /*return_probs=*/false)) {
+  if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type()) &&
+      splittable(p, /*return_probs=*/false)) {
     return attention_backward_by_kind(p, grad_out, q, k, v, out, lse, key_lengths, handwritten_kernels());
   }
   return attention_backward(p, grad_out, q, k, v, out, lse, key_lengths);

@@ -35,7 +35,7 @@ GmmForwardResult gmm_attention_cuda(const at::Tensor& q, const at::Tensor& k, co
       check_gmm_args(op, q, k, v, key_lengths, omega, mu, sigma, gate, local, scale, normalization, sigma_floor);
   check_cuda_limits(op, p, q);
   const c10::cuda::CUDAGuard guard(q.device());
-  if (!handwritten_cuda_kernels_only()) {
+  if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type())) {
     if (auto result = gmm_forward_by_composition(p, q, k, v, key_lengths, omega, mu, sigma, gate, return_weights)) {
       return *result;
     }
@@ -59,7 +59,7 @@ GmmBackwardResult gmm_attention_backward_cuda(
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
   const c10::cuda::CUDAGuard guard(q.device());
   // Either backend's saved statistics serve either backward (gmm_composition.h), so the choice is made again here.
-  if (!handwritten_cuda_kernels_only()) {
+  if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type())) {
     if (auto grads = gmm_backward_by_composition(p, grad_out, q, k, v, key_lengths, omega, mu, sigma, gate, lse,
                                                  alpha_context, beta_context)) {
       return *grads;

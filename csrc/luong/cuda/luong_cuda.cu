@@ -18,7 +18,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_cuda(
     double scale, bool return_probs) {
   const SharedValueParams p = check_shared_value_args("mma_nmt.shared_value_attention", q, k, v, key_lengths, scale);
   const c10::cuda::CUDAGuard guard(q.device());
-  if (!handwritten_cuda_kernels_only()) return shared_value_forward_by_composition(p, q, k, v, key_lengths, return_probs);
+  if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type())) {
+    return shared_value_forward_by_composition(p, q, k, v, key_lengths, return_probs);
+  }
   return run_shared_value_forward(p, q, k, v, key_lengths, return_probs, gpu::current_launch());
 }
 
@@ -29,7 +31,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_backward_c
   const SharedValueParams p = check_shared_value_args(op, q, k, v, key_lengths, scale);
   check_shared_value_backward_extras(op, p, q, grad_out, out, lse);
   const c10::cuda::CUDAGuard guard(q.device());
-  if (!handwritten_cuda_kernels_only()) {
+  if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type())) {
     return shared_value_backward_by_composition(p, grad_out, q, k, v, out, lse, key_lengths);
   }
   return run_shared_value_backward(p, grad_out, q, k, v, out, lse, key_lengths, gpu::current_launch());
