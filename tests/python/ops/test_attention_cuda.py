@@ -89,7 +89,7 @@ def test_cuda_flash_opt_in_takes_uniform_kinds_and_matches_reference(spec, query
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cuda_flash_opt_in_takes_padded_cross_attention_and_matches_reference(dtype, monkeypatch):
     """Global heads with key padding (cross-attention): one variable-length FA2 call, the real keys packed, an empty
-    sentence and a length-1 one included; padding keys get a zero gradient (opt-in; not yet run on a GPU)."""
+    sentence and a length-1 one included; padding keys get a zero gradient (passed on an H200, 2026-11-28)."""
     monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", "flash")
     q, k, v = cuda_qkv(4, 4, 9, 23, 64, dtype=dtype)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
