@@ -20,6 +20,17 @@
 
 namespace mma_nmt::attention {
 
+// Without MMA_NMT_CUDA_KERNELS, flash serves half-precision calls of one head kind from this many query-key pairs
+// per sentence on. The H200 measured (bfloat16, benchmarks/results/2026-11-28.nmt-sizes.notes.md) the hand-written
+// kernel ahead at NMT sizes (global heads, B 128 T 64, forward+backward: 1.5 ms against flash's 3.3; its 4 launches
+// against flash's packing), about level at T = S = 128 (3.5 against 3.3 ms) and flash far ahead from T = S = 512
+// (3.8 against 22.1 ms; 1024: 2.7 against 45.0). 256 x 256 lies between the last tie and the first clear win.
+constexpr int64_t kFlashDefaultMinPairs = 256 * 256;
+
+inline bool flash_by_default(int64_t query_len, int64_t key_len) {
+  return query_len * key_len >= kFlashDefaultMinPairs;
+}
+
 // FA2's (window_size_left, window_size_right) for a kind: G (-1, -1), L (w, w), F (0, -1), B and C (-1, 0).
 struct FlashWindow {
   int64_t left;

@@ -142,4 +142,14 @@ TEST(FlashPlan, PackingIndexPutsEachSentencesRealRowsAtItsCumulativeStartAndIsAP
   EXPECT_TRUE(at::equal(packed.narrow(0, 8, 2), x.narrow(0, 15, 2)));         // sentence 3
 }
 
+TEST(FlashPlan, FlashIsTheDefaultFrom256By256QueryKeyPairs) {
+  using mma_nmt::attention::flash_by_default;
+  EXPECT_FALSE(flash_by_default(128, 128));  // NMT sizes: the hand-written kernel measured ahead or level
+  EXPECT_FALSE(flash_by_default(255, 256));
+  EXPECT_TRUE(flash_by_default(256, 256));
+  EXPECT_TRUE(flash_by_default(512, 512));  // flash measured 5.9x ahead
+  EXPECT_FALSE(flash_by_default(1, 4096));  // a decoder step: 4096 pairs
+  EXPECT_TRUE(flash_by_default(64, 1024));
+}
+
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "attention/sdpa_choice.h"
+#include "common/cuda_dispatch.h"
 
 namespace {
 
@@ -44,6 +45,13 @@ TEST(SdpaChoice, FlashWouldTakeOnlyUnmaskedHalfPrecisionRowsInStepsOf8) {
   EXPECT_FALSE(mma_nmt::attention::flash_takes_form(SdpaForm{true, true, 64}));
   EXPECT_FALSE(mma_nmt::attention::flash_takes_form(SdpaForm{false, false, 64}));
   EXPECT_FALSE(mma_nmt::attention::flash_takes_form(SdpaForm{false, true, 264}));
+}
+
+TEST(SdpaChoice, CompositionsServeFloat32AndFloat64OnlyByDefault) {
+  EXPECT_TRUE(mma_nmt::composition_by_default(c10::ScalarType::Float));
+  EXPECT_TRUE(mma_nmt::composition_by_default(c10::ScalarType::Double));
+  EXPECT_FALSE(mma_nmt::composition_by_default(c10::ScalarType::Half));
+  EXPECT_FALSE(mma_nmt::composition_by_default(c10::ScalarType::BFloat16));
 }
 
 }  // namespace

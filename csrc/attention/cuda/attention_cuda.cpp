@@ -57,16 +57,11 @@ const AttentionKernels& handwritten_kernels() {
 // projections' (B, T, H, D) output, which the modules hand over. Global heads with key padding (cross-attention) are
 // one variable-length call: every sentence's T queries, its real keys packed first (flash_plan.h's packing_index, no
 // host read). Padded self-attention of other kinds (queries packed too) and mixed kinds stay on the default path.
-// Unless MMA_NMT_CUDA_KERNELS says otherwise, flash serves calls from this many query-key pairs per sentence on. The
-// H200 measured (bfloat16, benchmarks/results/2026-11-28.nmt-sizes.notes.md) the hand-written kernel ahead at NMT sizes
-// (global heads, B 128 T 64, forward+backward: 1.8 ms against flash's 2.9; its 4 launches against flash's packing) and
-// about level at T = S = 128 (3.5 against 3.3 ms), flash far ahead from T = S = 512 (3.8 against 22.1 ms; 1024: 2.7
-// against 45.0). 256 x 256 lies between the last tie and the first clear win.
-constexpr int64_t kFlashDefaultMinPairs = 256 * 256;
-
+// flash_by_default (flash_plan.h) gives the size from which flash is the default; MMA_NMT_CUDA_KERNELS=flash takes
+// it at every size, =handwritten never.
 bool flash_wanted(const AttentionParams& p) {
   if (handwritten_cuda_kernels_only()) return false;
-  return flash_cuda_kernels_opted_in() || p.query_len * p.key_len >= kFlashDefaultMinPairs;
+  return flash_cuda_kernels_opted_in() || flash_by_default(p.query_len, p.key_len);
 }
 
 bool flash_takes(const AttentionParams& p, const at::Tensor& q, const std::optional<at::Tensor>& key_lengths,
