@@ -1,0 +1,67 @@
+"""``scripts/gpu_nmt_sizes.sh`` end to end with stand-ins for the GPU work, so that a mistake in its orchestration shows
+here and not on a lent machine: the real script and ``gpu_build.sh`` (the build reused) run in a scratch repository
+where a stand-in ``python3`` runs pytest (prints a result), the benchmark (appends one row per call and records its
+arguments), the LSTM step benchmark (prints a table) and every ``-c`` snippet (prints "stand-in")."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+FAKE_PYTHON = """#!/bin/bash
+if [ "$1" = -c ]; then echo "stand-in"; exit 0; fi
+if [ "$1" = -m ] && [ "$2" = pytest ]; then echo "2 passed in 0.10s"; exit 0; fi
+if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_nmt_sizes ]; then
+  shift 2; echo "$*" >> "$OUT/calls.txt"
+  if [[ " $* " == *" --render "* ]]; then echo "# report" > "$OUT/bench/nmt_sizes.md"; exit 0; fi
+  echo '{"group": "x"}' >> "$OUT/bench/nmt_sizes.jsonl"; exit 0
+fi
+if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_lstm_step ]; then echo "| lstm |"; exit 0; fi
+exec REAL_PYTHON "$@"
+"""
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp_path):
+    root, out = tmp_path / "repo", tmp_path / "out"
+    (root / "scripts").mkdir(parents=True)
+    for script in ("gpu_nmt_sizes.sh", "gpu_build.sh"):
+        shutil.copy(REPO / "scripts" / script, root / "scripts")
+    (root / "mma_nmt").mkdir()
+    (root / "mma_nmt" / "_C.stand-in.so").write_text("")  # REUSE_BUILD=1 keeps it: no build
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(FAKE_PYTHON.replace("REAL_PYTHON", sys.executable))
+    (bin_dir / "python3").chmod(0o755)
+    out.mkdir()
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out), "REUSE_BUILD": "1",
+           "LIMIT": "400"}
+
+    done = subprocess.run(["bash", "scripts/gpu_nmt_sizes.sh"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=240)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    session = (out / "session.log").read_text()
+    steps = ["built: stand-in", "flash probe (flash_probe.log): 2 passed",
+             "tests: 2 passed in 0.10s | handwritten: 2 passed in 0.10s", "nmt sizes bfloat16: exit 0, 1 rows",
+             "graphs (decoder): exit 0", "LSTM step: exit 0", "flex: exit 0", "s] done"]
+    positions = [session.find(step) for step in steps]
+    assert -1 not in positions and positions == sorted(positions), session
+    calls = (out / "calls.txt").read_text().splitlines()
+    assert [c.split("--deadline")[0].split("--out")[1].split(None, 1)[1].strip() for c in calls[:3]] == [
+        "--only attention --only decoder --only long", "--only decoder --graphs", "--only flex"]
+    deadlines = [float(c.split("--deadline")[1].split()[0]) for c in calls[:3]]
+    assert all(0 < d < 400 for d in deadlines), deadlines
+    assert calls[3].endswith("--render") and (out / "bench" / "nmt_sizes.md").exists()
+    assert (out / "bench" / "lstm_step.md").read_text() == "| lstm |\n"
+    assert len(calls) == 4
+    assert [json.loads(line) for line in (out / "bench" / "nmt_sizes.jsonl").read_text().splitlines()] == [
+        {"group": "x"}] * 3
