@@ -27,7 +27,8 @@
 #
 # **Which model.** The best one on disk: the `GLFB` systems of `mma-nmt experiment mma` (full scale first, then
 # `--scale mini`), or the demo's run (`make demo`: 3 minutes). Else the converged example model committed in
-# `examples/mma_multi30k_de_en` (trained to patience on Multi30k; its test BLEU is in `examples/README.md`).
+# `examples/mma_multi30k_de_en` (trained to patience on Multi30k; its test BLEU is in `examples/README.md`), shown
+# beside the all-global baseline of the same table, `examples/baseline_multi30k_de_en`, when that is there too.
 # Only when none is there does the notebook train its own tiny model (what CI does): about half a minute on a few
 # thousand sentence pairs with `MMA_NMT_NOTEBOOK_PRESET=tiny` (the default), or all of Multi30k for thousands of updates
 # with `full`, which also trains an all-global baseline. `MMA_NMT_NOTEBOOK_RUNS` names another folder to search
@@ -39,6 +40,7 @@ import time
 import torch
 
 from mma_nmt.analysis import (head_distance_entropy, head_labels, plot_distance_entropy, plot_sentence_attention)
+from mma_nmt.demos.example_models import example_export
 from mma_nmt.demos.notebook_figures import show_attention_explorer, show_bleu_by_source_length
 from mma_nmt.demos.notebook_models import MMA_TINY, NotebookModel, greedy_translations, models_for_notebook
 from mma_nmt.demos.notebook_setup import start_notebook
@@ -55,7 +57,7 @@ print(SCALE)
 # %%
 MODELS = {"MMA GLFB": NotebookModel(("mma", "mma_seed2", "mma_seed3", "mma_to_patience"), "mma", MMA_TINY,
                                     example="mma_multi30k_de_en")}
-if SCALE.name == "full":
+if SCALE.name == "full" or example_export("baseline_multi30k_de_en") is not None:
     MODELS["baseline GGGG"] = NotebookModel(("baseline", "baseline_to_patience"), "baseline",
                                             {"preset": "transformer_tiny"}, example="baseline_multi30k_de_en")
 trained = models_for_notebook("mma", MODELS, SCALE, CACHE, demo=True)

@@ -64,3 +64,4 @@ def test_the_mma_notebook_opens_on_the_committed_example(tmp_path, tmp_path_fact
     text, _ = _execute(REPO / "notebooks" / "01_mma.py", tmp_path, tmp_path_factory, shared_data, monkeypatch,
                        examples=str(REPO / "examples"))
     assert f"loaded the example model {example}" in text and "the notebook's own" not in text
+    assert f"loaded the example model {REPO / 'examples' / 'baseline_multi30k_de_en'}" in text  # the baseline beside it
