@@ -82,7 +82,8 @@ struct SdpaCall {
   double scale;
 };
 
-// The kernel for a CUDA call: torch's answer, read through sdpa_choice.h (a cuDNN answer is flash or efficient).
+// The kernel for a CUDA call: torch's answer read through sdpa_choice.h (in float32 the memory-efficient kernel for any
+// fused answer; in half precision none, so the flash branches below are not reached until that file says otherwise).
 SdpaKernel cuda_kernel(const SdpaCall& c) {
   const int64_t choice = at::_fused_sdp_choice(c.q, c.k, c.v, c.visibility.mask, 0.0, c.visibility.is_causal, c.scale);
   const bool half = c.q.scalar_type() == at::kHalf || c.q.scalar_type() == at::kBFloat16;
