@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One lease for issues 48 and 49 (a bare GPU image with CUDA, nvcc and a CUDA build of torch; no network): build
-# mma_nmt with its CUDA kernels, probe the opt-in FlashAttention-2 path, then measure, in priority order, attention and
-# the decoder-side operators at NMT sizes (benchmarks/cuda_nmt_sizes.py: time, launches, host waits, peak memory, then
-# CUDA-graph replay), the LSTM decoder step eager against replay and FlexAttention, after the CUDA suite in both
-# dispatch modes (seconds). Each step has its own time limit inside LIMIT (seconds, default 560) and writes to $OUT as it goes,
-# so whatever a cut-off step measured comes back.
+# mma_nmt with its CUDA kernels, probe the FlashAttention-2 path, run the CUDA suite in both dispatch modes (seconds),
+# then measure, in priority order, attention and the decoder-side operators at NMT sizes (benchmarks/cuda_nmt_sizes.py:
+# time, launches, host waits, peak memory, then CUDA-graph replay), the LSTM decoder step eager against replay, and
+# FlexAttention. Each step has its own time limit inside LIMIT (seconds, default 560) and writes to $OUT as it goes, so
+# whatever a cut-off step measured comes back. The .whl folder, when carried, holds pure-Python wheels the image lacks.
 #
 #   OUT=... LIMIT=560 bash scripts/gpu_nmt_sizes.sh      (carry .whl and runs/data/raw)
 set -uo pipefail
