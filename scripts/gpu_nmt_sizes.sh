@@ -7,6 +7,8 @@
 # whatever a cut-off step measured comes back. The .whl folder, when carried, holds pure-Python wheels the image lacks.
 #
 #   OUT=... LIMIT=560 bash scripts/gpu_nmt_sizes.sh      (carry .whl and runs/data/raw)
+# Before the call, here: pip download --no-deps -d .whl sacremoses sacrebleu portalocker tabulate colorama (the
+# wheels) and cp -r ../shared/data/multi30k runs/data/raw/ (the raw corpus the resume and sync-free step tests need).
 set -uo pipefail
 start=$SECONDS
 : "${OUT:?OUT must name the folder whose files come back}"
