@@ -112,9 +112,10 @@ def attention_case(group: str, spec: str, padded: bool, batch: int, length: int,
     def make(device, dtype):
         leaves, (q, k, v) = _projections(batch, length, heads, head_dim, device, dtype)
         kinds = parse_head_spec(spec, heads)
-        lengths = _lengths(batch, length, padded, device)
+        # Unpadded: no key lengths at all (full-length lengths would take the padded paths: flash's packed call)
+        lengths = _lengths(batch, length, padded, device) if padded else None
         options = dict(head_kinds=kinds, key_lengths=lengths, window=1)
-        # The opt-in flash path serves all-G calls and unpadded uniform kinds; elsewhere it is the default path again.
+        # The flash path serves all-G calls and unpadded uniform kinds; elsewhere it is the default path again.
         flash = spec == "G" or (spec == "C" and not padded)
         calls = ours(lambda: fused_attention(q, k, v, **options).out,
                      modes=(None, "handwritten", "flash") if flash else (None, "handwritten"))
@@ -157,7 +158,7 @@ def attention_step_case(spec: str, batch: int, source: int, heads: int = 8, head
         cached, (k, v) = _projections(batch, source, heads, head_dim, device, dtype, count=2)
         kinds = parse_head_spec(spec, heads)
         causal = kinds[0] == HeadKind.CAUSAL
-        lengths = _lengths(batch, source, not causal, device)
+        lengths = None if causal else _lengths(batch, source, True, device)  # a beam step has no key padding
         options = dict(head_kinds=kinds, key_lengths=lengths, query_offset=source - 1 if causal else 0)
         calls = ours(lambda: fused_attention(q, k, v, **options).out)
         calls["reference"] = lambda: attention_reference(q, k, v, **options)[0]
