@@ -91,9 +91,8 @@ def ours(fn: Callable, modes=(None, "handwritten", "flash")) -> dict[str, Callab
     return {name: fn for name, mode in MODES.items() if mode in modes}
 
 
-def _lengths(batch: int, length: int, padded: bool, device: str) -> torch.Tensor:
-    if not padded:
-        return torch.full((batch,), length, device=device)
+def _lengths(batch: int, length: int, device: str) -> torch.Tensor:
+    """Key lengths drawn in [length / 2, length] (fixed per size), the first sentence full."""
     generator = torch.Generator().manual_seed(batch * 1000 + length)
     lengths = torch.randint(max(1, length // 2), length + 1, (batch,), generator=generator).to(device)
     lengths[0] = length
@@ -113,7 +112,7 @@ def attention_case(group: str, spec: str, padded: bool, batch: int, length: int,
         leaves, (q, k, v) = _projections(batch, length, heads, head_dim, device, dtype)
         kinds = parse_head_spec(spec, heads)
         # Unpadded: no key lengths at all (full-length lengths would take the padded paths: flash's packed call)
-        lengths = _lengths(batch, length, padded, device) if padded else None
+        lengths = _lengths(batch, length, device) if padded else None
         options = dict(head_kinds=kinds, key_lengths=lengths, window=1)
         # The flash path serves all-G calls and unpadded uniform kinds; elsewhere it is the default path again.
         flash = spec == "G" or (spec == "C" and not padded)
@@ -158,7 +157,7 @@ def attention_step_case(spec: str, batch: int, source: int, heads: int = 8, head
         cached, (k, v) = _projections(batch, source, heads, head_dim, device, dtype, count=2)
         kinds = parse_head_spec(spec, heads)
         causal = kinds[0] == HeadKind.CAUSAL
-        lengths = None if causal else _lengths(batch, source, True, device)  # a beam step has no key padding
+        lengths = None if causal else _lengths(batch, source, device)  # a beam step has no key padding
         options = dict(head_kinds=kinds, key_lengths=lengths, query_offset=source - 1 if causal else 0)
         calls = ours(lambda: fused_attention(q, k, v, **options).out)
         calls["reference"] = lambda: attention_reference(q, k, v, **options)[0]
@@ -187,7 +186,7 @@ def gmm_step_case(batch: int, source: int, heads: int = 8, components: int = 4, 
                        mu=(torch.rand(*rows, components, device=device, dtype=dtype) * source).requires_grad_(),
                        sigma=(torch.rand(*rows, components, device=device, dtype=dtype) * 3 + 0.5).requires_grad_(),
                        gate=torch.rand(*rows, device=device, dtype=dtype).requires_grad_())
-        options = dict(key_lengths=_lengths(batch, source, True, device), **mixture)
+        options = dict(key_lengths=_lengths(batch, source, device), **mixture)
         calls = ours(lambda: gmm_attention(q, k, v, **options).out, modes=(None, "handwritten"))
         calls["reference"] = lambda: gmm_attention_reference(q, k, v, **options)[0]
         return calls, leaves + cached + list(mixture.values())
