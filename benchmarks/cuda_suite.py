@@ -35,6 +35,8 @@ CUDA_TARGETS = (
            "x", "section attention, Flex / fused, GLFB heads, fwd+bwd"),
     Target("cuda_train_vs_torch", "Training step with fused operators >= the nn.MultiheadAttention model (CUDA)", 1.0,
            "x", "section training, torch step time / fused step time"),
+    Target("cuda_train_vs_reference", "GMM and LSTM training steps fused >= 1.2x their reference models (CUDA)", 1.2,
+           "x", "section training, reference step time / fused step time"),
 )
 
 

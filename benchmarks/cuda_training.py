@@ -1,7 +1,8 @@
-"""CUDA section "training": one training step (forward, label-smoothed loss, backward, Adam) of a whole Transformer with
-MMA encoder self-attention (GLFB heads), fused operators against the same model built from ``nn.MultiheadAttention``
-(``implementation="torch"``), on one fixed batch of random sentences, in float32 and under autocast to float16 and
-bfloat16."""
+"""CUDA section "training": one training step (forward, label-smoothed loss, backward, Adam) of a whole model on one
+fixed batch of random sentences, in float32 and under autocast to float16 and bfloat16, fused operators against a
+baseline: Transformers with MMA encoder heads (GLFB) or all-global heads against the same model built from
+``nn.MultiheadAttention`` (``implementation="torch"``; issue 48), and the GMM Transformer and the 4-head LSTM against
+their plain-PyTorch reference models (``implementation="reference"``, the same parameters; issue 49)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from benchmarks.report import Section, Table
 from benchmarks.section_end_to_end import config_for_vocab
 from benchmarks.timing import time_interleaved
 from mma_nmt.data.batch import Batch, pad_sequences
-from mma_nmt.models import build_model
+from mma_nmt.models import build_model, preset
 from mma_nmt.training.loss import label_smoothed_cross_entropy
 
 VOCAB, PAD, BOS, EOS = 8000, 0, 1, 2
@@ -23,15 +24,45 @@ PRECISIONS = {"float32": None, "autocast float16": torch.float16, "autocast bflo
 
 
 @dataclass(frozen=True)
+class StepCase:
+    """One model at one batch size. ``attention``: a key of ``section_end_to_end.ATTENTION`` ("MMA", "GMM"), or None
+    for the preset's own attention (all-global heads; the LSTM's Luong heads). ``baseline``: the implementation the
+    fused model is timed against."""
+
+    preset: str
+    attention: str | None
+    sentences: int
+    length: int
+    baseline: str  # "torch" (nn.MultiheadAttention) or "reference"
+
+    @property
+    def label(self) -> str:
+        return f"{self.preset} {self.attention or 'own attention'}"
+
+    def config(self, implementation: str):
+        if self.attention is None:
+            return preset(self.preset, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB, pad_id=PAD,
+                          implementation=implementation)
+        return config_for_vocab(self.preset, self.attention, implementation, src_vocab=VOCAB, tgt_vocab=VOCAB,
+                                pad_id=PAD)
+
+
+@dataclass(frozen=True)
 class Sizes:
-    models: tuple  # (preset, sentences per batch, sentence length)
+    models: tuple[StepCase, ...]
     turns: int
 
 
-SIZES = {"full": Sizes((("transformer_tiny", 128, 32), ("transformer_iwslt_small", 64, 64),
-                        ("transformer_iwslt_small", 32, 256)), turns=7),
-         "quick": Sizes((("transformer_iwslt_small", 64, 64),), turns=3),
-         "tiny": Sizes((("transformer_tiny", 2, 8),), turns=1)}
+_QUICK = (StepCase("transformer_iwslt_small", "MMA", 64, 64, "torch"),
+          StepCase("transformer_iwslt_small", None, 64, 64, "torch"),
+          StepCase("transformer_iwslt_small", "GMM", 64, 64, "reference"),
+          StepCase("lstm_iwslt15", None, 64, 32, "reference"))
+SIZES = {"full": Sizes((StepCase("transformer_tiny", "MMA", 128, 32, "torch"), *_QUICK,
+                        StepCase("transformer_iwslt_small", "MMA", 32, 256, "torch")), turns=7),
+         "quick": Sizes(_QUICK, turns=3),
+         "tiny": Sizes((StepCase("transformer_tiny", "MMA", 2, 8, "torch"),
+                        StepCase("transformer_tiny", "GMM", 2, 8, "reference"),
+                        StepCase("lstm_tiny", None, 2, 8, "reference")), turns=1)}
 
 
 def random_batch(sentences: int, length: int, *, seed: int = 0, device: str = "cuda") -> Batch:
@@ -69,20 +100,20 @@ def train_step_fn(config, batch: Batch, precision: torch.dtype | None):
 def run(profile: str) -> Section:
     sizes = SIZES[profile]
     timing = {**TIMING[profile].kwargs(), "min_seconds": 0.0, "warmup": 1, "repeat": sizes.turns}
-    section = Section("training", "c. Training step: fused vs the nn.MultiheadAttention model", __doc__)
+    section = Section("training", "c. Training step: fused vs the nn.MultiheadAttention or reference model",
+                      __doc__)
     rows = []
-    for name, sentences, length in sizes.models:
-        batch = random_batch(sentences, length)
-        configs = [config_for_vocab(name, "MMA", impl, src_vocab=VOCAB, tgt_vocab=VOCAB, pad_id=PAD)
-                   for impl in ("fused", "torch")]
+    for case in sizes.models:
+        batch = random_batch(case.sentences, case.length)
+        configs = [case.config(implementation) for implementation in ("fused", case.baseline)]
         for label, precision in PRECISIONS.items():
-            fused, torch_model = time_interleaved([train_step_fn(c, batch, precision) for c in configs],
-                                                  synchronize=torch.cuda.synchronize, **timing)
-            where = f"{name} {sentences}x{length} {label}"
-            rows.append([name, f"{sentences} x {length}", label, batch.num_tokens / fused,
-                         batch.num_tokens / torch_model, torch_model / fused])
-            section.figure("cuda_train_vs_torch", torch_model / fused, where)
-    section.tables.append(Table("Training tokens/s", ["model", "batch (sentences x max len)", "precision",
-                                                      "fused tok/s", "nn.MultiheadAttention tok/s",
-                                                      "fused / nn.MultiheadAttention"], rows))
+            fused, baseline = time_interleaved([train_step_fn(c, batch, precision) for c in configs],
+                                               synchronize=torch.cuda.synchronize, **timing)
+            where = f"{case.label} {case.sentences}x{case.length} {label}"
+            rows.append([case.label, f"{case.sentences} x {case.length}", label, case.baseline,
+                         batch.num_tokens / fused, batch.num_tokens / baseline, baseline / fused])
+            target = "cuda_train_vs_torch" if case.baseline == "torch" else "cuda_train_vs_reference"
+            section.figure(target, baseline / fused, where)
+    section.tables.append(Table("Training tokens/s", ["model", "batch (sentences x max len)", "precision", "baseline",
+                                                      "fused tok/s", "baseline tok/s", "fused / baseline"], rows))
     return section

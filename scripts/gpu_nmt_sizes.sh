@@ -2,8 +2,8 @@
 # One lease for issues 48 and 49 (a bare GPU image with CUDA, nvcc and a CUDA build of torch; no network): build
 # mma_nmt with its CUDA kernels, probe the FlashAttention-2 path, run the CUDA suite in both dispatch modes (seconds),
 # then measure, in priority order, attention and the decoder-side operators at NMT sizes (benchmarks/cuda_nmt_sizes.py:
-# time, launches, host waits, peak memory, then CUDA-graph replay), the LSTM decoder step eager against replay, and
-# FlexAttention. Each step has its own time limit inside LIMIT (seconds, default 560) and writes to $OUT as it goes, so
+# time, launches, host waits, peak memory, then CUDA-graph replay), the LSTM decoder step eager against replay, whole
+# training steps (python -m benchmarks --only training) and FlexAttention. Each step has its own time limit inside LIMIT (seconds, default 560) and writes to $OUT as it goes, so
 # whatever a cut-off step measured comes back. The .whl folder, when carried, holds pure-Python wheels the image lacks.
 #
 #   OUT=... LIMIT=560 bash scripts/gpu_nmt_sizes.sh      (carry .whl and runs/data/raw)
@@ -44,7 +44,12 @@ say "graphs (decoder): exit $?"
 timeout "$(until_s 330)" python3 -m benchmarks.cuda_lstm_step --quick > "$OUT/bench/lstm_step.md" 2>&1
 say "LSTM step: exit $?"
 
-say "CUDA-graph and LSTM steps done; FlexAttention"
+# Whole training steps (issue 48: MMA and all-global vs the nn.MultiheadAttention model; issue 49: GMM and LSTM vs
+# their reference models), float32 and autocast float16/bfloat16.
+timeout "$(until_s 380)" python3 -m benchmarks --device cuda --quick --only training --out "$OUT/bench" \
+  --name cuda-training > "$OUT/bench/training.log" 2>&1
+say "training steps: exit $?"
+say "CUDA-graph, LSTM and training steps done; FlexAttention"
 timeout "$(until_s $((limit - 20)))" "${bench[@]}" --only flex --deadline "$(until_s $((limit - 40)))" >> "$OUT/bench/bench.log" 2>&1
 say "flex: exit $?"
 python3 -m benchmarks.cuda_nmt_sizes --out "$OUT/bench" --render 2>> "$OUT/session.log"

@@ -63,8 +63,14 @@ def test_attention_contenders_compute_the_same_attention(spec):
 def test_training_step_runs_both_models_on_a_random_batch():
     batch = cuda_training.random_batch(3, 8, device="cpu")
     assert batch.src.shape[0] == 3 and batch.num_tokens == int((batch.tgt_out != cuda_training.PAD).sum())
-    for implementation in ("fused", "torch"):
-        config = cuda_training.config_for_vocab("transformer_tiny", "MMA", implementation,
-                                                src_vocab=cuda_training.VOCAB, tgt_vocab=cuda_training.VOCAB,
-                                                pad_id=cuda_training.PAD)
-        cuda_training.train_step_fn(config, batch, None)()
+    for case in cuda_training.SIZES["tiny"].models:  # MMA vs nn.MultiheadAttention, GMM and LSTM vs reference
+        for implementation in ("fused", case.baseline):
+            cuda_training.train_step_fn(case.config(implementation), batch, None)()
+
+
+def test_training_section_times_the_issues_systems_against_their_baselines():
+    quick = {(case.preset, case.attention, case.baseline) for case in cuda_training.SIZES["quick"].models}
+    assert quick == {("transformer_iwslt_small", "MMA", "torch"), ("transformer_iwslt_small", None, "torch"),
+                     ("transformer_iwslt_small", "GMM", "reference"), ("lstm_iwslt15", None, "reference")}
+    lstm = next(c for c in cuda_training.SIZES["quick"].models if c.preset == "lstm_iwslt15")
+    assert lstm.config("fused").heads == 4 and lstm.config("reference").implementation == "reference"

@@ -1,7 +1,8 @@
 """``scripts/gpu_nmt_sizes.sh`` end to end with stand-ins for the GPU work, so that a mistake in its orchestration shows
 here and not on a lent machine: the real script and ``gpu_build.sh`` (the build reused) run in a scratch repository
 where a stand-in ``python3`` runs pytest (prints a result), the benchmark (appends one row per call and records its
-arguments), the LSTM step benchmark (prints a table) and every ``-c`` snippet (prints "stand-in")."""
+arguments), the LSTM step benchmark (prints a table), the benchmark suite (echoes its arguments) and every ``-c``
+snippet (prints "stand-in")."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_nmt_sizes ]; then
   echo '{"group": "x"}' >> "$OUT/bench/nmt_sizes.jsonl"; exit 0
 fi
 if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_lstm_step ]; then echo "| lstm |"; exit 0; fi
+if [ "$1" = -m ] && [ "$2" = benchmarks ]; then shift 2; echo "suite $*"; exit 0; fi
 exec REAL_PYTHON "$@"
 """
 
@@ -52,7 +54,7 @@ def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp
     session = (out / "session.log").read_text()
     steps = ["built: stand-in", "flash probe (flash_probe.log): 2 passed",
              "tests: 2 passed in 0.10s | handwritten: 2 passed in 0.10s", "nmt sizes bfloat16: exit 0, 1 rows",
-             "graphs (decoder): exit 0", "LSTM step: exit 0", "flex: exit 0", "s] done"]
+             "graphs (decoder): exit 0", "LSTM step: exit 0", "training steps: exit 0", "flex: exit 0", "s] done"]
     positions = [session.find(step) for step in steps]
     assert -1 not in positions and positions == sorted(positions), session
     calls = (out / "calls.txt").read_text().splitlines()
@@ -62,6 +64,7 @@ def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp
     assert all(0 < d < 400 for d in deadlines), deadlines
     assert calls[3].endswith("--render") and (out / "bench" / "nmt_sizes.md").exists()
     assert (out / "bench" / "lstm_step.md").read_text() == "| lstm |\n"
+    assert (out / "bench" / "training.log").read_text().startswith("suite --device cuda --quick --only training")
     assert len(calls) == 4
     assert [json.loads(line) for line in (out / "bench" / "nmt_sizes.jsonl").read_text().splitlines()] == [
         {"group": "x"}] * 3
