@@ -82,12 +82,11 @@ struct SdpaCall {
   double scale;
 };
 
-// The kernel for a CUDA call: torch's answer read through sdpa_choice.h (in float32 the memory-efficient kernel for any
-// fused answer; in half precision none, so the flash branches below are not reached until that file says otherwise).
-SdpaKernel cuda_kernel(const SdpaCall& c) {
+// Whether a CUDA call runs torch's memory-efficient kernel: torch's answer read through sdpa_choice.h.
+bool efficient_kernel_serves(const SdpaCall& c) {
   const int64_t choice = at::_fused_sdp_choice(c.q, c.k, c.v, c.visibility.mask, 0.0, c.visibility.is_causal, c.scale);
   const bool half = c.q.scalar_type() == at::kHalf || c.q.scalar_type() == at::kBFloat16;
-  return sdpa_kernel_for(choice, SdpaForm{c.visibility.mask.has_value(), half, c.q.size(-1)});
+  return use_efficient_kernel(choice, SdpaForm{c.visibility.mask.has_value(), half, c.q.size(-1)});
 }
 
 // The fused kernels take the mask as an additive bias of q's dtype, 0 where visible and -inf elsewhere, expanded to
@@ -113,12 +112,7 @@ std::optional<std::pair<at::Tensor, at::Tensor>> fused_forward(const SdpaCall& c
     auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(c.q, c.k, c.v, 0.0, causal, bias, c.scale);
     return std::make_pair(out, lse);
   }
-  const SdpaKernel kernel = cuda_kernel(c);
-  if (kernel == SdpaKernel::kFlash) {
-    const auto r = at::_scaled_dot_product_flash_attention(c.q, c.k, c.v, 0.0, causal, false, c.scale);
-    return std::make_pair(std::get<0>(r), std::get<1>(r));
-  }
-  if (kernel == SdpaKernel::kEfficient) {
+  if (efficient_kernel_serves(c)) {
     const auto r = at::_scaled_dot_product_efficient_attention(c.q, c.k, c.v, bias, true, 0.0, causal, c.scale);
     return std::make_pair(std::get<0>(r), std::get<1>(r).narrow(2, 0, c.q.size(2)));  // lse is padded to 32 rows
   }
@@ -137,14 +131,8 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> fused_backward(con
         grad_out, c.q, c.k, c.v, out, lse, 0.0, causal, bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt,
         c.scale);
   }
-  const SdpaKernel kernel = cuda_kernel(c);
-  const at::Tensor no_rng = at::empty({0}, c.q.options().dtype(at::kLong));  // philox state: unused without dropout
-  if (kernel == SdpaKernel::kFlash) {
-    return at::_scaled_dot_product_flash_attention_backward(grad_out, c.q, c.k, c.v, out, lse, at::Tensor(),
-                                                            at::Tensor(), c.q.size(2), c.k.size(2), 0.0, causal,
-                                                            no_rng, no_rng, c.scale);
-  }
-  if (kernel == SdpaKernel::kEfficient) {
+  if (efficient_kernel_serves(c)) {
+    const at::Tensor no_rng = at::empty({0}, c.q.options().dtype(at::kLong));  // philox state: unused without dropout
     const int64_t rows = c.q.size(2), padded_rows = (rows + 31) / 32 * 32;
     const at::Tensor padded_lse = at::constant_pad_nd(lse, {0, padded_rows - rows}, 0.0);  // its forward's layout
     auto [dq, dk, dv, dbias] = at::_scaled_dot_product_efficient_attention_backward(

@@ -10,41 +10,33 @@
 namespace {
 
 using mma_nmt::attention::SdpaForm;
-using mma_nmt::attention::SdpaKernel;
-using mma_nmt::attention::sdpa_kernel_for;
+using mma_nmt::attention::use_efficient_kernel;
 namespace a = mma_nmt::attention;
 
 TEST(SdpaChoice, EveryFusedAnswerInFloat32BecomesTheEfficientKernel) {
   for (const int64_t answer : {a::kTorchEfficient, a::kTorchFlash, a::kTorchCudnn}) {
-    EXPECT_EQ(sdpa_kernel_for(answer, SdpaForm{true, false, 64}), SdpaKernel::kEfficient) << answer;   // masked
-    EXPECT_EQ(sdpa_kernel_for(answer, SdpaForm{false, false, 36}), SdpaKernel::kEfficient) << answer;  // 4-aligned
-    EXPECT_EQ(sdpa_kernel_for(answer, SdpaForm{false, false, 264}), SdpaKernel::kEfficient) << answer;
+    EXPECT_TRUE(use_efficient_kernel(answer, SdpaForm{true, false, 64})) << answer;   // masked
+    EXPECT_TRUE(use_efficient_kernel(answer, SdpaForm{false, false, 36})) << answer;  // 4-aligned
+    EXPECT_TRUE(use_efficient_kernel(answer, SdpaForm{false, false, 264})) << answer;
   }
   // rows the efficient kernel cannot read in 16-byte steps: the hand-written kernel, unless torch itself chose it
-  EXPECT_EQ(sdpa_kernel_for(a::kTorchFlash, SdpaForm{true, false, 6}), SdpaKernel::kNone);
-  EXPECT_EQ(sdpa_kernel_for(a::kTorchCudnn, SdpaForm{true, false, 6}), SdpaKernel::kNone);
-  EXPECT_EQ(sdpa_kernel_for(a::kTorchEfficient, SdpaForm{true, false, 6}), SdpaKernel::kEfficient);
+  EXPECT_FALSE(use_efficient_kernel(a::kTorchFlash, SdpaForm{true, false, 6}));
+  EXPECT_FALSE(use_efficient_kernel(a::kTorchCudnn, SdpaForm{true, false, 6}));
+  EXPECT_TRUE(use_efficient_kernel(a::kTorchEfficient, SdpaForm{true, false, 6}));
 }
 
 TEST(SdpaChoice, HalfPrecisionGroupsTakeTheHandwrittenKernelWhateverTorchAnswers) {
   for (const int64_t answer : {a::kTorchMath, a::kTorchFlash, a::kTorchEfficient, a::kTorchCudnn}) {
     for (const bool mask : {false, true}) {
-      EXPECT_EQ(sdpa_kernel_for(answer, SdpaForm{mask, true, 64}), SdpaKernel::kNone) << answer << " " << mask;
+      EXPECT_FALSE(use_efficient_kernel(answer, SdpaForm{mask, true, 64})) << answer << " " << mask;
     }
   }
 }
 
 TEST(SdpaChoice, MathOrNoAnswerLeavesTheGroupToTheHandwrittenKernel) {
-  EXPECT_EQ(sdpa_kernel_for(a::kTorchMath, SdpaForm{false, false, 64}), SdpaKernel::kNone);
-  EXPECT_EQ(sdpa_kernel_for(-1, SdpaForm{false, false, 64}), SdpaKernel::kNone);
-  EXPECT_EQ(sdpa_kernel_for(4, SdpaForm{false, false, 64}), SdpaKernel::kNone);  // overrideable
-}
-
-TEST(SdpaChoice, FlashWouldTakeOnlyUnmaskedHalfPrecisionRowsInStepsOf8) {
-  EXPECT_TRUE(mma_nmt::attention::flash_takes_form(SdpaForm{false, true, 64}));
-  EXPECT_FALSE(mma_nmt::attention::flash_takes_form(SdpaForm{true, true, 64}));
-  EXPECT_FALSE(mma_nmt::attention::flash_takes_form(SdpaForm{false, false, 64}));
-  EXPECT_FALSE(mma_nmt::attention::flash_takes_form(SdpaForm{false, true, 264}));
+  EXPECT_FALSE(use_efficient_kernel(a::kTorchMath, SdpaForm{false, false, 64}));
+  EXPECT_FALSE(use_efficient_kernel(-1, SdpaForm{false, false, 64}));
+  EXPECT_FALSE(use_efficient_kernel(4, SdpaForm{false, false, 64}));  // overrideable
 }
 
 TEST(SdpaChoice, CompositionsServeFloat32AndFloat64OnlyByDefault) {
