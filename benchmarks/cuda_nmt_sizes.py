@@ -34,8 +34,8 @@ from benchmarks import cuda_operators
 from benchmarks.flex import compiled_flex_attention, mask_mod_for
 from benchmarks.gpu_counters import graph_replay_seconds, host_sync, launches_per_call, peak_memory_mib
 from benchmarks.timing import markdown_table, pass_name, time_interleaved, timed_call
-from mma_nmt.ops import HeadKind, fused_attention, gmm_attention, parse_head_spec
-from mma_nmt.reference import attention_reference, gmm_attention_reference, visibility_mask
+from mma_nmt.ops import HeadKind, fused_attention, parse_head_spec
+from mma_nmt.reference import attention_reference, visibility_mask
 
 DISPATCH = "MMA_NMT_CUDA_KERNELS"
 ROWS_FILE, REPORT_FILE = "nmt_sizes.jsonl", "nmt_sizes.md"
@@ -168,29 +168,19 @@ def attention_step_case(spec: str, batch: int, source: int, heads: int = 8, head
     return Case("decoder", f"attention step {spec}", f"B={batch} T=1 S={source} H={heads} D={head_dim}", make)
 
 
-def operator_case(case: cuda_operators.OperatorCase) -> Case:
-    """A case of the operators section with the three dispatch modes (flash serves none of these operators)."""
+def operator_case(case: cuda_operators.OperatorCase, what: str | None = None) -> Case:
+    """A case of the operators section in the default and hand-written dispatch modes (flash serves none of these
+    operators)."""
     def make(device, dtype):
         fused, reference, leaves = case.make(device, dtype)
         return {**ours(fused, modes=(None, "handwritten")), "reference": reference}, leaves
-    return Case("decoder", case.operator, case.shape, make)
+    return Case("decoder", what or case.operator, case.shape, make)
 
 
 def gmm_step_case(batch: int, source: int, heads: int = 8, components: int = 4, head_dim: int = 64) -> Case:
     """The GMM cross-attention of one decoder step: one query against ``source`` keys."""
-    def make(device, dtype):
-        leaves, (q,) = _projections(batch, 1, heads, head_dim, device, dtype, count=1)
-        cached, (k, v) = _projections(batch, source, heads, head_dim, device, dtype, count=2)
-        rows = (batch, heads, 1)
-        mixture = dict(omega=(torch.rand(*rows, components, device=device, dtype=dtype) + 0.1).requires_grad_(),
-                       mu=(torch.rand(*rows, components, device=device, dtype=dtype) * source).requires_grad_(),
-                       sigma=(torch.rand(*rows, components, device=device, dtype=dtype) * 3 + 0.5).requires_grad_(),
-                       gate=torch.rand(*rows, device=device, dtype=dtype).requires_grad_())
-        options = dict(key_lengths=_lengths(batch, source, device), **mixture)
-        calls = ours(lambda: gmm_attention(q, k, v, **options).out, modes=(None, "handwritten"))
-        calls["reference"] = lambda: gmm_attention_reference(q, k, v, **options)[0]
-        return calls, leaves + cached + list(mixture.values())
-    return Case("decoder", "gmm_attention step", f"B={batch} T=1 S={source} H={heads} K={components}", make)
+    return operator_case(cuda_operators.gmm_case(batch, heads, source, components, head_dim, queries=1),
+                         "gmm_attention step")
 
 
 def cases(group: str) -> list[Case]:

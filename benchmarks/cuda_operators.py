@@ -51,10 +51,16 @@ def attention_case(spec: str, batch: int, heads: int, length: int, head_dim: int
     return OperatorCase("attention", f"{spec} B={batch} H={heads} T=S={length}", make)
 
 
-def gmm_case(batch: int, heads: int, length: int, components: int = 4, head_dim: int = 64) -> OperatorCase:
+def gmm_case(batch: int, heads: int, length: int, components: int = 4, head_dim: int = 64, *,
+             queries: int | None = None) -> OperatorCase:
+    """GMM cross-attention over ``length`` keys, from ``queries`` rows (``length`` unless given: 1 is a decoder
+    step)."""
+    queries = length if queries is None else queries
+
     def make(device, dtype):
-        rows = (batch, heads, length)
-        q, k, v = (_leaf(*rows, head_dim, device=device, dtype=dtype) for _ in range(3))
+        rows = (batch, heads, queries)
+        q = _leaf(*rows, head_dim, device=device, dtype=dtype)
+        k, v = (_leaf(batch, heads, length, head_dim, device=device, dtype=dtype) for _ in range(2))
         mixture = dict(omega=(torch.rand(*rows, components, device=device, dtype=dtype) + 0.1).requires_grad_(),
                        mu=(torch.rand(*rows, components, device=device, dtype=dtype) * length).requires_grad_(),
                        sigma=(torch.rand(*rows, components, device=device, dtype=dtype) * 3 + 0.5).requires_grad_(),
@@ -62,7 +68,8 @@ def gmm_case(batch: int, heads: int, length: int, components: int = 4, head_dim:
         options = dict(key_lengths=_lengths(batch, length, device), **mixture)
         return (lambda: gmm_attention(q, k, v, **options).out, lambda: gmm_attention_reference(q, k, v, **options)[0],
                 [q, k, v, *mixture.values()])
-    return OperatorCase("gmm_attention", f"B={batch} H={heads} T=S={length} K={components}", make)
+    sizes = f"T=S={length}" if queries == length else f"T={queries} S={length}"
+    return OperatorCase("gmm_attention", f"B={batch} H={heads} {sizes} K={components}", make)
 
 
 def shared_value_case(batch: int, hidden: int = 1024, heads: int = 4, source: int = 30) -> OperatorCase:
