@@ -28,6 +28,26 @@ __device__ __forceinline__ acc_t warp_sum(acc_t x) {
   return x;
 }
 
+// Maximum over the 32 lanes, returned to every lane.
+template <typename acc_t>
+__device__ __forceinline__ acc_t warp_max(acc_t x) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
+    const acc_t other = __shfl_xor_sync(0xffffffffu, x, offset);
+    x = other > x ? other : x;
+  }
+  return x;
+}
+
+// Orders a warp's shared-memory writes before its lanes read each other's: __syncwarp on the GPU; under the emulator,
+// whose kernels that need it run one warp per block, the block barrier.
+__device__ __forceinline__ void warp_sync() {
+#if defined(MMA_NMT_EMULATE_CUDA)
+  __syncthreads();
+#else
+  __syncwarp();
+#endif
+}
+
 // A lane's register slice of a row of `dim` values: element e holds index lane + 32 * e, for lane = threadIdx.x % 32.
 // kPerLane * 32 must cover the largest `dim` a kernel is launched for (its launcher checks it).
 template <int kPerLane, typename acc_t, typename scalar_t>

@@ -20,6 +20,7 @@ constexpr int kWarp = gpu::kWarpSize;
 constexpr int kMaxPerLane = 8;  // head_dim and value_dim up to 256
 using gpu::kMaxWarpsPerBlock;  // rows (or keys) per block at most (gpu::Launch::warps_per_block)
 using gpu::warp_index;  // the row (or key) of this warp
+using gpu::warp_max;
 using gpu::warp_sum;
 // A lane's slice (elements lane, lane + 32, ...) of a row, in acc_t[kMaxPerLane] registers; the dot product of one with
 // a row in memory.
@@ -159,3 +160,4 @@ __global__ void gmm_forward_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<scalar
 }  // namespace mma_nmt::gmm::cuda
 
 #include "gmm/cuda/gmm_backward_kernels.cuh"
+#include "gmm/cuda/gmm_block_kernels.cuh"

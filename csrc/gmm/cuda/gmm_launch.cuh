@@ -50,9 +50,35 @@ using gpu::WarpGrid;
 
 inline WarpGrid warp_grid(int64_t warps, const gpu::Launch& launch) { return gpu::warp_grid(warps, launch, "GMM"); }
 
+// Which kernels run a call: the block-per-head kernels (gmm_block_kernels.cuh) where a head's keys and values fit in
+// shared memory, else the one-warp-per-row kernels; the emulated tests force each.
+enum class GmmKernels { kAuto, kRowWarps, kHeadBlocks };
+
+// Whether the block-per-head kernels serve this call, by `choice`; refuses kHeadBlocks where they cannot.
+template <typename scalar_t, typename acc_t>
+bool use_head_blocks(const GmmParams& p, const gpu::Launch& launch, bool backward, GmmKernels choice) {
+  const BlockLayout<scalar_t, acc_t> layout(p.key_len, p.head_dim, p.value_dim, p.components, backward);
+  const int64_t bytes = layout.bytes(launch.warps_per_block);
+  const bool fits = bytes <= kBlockSharedLimit && p.components <= kWarp;
+  TORCH_CHECK(choice != GmmKernels::kHeadBlocks || fits, "mma_nmt GMM: the block-per-head kernels need ", bytes,
+              " bytes of shared memory for key_len ", p.key_len, " (at most ", kBlockSharedLimit, ") and at most ",
+              kWarp, " components");
+  return choice == GmmKernels::kHeadBlocks || (choice == GmmKernels::kAuto && fits);
+}
+
+// Blocks of launch.warps_per_block warps, one column of blocks per (sentence, head), each block taking
+// kBlockRowsPerWarp rows per warp.
+inline WarpGrid head_block_grid(const GmmParams& p, const gpu::Launch& launch) {
+  const dim3 block = gpu::warp_block(launch, "GMM");
+  const int64_t rows_per_block = static_cast<int64_t>(kBlockRowsPerWarp) * launch.warps_per_block;
+  return {dim3(static_cast<unsigned>(p.batch * p.heads),
+               static_cast<unsigned>((p.query_len + rows_per_block - 1) / rows_per_block)),
+          block};
+}
+
 // The outputs of mma_nmt::gmm_attention (GmmForwardResult order).
 inline GmmForwardResult run_gmm_forward(const GmmParams& p, const Inputs& in, bool return_weights,
-                                        const gpu::Launch& launch) {
+                                        const gpu::Launch& launch, GmmKernels kernels = GmmKernels::kAuto) {
   ForwardOutputs o = allocate_forward_outputs(p, in.q, return_weights);
   // As on the CPU: only no query row or no key means nothing to compute (a zero head or value dim still has weights).
   if (p.batch * p.heads * p.query_len == 0 || p.key_len == 0) return empty_forward(o);
@@ -64,6 +90,13 @@ inline GmmForwardResult run_gmm_forward(const GmmParams& p, const Inputs& in, bo
         return_weights ? o.beta.data_ptr<scalar_t>() : nullptr, o.lse.data_ptr<acc_t>(),
         o.log_mass.data_ptr<acc_t>(),         o.alpha_context.data_ptr<acc_t>(),
         o.beta_context.data_ptr<acc_t>()};
+    if (use_head_blocks<scalar_t, acc_t>(p, launch, false, kernels)) {
+      const WarpGrid blocks = head_block_grid(p, launch);
+      const BlockLayout<scalar_t, acc_t> layout(p.key_len, p.head_dim, p.value_dim, p.components, false);
+      gpu::launch_kernel(&gmm_forward_block_kernel<scalar_t, acc_t>, blocks.grid, blocks.block,
+                         layout.bytes(launch.warps_per_block), launch, make_args<scalar_t, acc_t>(p, in), out);
+      return;
+    }
     gpu::launch_kernel(&gmm_forward_kernel<scalar_t, acc_t>, shape.grid, shape.block, 0, launch,
                        make_args<scalar_t, acc_t>(p, in), out);
   });
@@ -77,7 +110,7 @@ struct SavedStatistics {
 
 // The gradients of mma_nmt::gmm_attention_backward (GmmBackwardResult order); `in.dout` holds grad_out.
 inline GmmBackwardResult run_gmm_backward(const GmmParams& p, const Inputs& in, const SavedStatistics& saved,
-                                          const gpu::Launch& launch) {
+                                          const gpu::Launch& launch, GmmKernels kernels = GmmKernels::kAuto) {
   const bool run = p.batch * p.heads * p.query_len > 0 && p.key_len > 0;  // as on the CPU
   BackwardGrads g = allocate_backward_grads(p, in.q, run);
   if (!run) return g.as_tuple();
@@ -96,6 +129,21 @@ inline GmmBackwardResult run_gmm_backward(const GmmParams& p, const Inputs& in, 
         g.mu.data_ptr<scalar_t>(),      g.sigma.data_ptr<scalar_t>(),      g.gate.data_ptr<scalar_t>(),
         ptr_or_null<scalar_t>(g.local_center), ptr_or_null<scalar_t>(g.local_width)};
     const GmmArgs<scalar_t, acc_t> args = make_args<scalar_t, acc_t>(p, in);
+    if (use_head_blocks<scalar_t, acc_t>(p, launch, true, kernels)) {
+      // One kernel, then dk = ds^T q and dv = gamma^T dout as two batched GEMMs over the (B H) heads.
+      const at::Tensor ds = at::empty({p.batch * p.heads, p.query_len, p.key_len}, in.q.options());
+      const at::Tensor gamma = at::empty_like(ds);
+      const WarpGrid blocks = head_block_grid(p, launch);
+      const BlockLayout<scalar_t, acc_t> layout(p.key_len, p.head_dim, p.value_dim, p.components, true);
+      gpu::launch_kernel(&gmm_backward_block_kernel<scalar_t, acc_t>, blocks.grid, blocks.block,
+                         layout.bytes(launch.warps_per_block), launch, args, grads,
+                         PairGrads<scalar_t>{ds.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>()});
+      const int64_t heads = p.batch * p.heads;
+      at::Tensor dk = g.k.view({heads, p.key_len, p.head_dim}), dv = g.v.view({heads, p.key_len, p.value_dim});
+      at::bmm_out(dk, ds.transpose(1, 2), in.q.view({heads, p.query_len, p.head_dim}));        // (BH, S, D)
+      at::bmm_out(dv, gamma.transpose(1, 2), in.dout.view({heads, p.query_len, p.value_dim}));  // (BH, S, Dv)
+      return;
+    }
     // The key kernel reads the row statistics the row kernel leaves: launched in this order on one stream.
     gpu::launch_kernel(&gmm_backward_rows_kernel<scalar_t, acc_t>, rows.grid, rows.block, 0, launch, args, grads);
     gpu::launch_kernel(&gmm_backward_keys_kernel<scalar_t, acc_t>, keys.grid, keys.block, 0, launch, args, grads);

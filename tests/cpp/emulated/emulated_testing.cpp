@@ -54,6 +54,16 @@ void expect_close(const at::Tensor& got, const at::Tensor& want, const DtypeCase
                                     << ": the emulated CUDA kernel differs from the CPU operator";
 }
 
+void expect_as_accurate_as_cpu(const at::Tensor& got, const at::Tensor& cpu, const at::Tensor& exact,
+                               const DtypeCase& dtype, const std::string& kernel, const std::string& output) {
+  ASSERT_EQ(got.sizes(), exact.sizes()) << kernel << " " << output;
+  const double error = scaled_max_error(got, exact), cpu_error = scaled_max_error(cpu, exact);
+  summary_environment->record(kernel + " " + dtype_name(dtype.dtype) + " " + output + " vs float64", error);
+  EXPECT_LE(error, std::max(dtype.tolerance, 4 * cpu_error))
+      << kernel << " " << dtype_name(dtype.dtype) << " " << output << ": the emulated CUDA kernel is " << error
+      << " from the float64 CPU operator, the CPU operator in its dtype " << cpu_error;
+}
+
 at::Tensor random_input(at::IntArrayRef shape, const DtypeCase& dtype) {
   return at::randn(shape, at::TensorOptions().dtype(at::kDouble)).to(dtype.dtype);
 }

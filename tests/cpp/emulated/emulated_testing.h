@@ -47,6 +47,12 @@ double scaled_max_error(const at::Tensor& got, const at::Tensor& want);
 void expect_close(const at::Tensor& got, const at::Tensor& want, const DtypeCase& dtype, const std::string& kernel,
                   const std::string& output);
 
+// For outputs whose float32 rounding error is large by their conditioning (a gradient summing terms that cancel):
+// expects the kernel's distance from the CPU operator run in float64 (`exact`) to stay within the tolerance or 4 times
+// the float32 CPU operator's own distance from it (`cpu`), whichever is larger; recorded like expect_close.
+void expect_as_accurate_as_cpu(const at::Tensor& got, const at::Tensor& cpu, const at::Tensor& exact,
+                               const DtypeCase& dtype, const std::string& kernel, const std::string& output);
+
 // Random normal values of `shape`, rounded to the case's dtype.
 at::Tensor random_input(at::IntArrayRef shape, const DtypeCase& dtype);
 
