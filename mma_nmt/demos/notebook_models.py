@@ -173,12 +173,15 @@ def example_test_set(folder: Path, split: str) -> ParallelDataset:
 class NotebookModel:
     """A model a notebook wants: the ``systems`` of the paper's experiment that fit, the example model that stands
     for it (``example``: a name in :data:`~mma_nmt.demos.example_models.EXAMPLES`, or None), and its own model for
-    when neither is on disk (``tiny_name``, ``tiny_model``: a ``[model]`` section, see :func:`notebook_run`)."""
+    when neither is on disk (``tiny_name``, ``tiny_model``: a ``[model]`` section, see :func:`notebook_run`).
+    ``optional``: a model to compare with, left out when the notebook opens on the example models and it has none
+    (the notebook then skips what needs it)."""
 
     systems: tuple[str, ...]
     tiny_name: str
     tiny_model: dict
     example: str | None = None
+    optional: bool = False
 
 
 def models_for_notebook(paper: str, wanted: dict[str, NotebookModel], scale: NotebookScale, cache: str | Path, *,
@@ -186,9 +189,12 @@ def models_for_notebook(paper: str, wanted: dict[str, NotebookModel], scale: Not
     """The models of a notebook by name. The first is the best finished run of its systems of ``mma-nmt experiment
     <paper>`` (or the demo's run when ``demo``), the others the best runs of theirs on the same prepared data, so
     that all translate the same test set. When one of them is not on disk, the example models (``examples/``) when
-    every wanted model has one there; else the notebook's own models, all of them (trained, or loaded from the
-    cache). ``languages``: see :func:`~mma_nmt.demos.trained_runs.best_run`."""
+    every wanted model that is not ``optional`` has one there (the optional ones without one are left out); else the
+    notebook's own models, all of them (trained, or loaded from the cache). ``languages``: see
+    :func:`~mma_nmt.demos.trained_runs.best_run`."""
     names = list(wanted)
+    if wanted[names[0]].optional:
+        raise ValueError(f"the first model of a notebook is the one it studies and cannot be optional: {names[0]!r}")
     first = best_run(paper, wanted[names[0]].systems, demo=demo, languages=languages)
     found = {names[0]: first}
     for name in names[1:]:
@@ -197,8 +203,8 @@ def models_for_notebook(paper: str, wanted: dict[str, NotebookModel], scale: Not
     if all(run is not None for run in found.values()):
         return {name: load_found(run) for name, run in found.items()}
     examples = {name: example_export(w.example) if w.example else None for name, w in wanted.items()}
-    if all(folder is not None for folder in examples.values()):
-        return {name: load_example(folder) for name, folder in examples.items()}
+    if all(examples[name] is not None for name, w in wanted.items() if not w.optional):
+        return {name: load_example(folder) for name, folder in examples.items() if folder is not None}
     return {name: train_or_load(notebook_run(w.tiny_name, w.tiny_model, scale, cache)) for name, w in wanted.items()}
 
 

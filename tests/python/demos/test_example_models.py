@@ -4,6 +4,7 @@ README lists what is there, and the notebooks open on an example when no run is 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -122,6 +123,15 @@ def test_a_notebook_opens_on_the_example_when_no_run_is_on_disk(tmp_path, shared
     assert all(torch.equal(a, b) for a, b in zip(test.tgt, prepared_test.tgt))
     with pytest.raises(ValueError, match="test split only"):
         found.dataset("valid")
+    # A model to compare with that has no example: left out when optional, else the notebook trains its own models.
+    compare = NotebookModel(("baseline",), "baseline", MODEL)
+    with_optional = models_for_notebook("mma", {**wanted, "baseline": dataclasses.replace(compare, optional=True)},
+                                        _scale(), tmp_path / "unused_cache")
+    assert list(with_optional) == ["MMA"] and with_optional["MMA"].example is not None
+    assert not (tmp_path / "unused_cache").exists()
+    with pytest.raises(ValueError, match="cannot be optional"):
+        models_for_notebook("mma", {"baseline": dataclasses.replace(compare, optional=True), **wanted}, _scale(),
+                            tmp_path / "unused_cache")
     monkeypatch.setenv(example_models.EXAMPLES_ENV, "none")  # no examples: the notebook's own model (cached)
     own = models_for_notebook("mma", wanted, _scale(), tmp_path / "cache")["MMA"]
     assert own.example is None and own.from_cache and "the notebook's own" in own.summary()
