@@ -248,16 +248,12 @@ std::optional<AttentionTriple> attention_backward_by_sdpa(
                          first_columns(grad_v, p.value_dim));
 }
 
-AttentionTriple attention_forward_by_kind(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
-                                          const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
-                                          const AttentionKernels& kernels) {
-  const auto run_group = [&](const AttentionParams& gp, const at::Tensor& gq, const at::Tensor& gk,
-                             const at::Tensor& gv) -> AttentionTriple {
-    if (composable(gp, false)) {
-      if (auto result = attention_forward_by_sdpa(gp, gq, gk, gv, key_lengths)) return *result;
-    }
-    return kernels.forward(gp, gq, gk, gv, key_lengths);
-  };
+namespace {
+
+// The heads grouped by kind, each group through `run_group`, the results put back in head order.
+template <typename RunGroup>
+AttentionTriple forward_by_group(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
+                                 const at::Tensor& v, const RunGroup& run_group) {
   const std::vector<HeadGroup> groups = heads_by_kind(p);
   if (groups.size() == 1) return run_group(p, q, k, v);
   at::Tensor out = at::empty({p.batch, p.heads, p.query_len, p.value_dim}, q.options());
@@ -271,20 +267,10 @@ AttentionTriple attention_forward_by_kind(const AttentionParams& p, const at::Te
   return std::make_tuple(out, lse, at::empty({0}, q.options()));
 }
 
-AttentionTriple attention_backward_by_kind(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
-                                           const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                                           const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
-                                           const AttentionKernels& kernels) {
-  const auto run_group = [&](const AttentionParams& gp, const at::Tensor& g_grad_out, const at::Tensor& gq,
-                             const at::Tensor& gk, const at::Tensor& gv, const at::Tensor& g_out,
-                             const at::Tensor& g_lse) -> AttentionTriple {
-    if (composable(gp, false)) {
-      if (auto grads = attention_backward_by_sdpa(gp, g_grad_out, gq, gk, gv, g_out, g_lse, key_lengths)) {
-        return *grads;
-      }
-    }
-    return kernels.backward(gp, g_grad_out, gq, gk, gv, g_out, g_lse, key_lengths);
-  };
+template <typename RunGroup>
+AttentionTriple backward_by_group(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
+                                  const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                  const at::Tensor& lse, const RunGroup& run_group) {
   const std::vector<HeadGroup> groups = heads_by_kind(p);
   if (groups.size() == 1) return run_group(p, grad_out, q, k, v, out, lse);
   at::Tensor grad_q = at::empty_like(q, at::MemoryFormat::Contiguous);
@@ -299,6 +285,56 @@ AttentionTriple attention_backward_by_kind(const AttentionParams& p, const at::T
     put_heads(grad_v, gv, g);
   }
   return std::make_tuple(grad_q, grad_k, grad_v);
+}
+
+}  // namespace
+
+AttentionTriple attention_forward_by_kind(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
+                                          const AttentionKernels& kernels) {
+  return forward_by_group(p, q, k, v, [&](const AttentionParams& gp, const at::Tensor& gq, const at::Tensor& gk,
+                                          const at::Tensor& gv) -> AttentionTriple {
+    if (composable(gp, false)) {
+      if (auto result = attention_forward_by_sdpa(gp, gq, gk, gv, key_lengths)) return *result;
+    }
+    return kernels.forward(gp, gq, gk, gv, key_lengths);
+  });
+}
+
+AttentionTriple attention_backward_by_kind(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
+                                           const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                           const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
+                                           const AttentionKernels& kernels) {
+  return backward_by_group(p, grad_out, q, k, v, out, lse,
+                           [&](const AttentionParams& gp, const at::Tensor& g_grad_out, const at::Tensor& gq,
+                               const at::Tensor& gk, const at::Tensor& gv, const at::Tensor& g_out,
+                               const at::Tensor& g_lse) -> AttentionTriple {
+    if (composable(gp, false)) {
+      if (auto grads = attention_backward_by_sdpa(gp, g_grad_out, gq, gk, gv, g_out, g_lse, key_lengths)) {
+        return *grads;
+      }
+    }
+    return kernels.backward(gp, g_grad_out, gq, gk, gv, g_out, g_lse, key_lengths);
+  });
+}
+
+AttentionTriple attention_forward_per_kind(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
+                                           const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
+                                           const AttentionKernels& kernels) {
+  return forward_by_group(p, q, k, v, [&](const AttentionParams& gp, const at::Tensor& gq, const at::Tensor& gk,
+                                          const at::Tensor& gv) { return kernels.forward(gp, gq, gk, gv, key_lengths); });
+}
+
+AttentionTriple attention_backward_per_kind(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
+                                            const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                            const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
+                                            const AttentionKernels& kernels) {
+  return backward_by_group(p, grad_out, q, k, v, out, lse,
+                           [&](const AttentionParams& gp, const at::Tensor& g_grad_out, const at::Tensor& gq,
+                               const at::Tensor& gk, const at::Tensor& gv, const at::Tensor& g_out,
+                               const at::Tensor& g_lse) {
+                             return kernels.backward(gp, g_grad_out, gq, gk, gv, g_out, g_lse, key_lengths);
+                           });
 }
 
 }  // namespace mma_nmt::attention

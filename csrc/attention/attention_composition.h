@@ -52,6 +52,16 @@ AttentionTriple attention_backward_by_kind(const AttentionParams& p, const at::T
                                            const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
                                            const AttentionKernels& kernels);
 
+// As attention_forward_by_kind and attention_backward_by_kind, but every group straight to `kernels` (which choose
+// per group themselves, e.g. FlashAttention-2 for the groups it serves; attention_cuda.cpp), with no SDPA attempt.
+AttentionTriple attention_forward_per_kind(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
+                                           const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
+                                           const AttentionKernels& kernels);
+AttentionTriple attention_backward_per_kind(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
+                                            const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                            const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
+                                            const AttentionKernels& kernels);
+
 // (out, lse, probs = (0,)) as mma_nmt::attention, or nullopt where torch has no fused kernel for these inputs (then
 // the caller runs the hand-written kernel). Arguments checked and composable.
 std::optional<AttentionTriple> attention_forward_by_sdpa(

@@ -96,3 +96,38 @@ def test_cuda_flash_opt_in_takes_padded_cross_attention_and_matches_reference(dt
         check_cuda_against_reference(q, k, v, head_kinds="G", key_lengths=torch.tensor([23, 1, 0, 11]), weights=False)
     names = {event.key for event in profile.key_averages()}
     assert {"aten::_flash_attention_forward", "aten::_flash_attention_backward"} <= names, sorted(names)
+
+
+@pytest.mark.parametrize("spec", ["GLFB", "LLFF", "C"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_cuda_flash_opt_in_takes_padded_self_attention_per_kind(spec, dtype, monkeypatch):
+    """Padded self-attention (T = S): the heads split by kind, each group one FA2 call; non-global groups pack the
+    queries as the keys, so their padding query rows come out 0 with no gradient (SPEC's shared rules; docs/cuda.md,
+    section 2). Real rows and every gradient as the reference, which gets the same grad_out, zero at padding rows."""
+    from attention_cases import assert_close_to_double, reference_in_double
+    from mma_nmt.reference import attention_reference
+
+    monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", "flash")
+    batch, heads, length = 4, 4, 23
+    q, k, v = cuda_qkv(batch, heads, length, length, 64, dtype=dtype)
+    lengths = torch.tensor([23, 1, 0, 11], device="cuda")
+    real = (torch.arange(length, device="cuda") < lengths[:, None])[:, None, :, None]  # (B, 1, T, 1)
+    grad_out = torch.randn(batch, heads, length, 64, device="cuda", dtype=dtype) * real
+    options = dict(head_kinds=parse_head_spec(spec, heads), key_lengths=lengths, window=2)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        result = fused_attention(q, k, v, **options)
+        grads = torch.autograd.grad(result.out, (q, k, v), grad_out)
+    names = {event.key for event in profile.key_averages()}
+    assert {"aten::_flash_attention_forward", "aten::_flash_attention_backward"} <= names, sorted(names)
+    global_heads = torch.tensor([kind == "G" for kind in spec * (heads // len(spec))], device="cuda")
+    packed_rows = ~real & ~global_heads.view(1, heads, 1, 1)  # (B, H, T, 1): rows FA2 never saw
+    assert torch.equal(result.out * packed_rows, torch.zeros_like(result.out))
+    assert torch.isneginf(result.lse[packed_rows.squeeze(-1)]).all()
+    ref_out, _ = attention_reference(q, k, v, **options)
+    ref_grads = torch.autograd.grad(ref_out, (q, k, v), grad_out)
+    double_out, double_inputs = reference_in_double(q, k, v, **options)
+    double_grads = torch.autograd.grad(double_out, double_inputs, grad_out.double())
+    keep = ~packed_rows
+    assert_close_to_double(result.out * keep, ref_out * keep, double_out * keep, "out")
+    for name, got, low, high in zip("qkv", grads, ref_grads, double_grads):
+        assert_close_to_double(got, low, high, f"grad_{name}")

@@ -1,0 +1,248 @@
+// mma_nmt::attention's FlashAttention-2 paths (attention/flash_calls.h) on CPU tensors: FA2's two calls replaced by
+// stand-ins that compute what FA2 documents (each sequence alone, windows anchored bottom-right as
+// flash_visible_keys, a sequence without keys giving output 0 and lse +inf) in float64 and leave NaN wherever FA2
+// leaves memory unwritten (rows outside every sequence). Everything around FA2 is the code the GPU runs: the window
+// arguments per kind, the packing of padded batches, the lse layouts, the unpacking and the split by kind. Checked
+// against the CPU kernel through the dispatcher: every packing, each kind, padding with a length-1 and an empty
+// sentence, T != S with an offset, and mixed kinds with a group FA2 cannot take (which goes to the CPU kernel here,
+// the hand-written one on the GPU). Padding query rows of packed self-attention must come out 0 with lse -inf and pass
+// no gradient (SPEC's shared rules); the reference is the CPU kernel with those rows' grad_out set to 0.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <limits>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "attention/attention_composition.h"
+#include "attention/flash_calls.h"
+#include "attention/head_mask.h"
+
+namespace {
+
+using mma_nmt::attention::AttentionKernels;
+using mma_nmt::attention::AttentionParams;
+using mma_nmt::attention::FlashCall;
+using mma_nmt::attention::FlashKernels;
+using mma_nmt::attention::FlashPacking;
+using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+using AttentionFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                           at::IntArrayRef, int64_t, double, int64_t, double, int64_t, bool);
+using AttentionBackwardFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                   const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                   at::IntArrayRef, int64_t, double, int64_t, double, int64_t);
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// --- the FA2 stand-ins ---------------------------------------------------------------------------------------------
+
+// One FA2 sequence: its query and key rows, in the batched (B, L, H, D) form (sentence `batch`) or the packed
+// (rows, H, D) form (batch -1).
+struct Sequence {
+  int64_t batch, q_begin, queries, k_begin, keys;
+};
+
+std::vector<Sequence> sequences(const at::Tensor& q, const at::Tensor& k, const FlashCall& c) {
+  std::vector<Sequence> out;
+  if (!c.cu_q.defined()) {
+    for (int64_t b = 0; b < q.size(0); ++b) out.push_back({b, 0, q.size(1), 0, k.size(1)});
+    return out;
+  }
+  const at::Tensor cu_q = c.cu_q.to(at::kLong), cu_k = c.cu_k.to(at::kLong);
+  for (int64_t b = 0; b + 1 < cu_q.size(0); ++b) {
+    const int64_t q0 = cu_q[b].item<int64_t>(), k0 = cu_k[b].item<int64_t>();
+    out.push_back({-1, q0, cu_q[b + 1].item<int64_t>() - q0, k0, cu_k[b + 1].item<int64_t>() - k0});
+  }
+  return out;
+}
+
+// The sequence's rows of x, (rows, H, D).
+at::Tensor rows_of(const at::Tensor& x, const Sequence& s, bool queries) {
+  const at::Tensor all = s.batch >= 0 ? x[s.batch] : x;
+  return queries ? all.narrow(0, s.q_begin, s.queries) : all.narrow(0, s.k_begin, s.keys);
+}
+
+// (H, queries, keys) probabilities of a sequence under FA2's window; `lse` (H, queries) given or computed. A row with
+// no visible key gets all-zero probabilities and lse +inf.
+std::pair<at::Tensor, at::Tensor> probabilities(const at::Tensor& qs, const at::Tensor& ks, const FlashCall& c,
+                                                std::optional<at::Tensor> lse) {
+  const mma_nmt::attention::FlashWindow w{c.is_causal ? -1 : c.left.value_or(-1), c.is_causal ? 0 : c.right.value_or(-1)};
+  at::Tensor visible = at::zeros({qs.size(0), ks.size(0)}, qs.options().dtype(at::kBool));
+  for (int64_t i = 0; i < qs.size(0); ++i) {
+    const auto range = mma_nmt::attention::flash_visible_keys(w, i, qs.size(0), ks.size(0));
+    if (!range.empty()) visible[i].narrow(0, range.begin, range.end - range.begin).fill_(true);
+  }
+  const at::Tensor logits = at::einsum("qhd,khd->hqk", {qs, ks}).mul(c.scale).masked_fill(visible.logical_not(), -kInf);
+  const at::Tensor no_key = visible.any(-1).logical_not();  // (queries,)
+  if (!lse.has_value()) lse = at::logsumexp(logits, -1).masked_fill(no_key, kInf);
+  const at::Tensor p = (logits - lse->unsqueeze(-1)).exp().masked_fill(no_key.view({1, -1, 1}), 0.0);
+  return {p, *lse};
+}
+
+std::tuple<at::Tensor, at::Tensor> flash_forward_standin(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                         const FlashCall& c) {
+  at::Tensor out = at::full_like(q, kNaN);
+  const bool batched = !c.cu_q.defined();
+  at::Tensor lse = batched ? at::full({q.size(0), q.size(2), q.size(1)}, kNaN, q.options())  // (B, H, T)
+                           : at::full({q.size(1), q.size(0)}, kNaN, q.options());            // (H, rows)
+  for (const Sequence& s : sequences(q, k, c)) {
+    const auto [p, row_lse] = probabilities(rows_of(q, s, true), rows_of(k, s, false), c, std::nullopt);
+    rows_of(out, s, true).copy_(at::einsum("hqk,khd->qhd", {p, rows_of(v, s, false)}));
+    (batched ? lse[s.batch] : lse).narrow(1, s.q_begin, s.queries).copy_(row_lse);
+  }
+  return {out, lse};
+}
+
+Triple flash_backward_standin(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const at::Tensor& out, const at::Tensor& lse, const FlashCall& c) {
+  at::Tensor grad_q = at::full_like(q, kNaN), grad_k = at::full_like(k, kNaN), grad_v = at::full_like(v, kNaN);
+  const bool batched = !c.cu_q.defined();
+  for (const Sequence& s : sequences(q, k, c)) {
+    const at::Tensor qs = rows_of(q, s, true), ks = rows_of(k, s, false), vs = rows_of(v, s, false);
+    const at::Tensor row_lse = (batched ? lse[s.batch] : lse).narrow(1, s.q_begin, s.queries).to(q.scalar_type());
+    const at::Tensor p = probabilities(qs, ks, c, row_lse).first;  // (H, queries, keys)
+    const at::Tensor d_out = rows_of(grad_out, s, true), o = rows_of(out, s, true);
+    const at::Tensor delta = (d_out * o).sum(-1).transpose(0, 1).unsqueeze(-1);  // (H, queries, 1)
+    const at::Tensor d_logits = p * (at::einsum("qhd,khd->hqk", {d_out, vs}) - delta);
+    rows_of(grad_q, s, true).copy_(at::einsum("hqk,khd->qhd", {d_logits, ks}).mul(c.scale));
+    rows_of(grad_k, s, false).copy_(at::einsum("hqk,qhd->khd", {d_logits, qs}).mul(c.scale));
+    rows_of(grad_v, s, false).copy_(at::einsum("hqk,qhd->khd", {p, d_out}));
+  }
+  return {grad_q, grad_k, grad_v};
+}
+
+const FlashKernels kStandins{flash_forward_standin, flash_backward_standin};
+
+// --- the CPU kernel, and the split by kind as attention_cuda.cpp makes it ------------------------------------------
+
+Triple cpu_forward(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                   const std::optional<at::Tensor>& lengths) {
+  static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention", "").typed<AttentionFn>();
+  return op.call(q, k, v, lengths, p.head_kinds, p.window, p.scale, p.query_offset, 0.0, 0, false);
+}
+
+Triple cpu_backward(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                    const std::optional<at::Tensor>& lengths) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention_backward", "").typed<AttentionBackwardFn>();
+  return op.call(grad_out, q, k, v, out, lse, lengths, p.head_kinds, p.window, p.scale, p.query_offset, 0.0, 0);
+}
+
+// FA2 (the stand-ins) for each group it takes, the CPU kernel for the others; counts the groups FA2 took.
+AttentionKernels flash_or_cpu(int* flash_groups) {
+  return {[flash_groups](const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const std::optional<at::Tensor>& lengths) {
+            if (!mma_nmt::attention::flash_group_packing(p, lengths)) return cpu_forward(p, q, k, v, lengths);
+            ++*flash_groups;
+            return mma_nmt::attention::flash_group_forward(p, q, k, v, lengths, kStandins);
+          },
+          [](const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+             const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+             const std::optional<at::Tensor>& lengths) {
+            if (!mma_nmt::attention::flash_group_packing(p, lengths)) {
+              return cpu_backward(p, grad_out, q, k, v, out, lse, lengths);
+            }
+            return mma_nmt::attention::flash_group_backward(p, grad_out, q, k, v, out, lse, lengths, kStandins);
+          }};
+}
+
+// --- cases -------------------------------------------------------------------------------------------------------
+
+struct Case {
+  std::string name;
+  std::string kinds;  // one letter per head
+  int64_t batch, query_len, key_len, dim;
+  std::vector<int64_t> key_lengths;  // empty: no padding
+  int64_t query_offset;
+  int flash_groups;  // how many groups FA2 must take
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+const Case kCases[] = {
+    {"GlobalUnpaddedTNotS", "GG", 2, 5, 7, 8, {}, 0, 1},
+    {"CausalStepAfterCachedKeys", "C", 2, 3, 7, 8, {}, 4, 1},
+    {"LocalForwardBackwardUnpadded", "LFBL", 2, 6, 6, 8, {}, 0, 3},
+    {"ForwardWithOffsetUnpadded", "F", 2, 3, 5, 8, {}, 2, 1},
+    {"GlobalCrossAttentionPaddedEmptySentence", "GG", 3, 4, 6, 8, {6, 1, 0}, 0, 1},
+    {"MixedSelfAttentionPaddedEmptySentence", "GLFB", 3, 7, 7, 8, {7, 1, 0}, 0, 4},
+    {"CausalSelfAttentionPadded", "CC", 2, 5, 5, 8, {3, 5}, 0, 1},
+    // T != S with key padding: FA2 takes the global heads; no packing gives the forward heads our rule
+    {"MixedCrossAttentionPaddedOneGroupLeft", "GF", 2, 4, 6, 8, {6, 2}, 0, 1},
+};
+
+int64_t kind_of(char letter) {
+  switch (letter) {
+    case 'L':
+      return mma_nmt::attention::kLocal;
+    case 'F':
+      return mma_nmt::attention::kForward;
+    case 'B':
+      return mma_nmt::attention::kBackward;
+    case 'C':
+      return mma_nmt::attention::kCausal;
+    default:
+      return mma_nmt::attention::kGlobal;
+  }
+}
+
+class FlashCallsMatchCpuKernel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashCallsMatchCpuKernel, ForwardAndBackward) {
+  const Case& c = GetParam();
+  at::manual_seed(29);
+  const auto options = at::TensorOptions().dtype(at::kDouble);
+  const int64_t heads = static_cast<int64_t>(c.kinds.size());
+  // q, k, v as head views of (B, L, H, D) projections, as the modules pass them
+  const at::Tensor q = at::randn({c.batch, c.query_len, heads, c.dim}, options).transpose(1, 2);
+  const at::Tensor k = at::randn({c.batch, c.key_len, heads, c.dim}, options).transpose(1, 2);
+  const at::Tensor v = at::randn({c.batch, c.key_len, heads, c.dim}, options).transpose(1, 2);
+  at::Tensor grad_out = at::randn({c.batch, heads, c.query_len, c.dim}, options);
+  const std::optional<at::Tensor> lengths =
+      c.key_lengths.empty() ? std::nullopt : std::optional<at::Tensor>(at::tensor(c.key_lengths));
+  std::vector<int64_t> kinds;
+  for (const char letter : c.kinds) kinds.push_back(kind_of(letter));
+  const AttentionParams p =
+      mma_nmt::attention::check_attention_args("test", q, k, v, lengths, kinds, 1, 0.3, c.query_offset, 0.0, 0);
+
+  int flash_groups = 0;
+  const AttentionKernels kernels = flash_or_cpu(&flash_groups);
+  const auto [out, lse, probs] = mma_nmt::attention::attention_forward_per_kind(p, q, k, v, lengths, kernels);
+  EXPECT_EQ(flash_groups, c.flash_groups);
+
+  // The padding query rows FA2 leaves out: heads of a packed self-attention group.
+  at::Tensor left_out = at::zeros({c.batch, heads, c.query_len}, options.dtype(at::kBool));
+  if (lengths.has_value()) {
+    const at::Tensor past = at::arange(c.query_len).view({1, -1}) >= lengths->view({-1, 1});  // (B, T)
+    for (int64_t h = 0; h < heads; ++h) {
+      AttentionParams head = p;
+      head.heads = 1;
+      head.head_kinds.assign(1, kinds[h]);
+      const auto packing = mma_nmt::attention::flash_group_packing(head, lengths);
+      if (packing == FlashPacking::kPackedBoth) left_out.select(1, h).copy_(past);
+    }
+  }
+  const auto [want_out, want_lse, want_probs] = cpu_forward(p, q, k, v, lengths);
+  EXPECT_TRUE(at::allclose(out, want_out.masked_fill(left_out.unsqueeze(-1), 0.0), 1e-10, 1e-10)) << "out";
+  EXPECT_TRUE(at::allclose(lse, want_lse.masked_fill(left_out, -kInf), 1e-10, 1e-10, /*equal_nan=*/false)) << "lse";
+
+  const auto [grad_q, grad_k, grad_v] =
+      mma_nmt::attention::attention_backward_per_kind(p, grad_out, q, k, v, out, lse, lengths, kernels);
+  grad_out = grad_out.masked_fill(left_out.unsqueeze(-1), 0.0);  // those rows pass no gradient
+  const auto [want_q, want_k, want_v] = cpu_backward(p, grad_out, q, k, v, want_out, want_lse, lengths);
+  EXPECT_TRUE(at::allclose(grad_q, want_q, 1e-10, 1e-10)) << "grad_q";
+  EXPECT_TRUE(at::allclose(grad_k, want_k, 1e-10, 1e-10)) << "grad_k";
+  EXPECT_TRUE(at::allclose(grad_v, want_v, 1e-10, 1e-10)) << "grad_v";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FlashCallsMatchCpuKernel, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+}  // namespace
