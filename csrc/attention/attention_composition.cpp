@@ -289,35 +289,6 @@ AttentionTriple backward_by_group(const AttentionParams& p, const at::Tensor& gr
 
 }  // namespace
 
-AttentionTriple attention_forward_by_kind(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
-                                          const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
-                                          const AttentionKernels& kernels) {
-  return forward_by_group(p, q, k, v, [&](const AttentionParams& gp, const at::Tensor& gq, const at::Tensor& gk,
-                                          const at::Tensor& gv) -> AttentionTriple {
-    if (composable(gp, false)) {
-      if (auto result = attention_forward_by_sdpa(gp, gq, gk, gv, key_lengths)) return *result;
-    }
-    return kernels.forward(gp, gq, gk, gv, key_lengths);
-  });
-}
-
-AttentionTriple attention_backward_by_kind(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
-                                           const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                                           const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
-                                           const AttentionKernels& kernels) {
-  return backward_by_group(p, grad_out, q, k, v, out, lse,
-                           [&](const AttentionParams& gp, const at::Tensor& g_grad_out, const at::Tensor& gq,
-                               const at::Tensor& gk, const at::Tensor& gv, const at::Tensor& g_out,
-                               const at::Tensor& g_lse) -> AttentionTriple {
-    if (composable(gp, false)) {
-      if (auto grads = attention_backward_by_sdpa(gp, g_grad_out, gq, gk, gv, g_out, g_lse, key_lengths)) {
-        return *grads;
-      }
-    }
-    return kernels.backward(gp, g_grad_out, gq, gk, gv, g_out, g_lse, key_lengths);
-  });
-}
-
 AttentionTriple attention_forward_per_kind(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
                                            const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
                                            const AttentionKernels& kernels) {
@@ -335,6 +306,42 @@ AttentionTriple attention_backward_per_kind(const AttentionParams& p, const at::
                                const at::Tensor& g_lse) {
                              return kernels.backward(gp, g_grad_out, gq, gk, gv, g_out, g_lse, key_lengths);
                            });
+}
+
+namespace {
+
+// `kernels` behind SDPA: a group SDPA computes whole (composable, and torch has a fused kernel for it) goes there.
+AttentionKernels sdpa_first(const AttentionKernels& kernels) {
+  return {[&kernels](const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const std::optional<at::Tensor>& key_lengths) -> AttentionTriple {
+            if (composable(p, false)) {
+              if (auto result = attention_forward_by_sdpa(p, q, k, v, key_lengths)) return *result;
+            }
+            return kernels.forward(p, q, k, v, key_lengths);
+          },
+          [&kernels](const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                     const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                     const std::optional<at::Tensor>& key_lengths) -> AttentionTriple {
+            if (composable(p, false)) {
+              if (auto grads = attention_backward_by_sdpa(p, grad_out, q, k, v, out, lse, key_lengths)) return *grads;
+            }
+            return kernels.backward(p, grad_out, q, k, v, out, lse, key_lengths);
+          }};
+}
+
+}  // namespace
+
+AttentionTriple attention_forward_by_kind(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
+                                          const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
+                                          const AttentionKernels& kernels) {
+  return attention_forward_per_kind(p, q, k, v, key_lengths, sdpa_first(kernels));
+}
+
+AttentionTriple attention_backward_by_kind(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
+                                           const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                           const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
+                                           const AttentionKernels& kernels) {
+  return attention_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths, sdpa_first(kernels));
 }
 
 }  // namespace mma_nmt::attention

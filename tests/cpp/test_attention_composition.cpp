@@ -16,18 +16,16 @@
 #include <vector>
 
 #include "attention/attention_composition.h"
+#include "attention_op_types.h"
 #include "attention/head_mask.h"
 #include "padding_nan.h"
 
 namespace {
 
 using mma_nmt::attention::AttentionParams;
-using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-using AttentionFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                           at::IntArrayRef, int64_t, double, int64_t, double, int64_t, bool);
-using AttentionBackwardFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                   const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                   at::IntArrayRef, int64_t, double, int64_t, double, int64_t);
+using Triple = mma_nmt::testing::AttentionTriple;
+using mma_nmt::testing::AttentionBackwardFn;
+using mma_nmt::testing::AttentionFn;
 
 struct Case {
   std::string name;

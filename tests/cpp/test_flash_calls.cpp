@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "attention/attention_composition.h"
+#include "attention_op_types.h"
 #include "attention/flash_calls.h"
 #include "attention/head_mask.h"
 
@@ -30,12 +31,9 @@ using mma_nmt::attention::AttentionParams;
 using mma_nmt::attention::FlashCall;
 using mma_nmt::attention::FlashKernels;
 using mma_nmt::attention::FlashPacking;
-using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-using AttentionFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                           at::IntArrayRef, int64_t, double, int64_t, double, int64_t, bool);
-using AttentionBackwardFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                   const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                   at::IntArrayRef, int64_t, double, int64_t, double, int64_t);
+using Triple = mma_nmt::testing::AttentionTriple;
+using mma_nmt::testing::AttentionBackwardFn;
+using mma_nmt::testing::AttentionFn;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
