@@ -154,7 +154,8 @@ def load_example(folder: Path) -> TrainedModel:
 
 def example_test_set(folder: Path, split: str) -> ParallelDataset:
     """The raw ``split`` (the test split only) of an example model's corpus, through its word-level preprocessing
-    and SentencePiece models, as a dataset."""
+    and SentencePiece models, as a dataset whose ``meta["corpus"]`` names the corpus and its languages, as a prepared
+    split's does."""
     import torch
 
     from mma_nmt.translator import Translator
@@ -166,7 +167,8 @@ def example_test_set(folder: Path, split: str) -> ParallelDataset:
     targets = [torch.tensor(translator.tgt_tokenizer.encode(words), dtype=torch.long)
                for words in translator.processing.target(references)]
     return ParallelDataset(translator.encode(sources), targets, src_text=sources, tgt_text=references,
-                           src_tokenizer=translator.src_tokenizer, tgt_tokenizer=translator.tgt_tokenizer, split=split)
+                           src_tokenizer=translator.src_tokenizer, tgt_tokenizer=translator.tgt_tokenizer, split=split,
+                           meta={"corpus": dict(translator.config["corpus"]), "example": str(folder)})
 
 
 @dataclass(frozen=True)

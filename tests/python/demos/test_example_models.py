@@ -119,6 +119,8 @@ def test_a_notebook_opens_on_the_example_when_no_run_is_on_disk(tmp_path, shared
     assert not (tmp_path / "unused_cache").exists()  # nothing trained
     test, prepared_test = found.dataset("test"), ParallelDataset.load(prepared, "test")
     assert test.src_text == prepared_test.src_text and test.tgt_text == prepared_test.tgt_text
+    for key in ("name", "src_lang", "tgt_lang"):  # what the notebooks read of a prepared split's meta
+        assert test.meta["corpus"][key] == prepared_test.meta["corpus"][key]
     assert all(torch.equal(a, b) for a, b in zip(test.src, prepared_test.src))  # the same ids as prepare's
     assert all(torch.equal(a, b) for a, b in zip(test.tgt, prepared_test.tgt))
     with pytest.raises(ValueError, match="test split only"):
