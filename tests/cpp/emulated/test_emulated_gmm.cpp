@@ -168,6 +168,44 @@ TEST_P(EmulatedGmm, ForwardAndBackwardMatchCpuOperator) {
   }
 }
 
+// The block-per-head kernels with 4 warps a block, as the GPU launches them: the warps share the staged keys and take
+// rows 4 at a time. The emulator needs every warp of a block on the same path (its shuffles and warp_sync synchronise
+// the block), which holds when the rows fill whole blocks (T a multiple of 4 warps x kBlockRowsPerWarp).
+TEST(EmulatedGmmHeadBlocks, FourWarpsPerBlockMatchCpuOperator) {
+  const GmmCase c{"FourWarps", 2, 2, 32, 21, 12, 10, 3, gmm::kStrict, true, {21, 5}};
+  const DtypeCase dtype = kFloat64;
+  at::manual_seed(5);
+  const at::Tensor q = random_input({c.batch, c.heads, c.query_len, c.head_dim}, dtype);
+  const at::Tensor k = random_input({c.batch, c.heads, c.key_len, c.head_dim}, dtype);
+  const at::Tensor v = random_input({c.batch, c.heads, c.key_len, c.value_dim}, dtype);
+  const at::Tensor grad_out = random_input({c.batch, c.heads, c.query_len, c.value_dim}, dtype);
+  const MixtureInputs m = random_mixture(c, dtype);
+  const std::optional<at::Tensor> lengths = at::tensor(c.key_lengths);
+  const gmm::LocalBias local{m.center, m.width};
+  const gmm::GmmParams p = gmm::check_gmm_args("emulated gmm", q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate,
+                                               local, kScale, c.normalization, kSigmaFloor);
+  gmm::cuda::Inputs in = gmm::cuda::contiguous_inputs(q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, local);
+  const gpu::Launch four_warps{nullptr, 4};
+  const GmmForwardResult one = gmm::cuda::run_gmm_forward(p, in, true, emulated_launch(), GmmKernels::kHeadBlocks);
+  const GmmForwardResult four = gmm::cuda::run_gmm_forward(p, in, true, four_warps, GmmKernels::kHeadBlocks);
+  const auto one_outputs = as_vector(one, std::make_index_sequence<7>());
+  const auto four_outputs = as_vector(four, std::make_index_sequence<7>());
+  for (size_t i = 0; i < one_outputs.size(); ++i) {
+    expect_close(four_outputs[i], one_outputs[i], dtype, "gmm_forward 4 warps", kForwardOutputs[i]);
+  }
+  const auto& [out, lse, log_mass, ctx_a, ctx_b, alpha, beta] = one;
+  in.dout = grad_out.contiguous();
+  const gmm::cuda::SavedStatistics saved{lse, log_mass, ctx_a, ctx_b};
+  const auto one_grads = as_vector(gmm::cuda::run_gmm_backward(p, in, saved, emulated_launch(), GmmKernels::kHeadBlocks),
+                                   std::make_index_sequence<9>());
+  const auto four_grads =
+      as_vector(gmm::cuda::run_gmm_backward(p, in, saved, four_warps, GmmKernels::kHeadBlocks),
+                std::make_index_sequence<9>());
+  for (size_t i = 0; i < one_grads.size(); ++i) {
+    expect_close(four_grads[i], one_grads[i], dtype, "gmm_backward 4 warps", kBackwardOutputs[i]);
+  }
+}
+
 std::string case_name(const ::testing::TestParamInfo<std::tuple<GmmCase, DtypeCase, GmmKernels>>& info) {
   const char* kernels = std::get<2>(info.param) == GmmKernels::kHeadBlocks ? "HeadBlocks" : "RowWarps";
   return std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param).dtype) + "_" + kernels;
