@@ -111,18 +111,30 @@ std::vector<at::Tensor> local_bias_grads_in_float64(const GmmCase& c, const at::
   return {std::get<7>(grads), std::get<8>(grads)};
 }
 
+// A case's random inputs in the dtype under test.
+struct CaseInputs {
+  at::Tensor q, k, v, grad_out;
+  MixtureInputs m;
+  std::optional<at::Tensor> lengths;
+};
+
+CaseInputs random_inputs(const GmmCase& c, const DtypeCase& dtype) {
+  CaseInputs in;
+  in.q = random_input({c.batch, c.heads, c.query_len, c.head_dim}, dtype);
+  in.k = random_input({c.batch, c.heads, c.key_len, c.head_dim}, dtype);
+  in.v = random_input({c.batch, c.heads, c.key_len, c.value_dim}, dtype);
+  in.grad_out = random_input({c.batch, c.heads, c.query_len, c.value_dim}, dtype);
+  in.m = random_mixture(c, dtype);
+  if (!c.key_lengths.empty()) in.lengths = at::tensor(c.key_lengths);
+  return in;
+}
+
 class EmulatedGmm : public ::testing::TestWithParam<std::tuple<GmmCase, DtypeCase, GmmKernels>> {};
 
 TEST_P(EmulatedGmm, ForwardAndBackwardMatchCpuOperator) {
   const auto& [c, dtype, kernels] = GetParam();
   at::manual_seed(11);
-  const at::Tensor q = random_input({c.batch, c.heads, c.query_len, c.head_dim}, dtype);
-  const at::Tensor k = random_input({c.batch, c.heads, c.key_len, c.head_dim}, dtype);
-  const at::Tensor v = random_input({c.batch, c.heads, c.key_len, c.value_dim}, dtype);
-  const at::Tensor grad_out = random_input({c.batch, c.heads, c.query_len, c.value_dim}, dtype);
-  const MixtureInputs m = random_mixture(c, dtype);
-  const std::optional<at::Tensor> lengths =
-      c.key_lengths.empty() ? std::nullopt : std::optional<at::Tensor>(at::tensor(c.key_lengths));
+  const auto [q, k, v, grad_out, m, lengths] = random_inputs(c, dtype);
   const at::ScalarType rt = dtype.reference_dtype;
 
   const auto forward = c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::gmm_attention", "").typed<ForwardFn>();
@@ -175,12 +187,7 @@ TEST(EmulatedGmmHeadBlocks, FourWarpsPerBlockMatchCpuOperator) {
   const GmmCase c{"FourWarps", 2, 2, 32, 21, 12, 10, 3, gmm::kStrict, true, {21, 5}};
   const DtypeCase dtype = kFloat64;
   at::manual_seed(5);
-  const at::Tensor q = random_input({c.batch, c.heads, c.query_len, c.head_dim}, dtype);
-  const at::Tensor k = random_input({c.batch, c.heads, c.key_len, c.head_dim}, dtype);
-  const at::Tensor v = random_input({c.batch, c.heads, c.key_len, c.value_dim}, dtype);
-  const at::Tensor grad_out = random_input({c.batch, c.heads, c.query_len, c.value_dim}, dtype);
-  const MixtureInputs m = random_mixture(c, dtype);
-  const std::optional<at::Tensor> lengths = at::tensor(c.key_lengths);
+  const auto [q, k, v, grad_out, m, lengths] = random_inputs(c, dtype);
   const gmm::LocalBias local{m.center, m.width};
   const gmm::GmmParams p = gmm::check_gmm_args("emulated gmm", q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate,
                                                local, kScale, c.normalization, kSigmaFloor);
