@@ -137,10 +137,12 @@ class RunConfig:
 
 def model_config_from_dict(data: dict) -> ModelConfig:
     """``{"preset": name, ...fields}`` -> config: the preset's values with the given fields on top. Without a
-    ``preset`` key the base is ``transformer_tiny``; ``preset = ""`` starts from the dataclass defaults. Names of
-    earlier versions (a stored config's) are read as today's (:func:`upgrade_stored_model_config`)."""
+    ``preset`` key the base is ``transformer_tiny`` for a Transformer and the dataclass defaults for another ``arch``
+    (a stored LSTM config, ``to_dict`` of an ``LSTMConfig``, has no preset and no Transformer field to read);
+    ``preset = ""`` starts from the dataclass defaults. Names of earlier versions (a stored config's) are read as
+    today's (:func:`upgrade_stored_model_config`)."""
     data = dict(upgrade_stored_model_config(data))
-    name = data.pop("preset", DEFAULT_PRESET)
+    name = data.pop("preset", DEFAULT_PRESET if data.get("arch", "transformer") == "transformer" else "")
     base = to_dict(preset(name)) if name else {}
     merged = deep_merge(base, data)
     arch = merged.get("arch", "transformer")
