@@ -7,6 +7,7 @@ export's translations of the raw test sources), ``card.json`` (what it is, its r
 and ``run/`` (the retrained run's record, in the format of the experiments' records). ``examples/README.md`` is
 written from the cards.
 
+    python -m mma_nmt.demos.example_models retrain mma_multi30k_de_en RUN_DIR # train (or resume) to patience
     python -m mma_nmt.demos.example_models build mma_multi30k_de_en RUN_DIR   # RUN_DIR: a finished experiment run
     python -m mma_nmt.demos.example_models readme                              # rewrite examples/README.md
 
@@ -135,6 +136,29 @@ def _record_run(example: ExampleModel, run_dir: Path, folder: Path) -> Path:
     return write_record(planned, result, folder / RUN_RECORDS) / RECORD_FILE
 
 
+def write_retraining_cell(name: str, run_dir: str | Path) -> Path:
+    """Makes ``run_dir`` an experiment run of example ``name``'s record config (its ``cell.json``, the runner's
+    format), so that ``python -m mma_nmt.experiments.runner run_dir`` trains it to patience, or resumes it. A run
+    directory that already holds another config is refused, not overwritten."""
+    from mma_nmt.data.fileio import atomic_write_json
+    from mma_nmt.experiments.runner import CELL_FILE
+
+    example, run_dir = EXAMPLES[name], Path(run_dir)
+    record = json.loads(example.record_path.read_text(encoding="utf-8"))
+    cell = {**{key: record[key] for key in ("experiment", "system", "dataset", "scale", "identity", "average_last")},
+            "config": record["config"]}
+    path = run_dir / CELL_FILE
+    if path.is_file():
+        held = json.loads(path.read_text(encoding="utf-8"))
+        if held.get("config") != cell["config"]:
+            raise ValueError(f"{path} holds another run's config, not the config of {example.record}; "
+                             f"retrain example {name} in an empty directory")
+        return path
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, cell)
+    return path
+
+
 def build_example(name: str, run_dir: str | Path, *, out_root: str | Path | None = None) -> Path:
     """Exports the finished run ``run_dir`` (an experiment run trained with example ``name``'s record config) as
     example ``name`` under ``out_root`` (default: the repository's ``examples/``), scores the export on the raw test
@@ -236,11 +260,25 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("name", choices=sorted(EXAMPLES))
     build.add_argument("run_dir")
     build.add_argument("--out-root", help="default: the repository's examples/")
+    retrain = sub.add_parser("retrain", help="train (or resume) the example's record config to patience in RUN_DIR, "
+                                             "then build the example from it")
+    retrain.add_argument("name", choices=sorted(EXAMPLES))
+    retrain.add_argument("run_dir")
+    retrain.add_argument("--out-root", help="default: the repository's examples/")
+    retrain.add_argument("--no-build", action="store_true", help="train only")
     readme = sub.add_parser("readme", help="rewrite examples/README.md from the cards")
     readme.add_argument("--out-root")
     args = parser.parse_args(argv)
     root = Path(args.out_root or repository_root() / "examples")
-    if args.command == "build":
+    if args.command == "retrain":
+        from mma_nmt.experiments.runner import run_cell
+
+        write_retraining_cell(args.name, args.run_dir)
+        result = run_cell(args.run_dir)
+        print(f"{args.name}: trained to {args.run_dir}, test BLEU {result['bleu']:.2f}")
+        if not args.no_build:
+            print(build_example(args.name, args.run_dir, out_root=root))
+    elif args.command == "build":
         print(build_example(args.name, args.run_dir, out_root=root))
     else:
         print(write_readme(root))

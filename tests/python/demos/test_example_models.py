@@ -39,6 +39,24 @@ def test_every_example_retrains_a_committed_to_patience_record_of_its_paper():
         assert example.dtype in ("float32", "float16")
 
 
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_a_retraining_cell_is_the_record_config_that_build_accepts(name, tmp_path):
+    from mma_nmt.experiments.runner import read_json
+    from mma_nmt.training.config import run_config_from_dict
+
+    run_dir = tmp_path / "run"
+    cell_file = example_models.write_retraining_cell(name, run_dir)
+    cell = read_json(cell_file)
+    record = json.loads(EXAMPLES[name].record_path.read_text(encoding="utf-8"))
+    assert cell["config"] == record["config"] and cell["identity"] == record["identity"]
+    run_config_from_dict(cell["config"])  # the runner can read it
+    assert example_models.write_retraining_cell(name, run_dir) == cell_file  # a resumed retraining keeps its cell
+    other = next(n for n in EXAMPLES if EXAMPLES[n].record_path.read_text() != EXAMPLES[name].record_path.read_text()
+                 and json.loads(EXAMPLES[n].record_path.read_text())["config"] != record["config"])
+    with pytest.raises(ValueError, match="another run's config"):
+        example_models.write_retraining_cell(other, run_dir)
+
+
 def test_examples_folder_comes_from_the_environment_or_the_checkout(monkeypatch, tmp_path):
     monkeypatch.setenv(example_models.EXAMPLES_ENV, "none")
     assert example_models.examples_dir() is None and example_export("mma_multi30k_de_en") is None
