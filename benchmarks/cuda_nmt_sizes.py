@@ -9,11 +9,12 @@ Each measured case appends its rows to ``DIR/nmt_sizes.jsonl`` at once, so a run
 measured; ``--deadline`` (seconds from the start) stops starting new cases. The contenders of one case are timed
 interleaved in one process: read the ratios, not the absolute times (the GPU may be shared with other work).
 
-Contenders of attention: ``ours`` in the three dispatch modes (``MMA_NMT_CUDA_KERNELS`` unset, ``handwritten``,
-``flash``: read at every call), the plain formula of SPEC (``reference``), ``SDPA-flash`` where flash can serve (no
-padding, all-G or causal), ``SDPA+mask`` (the (B, H, T, S) visibility mask a user would pass), and, in the ``flex``
-group, compiled FlexAttention with its block mask built once and built again at every call (what a new padded batch
-costs). q, k and v are views of (B, T, H, D) projections, as the modules make them.
+Contenders of attention: ``ours`` in the dispatch modes (``MMA_NMT_CUDA_KERNELS`` unset, ``handwritten``, ``rows``
+(the warp-per-row kernels instead of the tiled ones), ``flash``: read at every call), the plain formula of SPEC
+(``reference``), ``SDPA-flash`` where flash can serve (no padding, all-G or causal), ``SDPA+mask`` (the (B, H, T, S)
+visibility mask a user would pass), and, in the ``flex`` group, compiled FlexAttention with its block mask built once
+and built again at every call (what a new padded batch costs). q, k and v are views of (B, T, H, D) projections, as
+the modules make them.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def dispatch(mode: str | None) -> Iterator[None]:
             os.environ[DISPATCH] = old
 
 
-MODES = {"ours default": None, "ours handwritten": "handwritten", "ours flash": "flash"}
+MODES = {"ours default": None, "ours handwritten": "handwritten", "ours rows": "rows", "ours flash": "flash"}
 
 
 def in_mode(mode: str | None, call: Callable) -> Callable:
@@ -86,7 +87,7 @@ def in_mode(mode: str | None, call: Callable) -> Callable:
     return wrapped
 
 
-def ours(fn: Callable, modes=(None, "handwritten", "flash")) -> dict[str, Callable]:
+def ours(fn: Callable, modes=(None, "handwritten", "rows", "flash")) -> dict[str, Callable]:
     """Our operator under each dispatch mode; :func:`measure` applies the mode around forward and backward."""
     return {name: fn for name, mode in MODES.items() if mode in modes}
 
@@ -117,7 +118,7 @@ def attention_case(group: str, spec: str, padded: bool, batch: int, length: int,
         # The flash path serves all-G calls and unpadded uniform kinds; elsewhere it is the default path again.
         flash = spec == "G" or (spec == "C" and not padded)
         calls = ours(lambda: fused_attention(q, k, v, **options).out,
-                     modes=(None, "handwritten", "flash") if flash else (None, "handwritten"))
+                     modes=(None, "handwritten", "rows", "flash") if flash else (None, "handwritten", "rows"))
         calls["reference"] = lambda: attention_reference(q, k, v, **options)[0]
         if not padded and spec in ("G", "C") and dtype in (torch.float16, torch.bfloat16) and device == "cuda":
             calls["SDPA-flash"] = lambda: _sdpa_flash(q, k, v, causal=spec == "C")
@@ -159,7 +160,7 @@ def attention_step_case(spec: str, batch: int, source: int, heads: int = 8, head
         causal = kinds[0] == HeadKind.CAUSAL
         lengths = None if causal else _lengths(batch, source, device)  # a beam step has no key padding
         options = dict(head_kinds=kinds, key_lengths=lengths, query_offset=source - 1 if causal else 0)
-        calls = ours(lambda: fused_attention(q, k, v, **options).out)
+        calls = ours(lambda: fused_attention(q, k, v, **options).out, modes=(None, "handwritten", "rows"))
         calls["reference"] = lambda: attention_reference(q, k, v, **options)[0]
         visible = visibility_mask(kinds, 1, source, window=1, key_lengths=lengths, batch=batch, device=device,
                                   query_offset=options["query_offset"])

@@ -44,4 +44,34 @@ MMA_HOST_DEVICE KeyRange visible_keys(int64_t kind, int64_t query_pos, int64_t w
   return KeyRange{begin, end};
 }
 
+// The query rows (0 <= i < query_len) that see at least one key of [key_begin, key_end): one interval, as for keys,
+// because both ends of visible_keys never decrease as the query moves right. So a kernel that owns a tile of keys
+// (their dK and dV) visits exactly these rows, and no two tiles write the same key. Found by two binary searches:
+// the first row whose keys end past key_begin, then the first row whose keys begin at or past key_end.
+MMA_HOST_DEVICE KeyRange visible_queries(int64_t kind, int64_t key_begin, int64_t key_end, int64_t window,
+                                         int64_t query_offset, int64_t query_len, int64_t key_len) {
+  key_end = min_of(key_end, key_len);
+  if (key_begin >= key_end) return KeyRange{0, 0};
+  int64_t lo = 0, hi = query_len;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (visible_keys(kind, mid + query_offset, window, key_len).end > key_begin) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  const int64_t first = lo;
+  hi = query_len;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (visible_keys(kind, mid + query_offset, window, key_len).begin >= key_end) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return KeyRange{first, lo};
+}
+
 }  // namespace mma_nmt::attention

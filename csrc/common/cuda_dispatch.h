@@ -1,5 +1,7 @@
 // The one switch between the CUDA implementations of an operator (docs/cuda.md has the dispatch table):
 //   MMA_NMT_CUDA_KERNELS=handwritten   every operator runs its hand-written CUDA kernels (csrc/*/cuda/*.cuh);
+//   MMA_NMT_CUDA_KERNELS=rows          as handwritten, but mma_nmt::attention runs its warp-per-row kernels where it
+//                                      would run its tiled ones (attention_tile_kernels.cuh): to compare the two;
 //   MMA_NMT_CUDA_KERNELS=flash         mma_nmt::attention calls of one head kind (key padding only for global heads)
 //                                      go to torch's FlashAttention-2 with that kind's window at every size
 //                                      (attention/flash_plan.h); every other call as unset;
@@ -17,9 +19,14 @@
 
 namespace mma_nmt {
 
+inline bool row_warp_attention_kernels_only() {
+  const char* value = std::getenv("MMA_NMT_CUDA_KERNELS");
+  return value != nullptr && std::strcmp(value, "rows") == 0;
+}
+
 inline bool handwritten_cuda_kernels_only() {
   const char* value = std::getenv("MMA_NMT_CUDA_KERNELS");
-  return value != nullptr && std::strcmp(value, "handwritten") == 0;
+  return value != nullptr && (std::strcmp(value, "handwritten") == 0 || std::strcmp(value, "rows") == 0);
 }
 
 inline bool flash_cuda_kernels_opted_in() {

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "common/host_device.h"
+
 namespace mma_nmt::gpu {
 
 constexpr int kWarpSize = 32;
@@ -36,6 +38,15 @@ __device__ __forceinline__ acc_t warp_max(acc_t x) {
     x = other > x ? other : x;
   }
   return x;
+}
+
+constexpr int64_t kBlockSharedLimit = 48 * 1024;  // bytes: the shared memory a launch gets without opting in
+
+// Row stride of a key or value row staged in shared memory: one extra 4-byte word, so that 32 lanes reading one row
+// each hit 32 different banks.
+template <typename scalar_t>
+MMA_HOST_DEVICE int64_t staged_stride(int64_t dim) {
+  return dim + (sizeof(scalar_t) >= 4 ? 1 : static_cast<int64_t>(4 / sizeof(scalar_t)));
 }
 
 // Orders a warp's shared-memory writes before its lanes read each other's: __syncwarp on the GPU; under the emulator,

@@ -1,4 +1,5 @@
-// visible_keys() against the SPEC's definition of each head kind, enumerated key by key.
+// visible_keys() against the SPEC's definition of each head kind, enumerated key by key, and visible_queries() (the
+// rows a tile of keys serves) against the rows found by enumeration.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -30,6 +31,32 @@ TEST(HeadMask, IntervalEqualsSpecDefinitionForEveryKind) {
             const bool in_range = j >= r.begin && j < r.end;
             EXPECT_EQ(in_range, spec_visible(kind, i, j, window, key_len))
                 << "kind=" << kind << " i=" << i << " j=" << j << " w=" << window << " len=" << key_len;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(HeadMask, VisibleQueriesAreExactlyTheRowsThatSeeAKeyOfTheTile) {
+  for (int64_t kind = 0; kind < kNumHeadKinds; ++kind) {
+    for (int64_t key_len = 0; key_len <= 7; ++key_len) {
+      for (int64_t window = 0; window <= 3; ++window) {
+        for (int64_t offset = 0; offset <= 4; offset += 2) {
+          for (int64_t query_len = 0; query_len <= 8; ++query_len) {
+            for (int64_t begin = 0; begin <= 8; ++begin) {
+              for (int64_t end = begin; end <= begin + 4; ++end) {
+                const KeyRange rows = visible_queries(kind, begin, end, window, offset, query_len, key_len);
+                for (int64_t i = -1; i <= query_len; ++i) {
+                  bool sees = false;
+                  for (int64_t j = begin; j < end; ++j) sees = sees || spec_visible(kind, i + offset, j, window, key_len);
+                  sees = sees && i >= 0 && i < query_len;
+                  EXPECT_EQ(i >= rows.begin && i < rows.end, sees)
+                      << "kind=" << kind << " i=" << i << " keys=[" << begin << ", " << end << ") w=" << window
+                      << " offset=" << offset << " T=" << query_len << " len=" << key_len;
+                }
+              }
+            }
           }
         }
       }

@@ -17,6 +17,7 @@
 
 #include <tuple>
 
+#include "attention/cuda/attention_tile_kernels.cuh"
 #include "common/online_softmax.h"
 
 namespace mma_nmt::attention::cuda {
@@ -102,12 +103,31 @@ void launch_backward(const AttentionParams& p, const BackwardTensors& t, const g
                      make_kernel_params(p, t.key_lengths), ptrs);
 }
 
-// (grad_q, grad_k, grad_v) of mma_nmt::attention_backward for checked arguments (attention_cuda.cpp), computed by the
-// kernel on the launch's stream.
+// (grad_q, grad_k, grad_v) of mma_nmt::attention_backward for checked arguments (attention_cuda.cpp), computed on the
+// launch's stream by the two tiled kernels (attention_tile_kernels.cuh) where they serve the call, else by the
+// warp-per-row kernel.
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_attention_backward(
     const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
     const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
-    const gpu::Launch& launch) {
+    const gpu::Launch& launch, AttentionKernelSet kernels = AttentionKernelSet::kAuto) {
+  const bool any_work = lse.numel() > 0 && p.key_len > 0;  // as on the CPU: a zero head_dim still has grad_v
+  int tile_warps = 0;
+  if (any_work) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, q.scalar_type(), "mma_nmt::attention cuda backward", [&] {
+      tile_warps = tile_warps_for<scalar_t>(p, launch, /*backward=*/true, /*return_probs=*/false, kernels);
+    });
+  }
+  if (tile_warps > 0) {  // every gradient element is written once, in the input dtype
+    const BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(),
+                            lse.contiguous(), contiguous_or_undefined(key_lengths),
+                            at::empty_like(q, at::MemoryFormat::Contiguous),
+                            at::empty_like(k, at::MemoryFormat::Contiguous),
+                            at::empty_like(v, at::MemoryFormat::Contiguous)};
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, q.scalar_type(), "mma_nmt::attention cuda backward", [&] {
+      launch_tile_backward<scalar_t>(p, t, tile_warps, launch);
+    });
+    return {t.grad_q, t.grad_k_acc, t.grad_v_acc};
+  }
   const at::ScalarType acc_type = at::toOpMathType(q.scalar_type());
   const BackwardTensors t{grad_out.contiguous(),
                           q.contiguous(),
@@ -119,9 +139,11 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_attention_backward(
                           at::zeros_like(q, at::MemoryFormat::Contiguous),
                           at::zeros(k.sizes(), k.options().dtype(acc_type)),
                           at::zeros(v.sizes(), v.options().dtype(acc_type))};
-  if (lse.numel() > 0 && p.key_len > 0) {  // as on the CPU: a zero head_dim still has grad_v
+  if (any_work) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, q.scalar_type(), "mma_nmt::attention cuda backward", [&] {
-      with_values_per_lane(p, [&](auto per_lane) { launch_backward<scalar_t, decltype(per_lane)::value>(p, t, launch); });
+      with_values_per_lane(p, [&](auto per_lane) {
+        launch_backward<scalar_t, decltype(per_lane)::value>(p, t, launch);
+      });
     });
   }
   // A no-op for float and double inputs, whose accumulators already have the input dtype.

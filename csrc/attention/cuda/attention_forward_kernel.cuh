@@ -1,4 +1,5 @@
-// Forward pass of mma_nmt::attention on CUDA: one warp per query row, online softmax over the row's visible key interval.
+// Forward pass of mma_nmt::attention on CUDA: one warp per query row, online softmax over the row's visible key interval
+// (the tiled kernel, attention_tile_kernels.cuh, takes the calls it serves; this one takes weights and wide heads).
 //
 // Each lane holds a slice of the query and of the output accumulator (elements lane, lane + 32, ...). For every visible
 // key the warp forms the logit with a shuffle reduction, updates the shared OnlineSoftmax state (every lane keeps an
@@ -17,6 +18,7 @@
 #include <tuple>
 
 #include "attention/attention_outputs.h"
+#include "attention/cuda/attention_tile_kernels.cuh"
 #include "common/online_softmax.h"
 
 namespace mma_nmt::attention::cuda {
@@ -94,17 +96,23 @@ void launch_forward(const AttentionParams& p, const ForwardTensors& t, const gpu
                      make_kernel_params(p, t.key_lengths), ptrs);
 }
 
-// (out, lse, probs) of mma_nmt::attention for checked arguments (attention_cuda.cpp), computed by the kernels on the
-// launch's stream.
+// (out, lse, probs) of mma_nmt::attention for checked arguments (attention_cuda.cpp), computed on the launch's stream
+// by the tiled kernel (attention_tile_kernels.cuh) where it serves the call, else by the warp-per-row kernel.
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_attention_forward(
     const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const std::optional<at::Tensor>& key_lengths, bool return_probs, const gpu::Launch& launch) {
+    const std::optional<at::Tensor>& key_lengths, bool return_probs, const gpu::Launch& launch,
+    AttentionKernelSet kernels = AttentionKernelSet::kAuto) {
   ForwardOutputs o = allocate_forward_outputs(p, q, return_probs);
   // As on the CPU: nothing to compute without a query row; a zero head_dim or value_dim still has weights and lse.
   if (o.lse.numel() == 0) return {o.out, o.lse, o.probs};
   const ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_or_undefined(key_lengths),
                          o.out,          o.lse,          return_probs ? o.probs : at::Tensor()};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, q.scalar_type(), "mma_nmt::attention cuda forward", [&] {
+    const int tile_warps = tile_warps_for<scalar_t>(p, launch, /*backward=*/false, return_probs, kernels);
+    if (tile_warps > 0) {
+      launch_tile_forward<scalar_t>(p, t, tile_warps, launch);
+      return;
+    }
     with_values_per_lane(p, [&](auto per_lane) { launch_forward<scalar_t, decltype(per_lane)::value>(p, t, launch); });
   });
   return {o.out, o.lse, o.probs};

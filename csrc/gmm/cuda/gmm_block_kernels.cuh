@@ -12,14 +12,8 @@
 namespace mma_nmt::gmm::cuda {
 
 constexpr int kBlockRowsPerWarp = 4;       // query rows each warp of a block takes, one after another
-constexpr int64_t kBlockSharedLimit = 48 * 1024;  // bytes: the shared memory a launch gets without opting in
-
-// Row stride of a staged key or value in shared memory: one extra 4-byte word, so that the 32 lanes reading one key
-// each hit 32 different banks.
-template <typename scalar_t>
-MMA_HOST_DEVICE int64_t staged_stride(int64_t dim) {
-  return dim + (sizeof(scalar_t) >= 4 ? 1 : static_cast<int64_t>(4 / sizeof(scalar_t)));
-}
+using gpu::kBlockSharedLimit;
+using gpu::staged_stride;
 
 // Shared memory of a block: keys and values (scalar_t), then per warp a buffer of acc_t: the query row (head_dim),
 // in backward the output gradient row (value_dim), two per-key rows (key_len each) and the row's components (4 each).

@@ -1,10 +1,12 @@
 // The CUDA kernels of mma_nmt::attention (attention_forward_kernel.cuh, attention_backward_kernel.cuh) run under the HIP
 // CPU emulator and compared with the CPU operator: every head kind, padding with a length-1 and an empty sentence
-// (fully masked rows), T = 1 and T != S, a query offset, odd and wide head sizes, dropout, and all four dtypes.
+// (fully masked rows), T = 1 and T != S, a query offset, odd and wide head sizes, dropout, and all four dtypes; the
+// warp-per-row kernels and the tiled ones (attention_tile_kernels.cuh), the latter in blocks of 1 and 4 warps.
 #include "emulated_testing.h"  // first: torch's headers before HIP's
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <algorithm>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -46,6 +48,10 @@ const AttentionCase kCases[] = {
     {"SingleQueryStepWithOffset", 2, 1, 7, 8, 8, {kCausal, kLocal, kGlobal}, {7, 3}, 2, 6},
     {"WideHeadsEightValuesPerLane", 1, 4, 4, 130, 72, {kBackward, kForward}, {}},
     {"Dropout", 2, 4, 5, 7, 6, {kGlobal, kLocal}, {5, 2}, 1, 0, 0.3},
+    // several tiles of rows and of keys (8-row tiles at 1 warp, 32 at 4): hulls, tile edges and visible_queries
+    {"LongPaddedAllKindsManyTiles", 3, 37, 37, 16, 12, {kGlobal, kLocal, kForward, kBackward, kCausal}, {37, 20, 1}, 3},
+    {"QueriesOffsetIntoLongerKeys", 2, 19, 45, 9, 17, {kLocal, kCausal, kForward}, {45, 30}, 2, 26},
+    {"DropoutAcrossTiles", 2, 21, 27, 8, 8, {kGlobal, kLocal, kBackward}, {27, 13}, 2, 0, 0.25},
 };
 
 using AttentionFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
@@ -76,21 +82,74 @@ TEST_P(EmulatedAttention, ForwardAndBackwardMatchCpuOperator) {
                                               c.query_offset, c.dropout_p, kSeed, true);
   const attention::AttentionParams p = attention::check_attention_args(
       "emulated attention", q, k, v, lengths, c.head_kinds, c.window, kScale, c.query_offset, c.dropout_p, kSeed);
-  const auto [emu_out, emu_lse, emu_probs] =
-      attention::cuda::run_attention_forward(p, q, k, v, lengths, true, emulated_launch());
+  const auto backward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention_backward", "").typed<AttentionBackwardFn>();
+  const auto [grad_q, grad_k, grad_v] =
+      backward.call(ref(grad_out), ref(q), ref(k), ref(v), out, lse, lengths, c.head_kinds, c.window, kScale,
+                    c.query_offset, c.dropout_p, kSeed);
+
+  // The warp-per-row kernels (with weights), then the tiled ones where they serve the case (no weights), in blocks of
+  // 1 warp (8-row tiles), 3 (24: the float32 tile of heads of 128) and 4 warps (32-row tiles, as on the GPU).
+  using attention::cuda::AttentionKernelSet;
+  const auto [emu_out, emu_lse, emu_probs] = attention::cuda::run_attention_forward(
+      p, q, k, v, lengths, true, emulated_launch(), AttentionKernelSet::kRowWarps);
   expect_close(emu_out, out, dtype, "attention_forward", "out");
   expect_close(emu_lse, lse, dtype, "attention_forward", "lse");
   expect_close(emu_probs, probs, dtype, "attention_forward", "probs");
-
-  const auto backward =
-      c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention_backward", "").typed<AttentionBackwardFn>();
-  const auto [grad_q, grad_k, grad_v] = backward.call(ref(grad_out), ref(q), ref(k), ref(v), out, lse, lengths,
-                                                      c.head_kinds, c.window, kScale, c.query_offset, c.dropout_p, kSeed);
   const auto [emu_grad_q, emu_grad_k, emu_grad_v] = attention::cuda::run_attention_backward(
-      p, grad_out, q, k, v, out.to(dtype.dtype), lse, lengths, emulated_launch());
+      p, grad_out, q, k, v, out.to(dtype.dtype), lse, lengths, emulated_launch(), AttentionKernelSet::kRowWarps);
   expect_close(emu_grad_q, grad_q, dtype, "attention_backward", "grad_q");
   expect_close(emu_grad_k, grad_k, dtype, "attention_backward", "grad_k");
   expect_close(emu_grad_v, grad_v, dtype, "attention_backward", "grad_v");
+
+  if (std::max(c.head_dim, c.value_dim) > attention::cuda::kTileMaxHeadDim) {
+    EXPECT_THROW(attention::cuda::run_attention_forward(p, q, k, v, lengths, false, emulated_launch(),
+                                                        AttentionKernelSet::kTiles),
+                 c10::Error);
+    return;
+  }
+  for (const int warps : {1, 3, 4}) {
+    SCOPED_TRACE("tiled kernels, warps per block " + std::to_string(warps));
+    const gpu::Launch launch{nullptr, warps};
+    const auto [tile_out, tile_lse, no_probs] =
+        attention::cuda::run_attention_forward(p, q, k, v, lengths, false, launch, AttentionKernelSet::kTiles);
+    expect_close(tile_out, out, dtype, "attention_tile_forward", "out");
+    expect_close(tile_lse, lse, dtype, "attention_tile_forward", "lse");
+    const auto [tile_grad_q, tile_grad_k, tile_grad_v] = attention::cuda::run_attention_backward(
+        p, grad_out, q, k, v, out.to(dtype.dtype), lse, lengths, launch, AttentionKernelSet::kTiles);
+    expect_close(tile_grad_q, grad_q, dtype, "attention_tile_backward", "grad_q");
+    expect_close(tile_grad_k, grad_k, dtype, "attention_tile_backward", "grad_k");
+    expect_close(tile_grad_v, grad_v, dtype, "attention_tile_backward", "grad_v");
+  }
+}
+
+TEST(EmulatedAttentionTiles, WeightsAskedForStayWithTheWarpKernelsAndAutoPicksTheTilesOtherwise) {
+  at::manual_seed(5);
+  const at::Tensor q = at::randn({1, 2, 9, 8}), k = at::randn({1, 2, 11, 8}), v = at::randn({1, 2, 11, 8});
+  const std::vector<int64_t> kinds{kGlobal, kLocal};
+  const attention::AttentionParams p =
+      attention::check_attention_args("emulated attention", q, k, v, std::nullopt, kinds, 1, 0.5, 0, 0.0, 0);
+  using attention::cuda::AttentionKernelSet;
+  EXPECT_THROW(attention::cuda::run_attention_forward(p, q, k, v, std::nullopt, true, emulated_launch(),
+                                                      AttentionKernelSet::kTiles),
+               c10::Error);
+  const gpu::Launch four_warps{nullptr, 4};
+  EXPECT_EQ(attention::cuda::tile_warps_for<float>(p, four_warps, true, false, AttentionKernelSet::kAuto), 4);
+  EXPECT_EQ(attention::cuda::tile_warps_for<float>(p, four_warps, false, true, AttentionKernelSet::kAuto), 0);
+  // Shared memory decides the tile: float32 heads of 128 take 16-row tiles (2 warps) in backward, 24 (3) in forward;
+  // bfloat16 ones 32 in both.
+  attention::AttentionParams wide = p;
+  wide.head_dim = wide.value_dim = 128;
+  EXPECT_EQ(attention::cuda::tile_warps_for<float>(wide, four_warps, true, false, AttentionKernelSet::kAuto), 2);
+  EXPECT_EQ(attention::cuda::tile_warps_for<float>(wide, four_warps, false, false, AttentionKernelSet::kAuto), 3);
+  EXPECT_EQ(attention::cuda::tile_warps_for<at::BFloat16>(wide, four_warps, true, false, AttentionKernelSet::kAuto), 4);
+  // The tiled kernels' outputs are the warp kernels' (auto takes the tiles here).
+  const auto [out, lse, probs] = attention::cuda::run_attention_forward(
+      p, q, k, v, std::nullopt, false, emulated_launch(), AttentionKernelSet::kRowWarps);
+  const auto [auto_out, auto_lse, auto_probs] =
+      attention::cuda::run_attention_forward(p, q, k, v, std::nullopt, false, emulated_launch());
+  EXPECT_LE(scaled_max_error(auto_out, out), 1e-5);
+  EXPECT_LE(scaled_max_error(auto_lse, lse), 1e-5);
 }
 
 TEST(EmulatedAttentionRows, FullyMaskedRowsHaveZeroOutputAndMinusInfinityLse) {
