@@ -14,6 +14,7 @@
 #include "attention/attention_outputs.h"  // stats_dtype
 #include "attention/flash_calls.h"
 #include "attention/flash_plan.h"
+#include "attention/head_mask.h"  // kNumHeadKinds
 #include "attention/cuda/attention_cuda.h"
 #include "common/cuda_dispatch.h"
 
@@ -105,9 +106,12 @@ const AttentionKernels& flash_or_handwritten_kernels() {
 bool flash_takes(const AttentionParams& p, const at::Tensor& q, const std::optional<at::Tensor>& key_lengths,
                  bool return_probs) {
   if (!splittable(p, return_probs) || !flash_wanted(p, q, return_probs)) return false;
+  bool asked[kNumHeadKinds] = {};
+  AttentionParams group = p;  // one copy of the params, asked once per kind present
+  group.heads = 1;
   for (const int64_t kind : p.head_kinds) {
-    AttentionParams group = p;
-    group.heads = 1;
+    if (kind < 0 || kind >= kNumHeadKinds || asked[kind]) continue;
+    asked[kind] = true;
     group.head_kinds.assign(1, kind);
     if (flash_group_packing(group, key_lengths)) return true;
   }

@@ -116,20 +116,24 @@ inline GmmBackwardResult run_gmm_backward(const GmmParams& p, const Inputs& in, 
   if (!run) return g.as_tuple();
   const at::Tensor lse = saved.lse.contiguous(), log_mass = saved.log_mass.contiguous();
   const at::Tensor ctx_a = saved.alpha_context.contiguous(), ctx_b = saved.beta_context.contiguous();
-  const at::Tensor row_stats = at::empty({p.batch, p.heads, p.query_len, kRowStats}, lse.options());
   const WarpGrid rows = warp_grid(p.batch * p.heads * p.query_len, launch);
   const WarpGrid keys = warp_grid(p.batch * p.heads * p.key_len, launch);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.q.scalar_type(), "mma_nmt::gmm_attention_backward cuda",
                                   [&] {
     using acc_t = at::opmath_type<scalar_t>;
+    const bool head_blocks = use_head_blocks<scalar_t, acc_t>(p, launch, true, kernels);
+    // The row kernel leaves per-row statistics for the key kernel; the block kernel needs none.
+    const at::Tensor row_stats =
+        head_blocks ? at::Tensor() : at::empty({p.batch, p.heads, p.query_len, kRowStats}, lse.options());
+    acc_t* stats = head_blocks ? nullptr : row_stats.data_ptr<acc_t>();
     const GmmGrads<scalar_t, acc_t> grads{
         lse.data_ptr<acc_t>(),          log_mass.data_ptr<acc_t>(),        ctx_a.data_ptr<acc_t>(),
-        ctx_b.data_ptr<acc_t>(),        row_stats.data_ptr<acc_t>(),       g.q.data_ptr<scalar_t>(),
+        ctx_b.data_ptr<acc_t>(),        stats,                             g.q.data_ptr<scalar_t>(),
         g.k.data_ptr<scalar_t>(),       g.v.data_ptr<scalar_t>(),          g.omega.data_ptr<scalar_t>(),
         g.mu.data_ptr<scalar_t>(),      g.sigma.data_ptr<scalar_t>(),      g.gate.data_ptr<scalar_t>(),
         ptr_or_null<scalar_t>(g.local_center), ptr_or_null<scalar_t>(g.local_width)};
     const GmmArgs<scalar_t, acc_t> args = make_args<scalar_t, acc_t>(p, in);
-    if (use_head_blocks<scalar_t, acc_t>(p, launch, true, kernels)) {
+    if (head_blocks) {
       // One kernel, then dk = ds^T q and dv = gamma^T dout as two batched GEMMs over the (B H) heads.
       const at::Tensor ds = at::empty({p.batch * p.heads, p.query_len, p.key_len}, in.q.options());
       const at::Tensor gamma = at::empty_like(ds);

@@ -137,6 +137,11 @@ TEST_P(EmulatedSharedValue, ForwardAndBackwardMatchCpuOperator) {
   expect_close(emu_out, out, dtype, "shared_value_forward", "out");
   expect_close(emu_lse, lse, dtype, "shared_value_forward", "lse");
   expect_close(emu_probs, probs, dtype, "shared_value_forward", "probs");
+  // Without weights the outputs are allocated uninitialised: the kernel must write every row (a keyless one too).
+  const auto [bare_out, bare_lse, no_probs] =
+      luong::cuda::run_shared_value_forward(p, q, k, v, lengths, false, emulated_launch());
+  expect_close(bare_out, out, dtype, "shared_value_forward", "out without weights");
+  expect_close(bare_lse, lse, dtype, "shared_value_forward", "lse without weights");
 
   const auto backward = c10::Dispatcher::singleton()
                             .findSchemaOrThrow("mma_nmt::shared_value_attention_backward", "")
