@@ -192,25 +192,44 @@ struct TileBackwardPointers {
   scalar_t* grad_v;          // (B, H, S, Dv)
 };
 
+// Where a thread of a tiled kernel sits: its block's tile size, sentence, head (bh: both, as an index of (B, H)) and
+// first row (or key), and the thread's row (or key) r within the tile and its column c among the row's 4 threads.
+struct TileThread {
+  int64_t tile, b, h, bh, first;
+  int r, c;
+};
+
+__device__ inline TileThread tile_thread(const KernelParams& p) {
+  const int64_t tile = blockDim.x / kThreadsPerRow, b = blockIdx.z, h = blockIdx.y;
+  return {tile, b, h, b * p.heads + h, static_cast<int64_t>(blockIdx.x) * tile,
+          static_cast<int>(threadIdx.x / kThreadsPerRow), static_cast<int>(threadIdx.x % kThreadsPerRow)};
+}
+
+// Stages a query tile's rows of q and their visible keys (the forward and dQ kernels; the caller waits).
+template <typename scalar_t, typename acc_t>
+__device__ void stage_query_tile(const KernelParams& p, const TileThread& w, const TileLayout<scalar_t, acc_t>& layout,
+                                 const TileViews<scalar_t, acc_t>& s, const scalar_t* q) {
+  const int64_t T = p.query_len, D = p.head_dim;
+  stage_row_ranges(p, w.h, w.first, w.tile, keys_of_sentence(p.key_lengths, w.b, p.key_len), s.begin, s.end);
+  stage_rows(s.q, layout.key_stride, q + w.bh * T * D, w.first, T, w.tile, D);
+}
+
 // Forward: block (query tile, head, sentence). kSlots: output elements per thread, kSlots * 4 >= value_dim.
 template <typename scalar_t, int kSlots>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
     attention_tile_forward_kernel(const KernelParams p, const TileForwardPointers<scalar_t> t) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t tile = blockDim.x / kThreadsPerRow;
+  const TileThread w = tile_thread(p);
+  const auto [tile, b, h, bh, first, r, c] = w;
   const TileLayout<scalar_t, acc_t> layout(tile, p.head_dim, p.value_dim, TilePass::kForward);
   MMA_NMT_DYNAMIC_SHARED(unsigned char, shared);
   const TileViews<scalar_t, acc_t> s = tile_views(shared, layout);
   const int D = static_cast<int>(p.head_dim), Dv = static_cast<int>(p.value_dim);  // at most kTileMaxHeadDim
   const int64_t S = p.key_len, T = p.query_len;
-  const int64_t b = blockIdx.z, h = blockIdx.y, first = static_cast<int64_t>(blockIdx.x) * tile;
-  const int64_t bh = b * p.heads + h;
-  const int r = threadIdx.x / kThreadsPerRow, c = threadIdx.x % kThreadsPerRow;
   const int64_t i = first + r, row = bh * T + i;
   const bool row_valid = i < T;
 
-  stage_row_ranges(p, h, first, tile, keys_of_sentence(p.key_lengths, b, S), s.begin, s.end);
-  stage_rows(s.q, layout.key_stride, t.q + bh * T * D, first, T, tile, D);
+  stage_query_tile(p, w, layout, s, t.q);
   __syncthreads();
   const KeyRange hull = tile_hull(s.begin, s.end, tile);
   const KeyRange mine{s.begin[r], s.end[r]};
@@ -281,15 +300,12 @@ template <typename scalar_t, int kSlots>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
     attention_tile_key_grads_kernel(const KernelParams p, const TileBackwardPointers<scalar_t> t) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t tile = blockDim.x / kThreadsPerRow;
+  const auto [tile, b, h, bh, first_key, jj, c] = tile_thread(p);  // jj: this thread's key within the tile
   const TileLayout<scalar_t, acc_t> layout(tile, p.head_dim, p.value_dim, TilePass::kKeyGrads);
   MMA_NMT_DYNAMIC_SHARED(unsigned char, shared);
   const TileViews<scalar_t, acc_t> s = tile_views(shared, layout);
   const int D = static_cast<int>(p.head_dim), Dv = static_cast<int>(p.value_dim);  // at most kTileMaxHeadDim
   const int64_t S = p.key_len, T = p.query_len;
-  const int64_t b = blockIdx.z, h = blockIdx.y, first_key = static_cast<int64_t>(blockIdx.x) * tile;
-  const int64_t bh = b * p.heads + h;
-  const int jj = threadIdx.x / kThreadsPerRow, c = threadIdx.x % kThreadsPerRow;
   const int64_t j = first_key + jj;
   const int64_t n_keys = keys_of_sentence(p.key_lengths, b, S);
   const KeyRange rows = visible_queries(p.head_kinds[h], first_key, first_key + tile, p.window, p.query_offset, T,
@@ -364,20 +380,17 @@ template <typename scalar_t, int kSlots>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
     attention_tile_query_grads_kernel(const KernelParams p, const TileBackwardPointers<scalar_t> t) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t tile = blockDim.x / kThreadsPerRow;
+  const TileThread w = tile_thread(p);
+  const auto [tile, b, h, bh, first, r, c] = w;
   const TileLayout<scalar_t, acc_t> layout(tile, p.head_dim, p.value_dim, TilePass::kQueryGrads);
   MMA_NMT_DYNAMIC_SHARED(unsigned char, shared);
   const TileViews<scalar_t, acc_t> s = tile_views(shared, layout);
   const int D = static_cast<int>(p.head_dim), Dv = static_cast<int>(p.value_dim);  // at most kTileMaxHeadDim
   const int64_t S = p.key_len, T = p.query_len;
-  const int64_t b = blockIdx.z, h = blockIdx.y, first = static_cast<int64_t>(blockIdx.x) * tile;
-  const int64_t bh = b * p.heads + h;
-  const int r = threadIdx.x / kThreadsPerRow, c = threadIdx.x % kThreadsPerRow;
   const int64_t i = first + r, row = bh * T + i;
   const bool row_valid = i < T;
 
-  stage_row_ranges(p, h, first, tile, keys_of_sentence(p.key_lengths, b, S), s.begin, s.end);
-  stage_rows(s.q, layout.key_stride, t.q + bh * T * D, first, T, tile, D);
+  stage_query_tile(p, w, layout, s, t.q);
   stage_rows(s.dout, layout.value_stride, t.grad_out + bh * T * Dv, first, T, tile, Dv);
   const acc_t delta = row_delta<acc_t>(t.grad_out + row * Dv, t.out + row * Dv, row_valid, Dv);
   const acc_t lse = row_valid ? t.lse[row] : negative_infinity<acc_t>();
