@@ -220,8 +220,11 @@ on the Multi30k test set (test_2016_flickr, 1,000 sentences), decoded with the r
 
 A retraining is bit-for-bit the recorded run only on the same code and CPU type. The code changed in between (each
 record names its commit; training now computes the logits of every target position, which changes the last bits), so
-a retrained run follows its own trajectory and its BLEU is another draw from the same config, not the record's number. Rebuild one with `python -m mma_nmt.demos.example_models build NAME RUN_DIR` (RUN_DIR: the finished run, an
-experiment run directory with the record's config in its `cell.json`).
+a retrained run follows its own trajectory and its BLEU is another draw from the same config, not the record's number.
+Retrain one with `python -m mma_nmt.demos.example_models retrain NAME RUN_DIR` (the record's config to patience in
+RUN_DIR, resumed where a killed run left off, then exported here), or rebuild one from a finished run with
+`python -m mma_nmt.demos.example_models build NAME RUN_DIR` (RUN_DIR: an experiment run directory with the record's
+config in its `cell.json`).
 
 """
 
