@@ -43,6 +43,22 @@ def test_cuda_dtypes_and_shapes_match_reference(dtype, length, head_dim, value_d
     check_cuda_against_reference(q, k, v, head_kinds="GLFB", key_lengths=padded_lengths(2, length), window=2)
 
 
+@pytest.mark.parametrize("kernels", ["handwritten", "rows"])
+@pytest.mark.parametrize("dtype, head_dim, dropout_p", [
+    (torch.float64, 16, 0.0), (torch.float64, 16, 0.3), (torch.float32, 128, 0.0), (torch.float16, 64, 0.0),
+    (torch.bfloat16, 64, 0.0), (torch.bfloat16, 128, 0.0)])
+@pytest.mark.parametrize("spec, length", [("GLFB", 37), ("GLLL", 70), ("CCLG", 5)])
+def test_cuda_tiled_and_warp_kernels_without_weights_match_reference(monkeypatch, kernels, dtype, head_dim, dropout_p,
+                                                                      spec, length):
+    """Without weights, the hand-written attention runs its tiled kernels (attention_tile_kernels.cuh: several row and
+    key tiles here, 32-row tiles, 24/16 for float32 heads of 128); MMA_NMT_CUDA_KERNELS=rows runs the warp-per-row
+    kernels instead. Both against the reference, output and gradients."""
+    monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", kernels)
+    q, k, v = cuda_qkv(3, 4, length, length, head_dim, dtype=dtype)
+    check_cuda_against_reference(q, k, v, head_kinds=spec, key_lengths=padded_lengths(3, length), window=2,
+                                 dropout_p=dropout_p, seed=7, weights=False)
+
+
 def test_cuda_incremental_query_offset_and_cross_lengths_match_reference():
     q, k, v = cuda_qkv(2, 4, 1, 17, 8, value_dim=24, dtype=torch.float64)
     check_cuda_against_reference(q, k, v, head_kinds="CCLG", query_offset=16, window=2)
