@@ -154,16 +154,13 @@ __device__ __forceinline__ acc_t row_group_max(acc_t x) {
   return x;
 }
 
-// dO_i . O_i for row i (its 4 threads each sum every fourth element, then add up); 0 for a row past the end.
+// delta_i = dO_i . O_i, summed in the order tile_dot sums dP_ij = dO_i . v_j, so that a row whose weight is all on one
+// key (O_i = v_j, as the forward writes it) gets dP_ij - delta_i = 0 exactly, as plain PyTorch's softmax backward
+// does: a one-key sentence's key then gets an exactly zero gradient instead of float rounding residue summed over
+// every query that sees it (issue 48, point 6). 0 for a row past the end.
 template <typename acc_t, typename scalar_t>
-__device__ __forceinline__ acc_t row_delta(const scalar_t* grad_out, const scalar_t* out, bool valid, int64_t dim) {
-  acc_t part = 0;
-  if (valid) {
-    for (int64_t d = threadIdx.x % kThreadsPerRow; d < dim; d += kThreadsPerRow) {
-      part += static_cast<acc_t>(grad_out[d]) * static_cast<acc_t>(out[d]);
-    }
-  }
-  return row_group_sum(part);
+__device__ __forceinline__ acc_t row_delta(const scalar_t* grad_out, const scalar_t* out, bool valid, int dim) {
+  return valid ? tile_dot<acc_t>(grad_out, out, dim) : acc_t(0);
 }
 
 // What the tiled forward kernel reads and writes.
@@ -327,14 +324,11 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
     stage_rows(s.q, layout.key_stride, t.q + bh * T * D, i0, rows.end, tile, D);
     stage_rows(s.dout, layout.value_stride, t.grad_out + bh * T * Dv, i0, rows.end, tile, Dv);
     stage_row_ranges(p, h, i0, tile, n_keys, s.begin, s.end);
-    {  // the staged rows' lse and delta: thread (staged row jj, c), as the rows and keys of a tile are as many
+    if (c == 0) {  // the staged rows' lse and delta: thread (staged row jj, 0), as a tile has as many rows as keys
       const int64_t i = i0 + jj;
       const bool valid = i < rows.end;
-      const acc_t delta = row_delta<acc_t>(t.grad_out + (bh * T + i) * Dv, t.out + (bh * T + i) * Dv, valid, Dv);
-      if (c == 0) {
-        s.lse[jj] = valid ? t.lse[bh * T + i] : negative_infinity<acc_t>();
-        s.delta[jj] = delta;
-      }
+      s.lse[jj] = valid ? t.lse[bh * T + i] : negative_infinity<acc_t>();
+      s.delta[jj] = row_delta<acc_t>(t.grad_out + (bh * T + i) * Dv, t.out + (bh * T + i) * Dv, valid, Dv);
     }
     __syncthreads();
 #pragma unroll

@@ -152,6 +152,29 @@ TEST(EmulatedAttentionTiles, WeightsAskedForStayWithTheWarpKernelsAndAutoPicksTh
   EXPECT_LE(scaled_max_error(auto_lse, lse), 1e-5);
 }
 
+TEST(EmulatedAttentionTiles, AOneKeySentenceGetsExactlyZeroGradients) {
+  // Every query of sentence 1 puts all its weight on the one key, so its output is that value and the true gradients
+  // of its queries and key are 0; plain PyTorch's softmax backward gives exactly 0. The tiled backward sums dO.v and
+  // dO.O in the same order, so it does too, instead of float32 residue summed over every query (issue 48, point 6).
+  at::manual_seed(11);
+  const at::Tensor q = at::randn({2, 5, 23, 40}), k = at::randn({2, 5, 23, 40}), v = at::randn({2, 5, 23, 56});
+  const at::Tensor grad_out = at::randn({2, 5, 23, 56});
+  const at::Tensor lengths = at::tensor(std::vector<int64_t>{23, 1});
+  const std::vector<int64_t> kinds{kGlobal, kLocal, kForward, kBackward, kCausal};
+  const attention::AttentionParams p =
+      attention::check_attention_args("emulated attention", q, k, v, lengths, kinds, 2, 0.3, 0, 0.0, 0);
+  using attention::cuda::AttentionKernelSet;
+  const gpu::Launch launch{nullptr, 4};
+  const auto [out, lse, probs] =
+      attention::cuda::run_attention_forward(p, q, k, v, lengths, false, launch, AttentionKernelSet::kTiles);
+  EXPECT_TRUE(at::equal(out[1].select(1, 0), v[1].select(1, 0))) << "a row seeing one key outputs its value";
+  const auto [grad_q, grad_k, grad_v] = attention::cuda::run_attention_backward(
+      p, grad_out, q, k, v, out, lse, lengths, launch, AttentionKernelSet::kTiles);
+  EXPECT_EQ(at::count_nonzero(grad_q[1]).item<int64_t>(), 0) << grad_q[1].abs().max();
+  EXPECT_EQ(at::count_nonzero(grad_k[1]).item<int64_t>(), 0) << grad_k[1].abs().max();
+  EXPECT_GT(at::count_nonzero(grad_v[1].select(1, 0)).item<int64_t>(), 0);  // the value still gets its gradient
+}
+
 TEST(EmulatedAttentionRows, FullyMaskedRowsHaveZeroOutputAndMinusInfinityLse) {
   // The comparison above would also pass if both sides were wrong alike; state the masked-row contract directly.
   at::manual_seed(3);
