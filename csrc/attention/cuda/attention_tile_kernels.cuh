@@ -457,11 +457,13 @@ int tile_warps(const AttentionParams& p, const gpu::Launch& launch, bool backwar
 }
 
 // The warps of the tiled kernels for this call under `kernels` (0: the warp-per-row kernels run); refuses kTiles
-// where the tiles cannot serve the call.
+// where the tiles cannot serve the call. kAuto leaves calls of fewer query rows than a warp's tile rows (an incremental
+// decoding step has one) to the warp kernels, which give a row a whole warp instead of 4 threads of a mostly empty tile.
 template <typename scalar_t>
 int tile_warps_for(const AttentionParams& p, const gpu::Launch& launch, bool backward, bool return_probs,
                    AttentionKernelSet kernels) {
   if (kernels == AttentionKernelSet::kRowWarps) return 0;
+  if (kernels == AttentionKernelSet::kAuto && p.query_len < kTileRowsPerWarp) return 0;
   const int warps = return_probs ? 0 : tile_warps<scalar_t>(p, launch, backward);
   TORCH_CHECK(kernels != AttentionKernelSet::kTiles || warps > 0, "mma_nmt attention: the tiled kernels take head ",
               "sizes up to ", kTileMaxHeadDim, " without weights, got head_dim=", p.head_dim, ", value_dim=",

@@ -123,7 +123,7 @@ TEST_P(EmulatedAttention, ForwardAndBackwardMatchCpuOperator) {
   }
 }
 
-TEST(EmulatedAttentionTiles, WeightsAskedForStayWithTheWarpKernelsAndAutoPicksTheTilesOtherwise) {
+TEST(EmulatedAttentionTiles, WeightsAndDecodingStepsStayWithTheWarpKernelsAndAutoPicksTheTilesOtherwise) {
   at::manual_seed(5);
   const at::Tensor q = at::randn({1, 2, 9, 8}), k = at::randn({1, 2, 11, 8}), v = at::randn({1, 2, 11, 8});
   const std::vector<int64_t> kinds{kGlobal, kLocal};
@@ -136,6 +136,10 @@ TEST(EmulatedAttentionTiles, WeightsAskedForStayWithTheWarpKernelsAndAutoPicksTh
   const gpu::Launch four_warps{nullptr, 4};
   EXPECT_EQ(attention::cuda::tile_warps_for<float>(p, four_warps, true, false, AttentionKernelSet::kAuto), 4);
   EXPECT_EQ(attention::cuda::tile_warps_for<float>(p, four_warps, false, true, AttentionKernelSet::kAuto), 0);
+  attention::AttentionParams step = p;  // an incremental decoding step: one query row
+  step.query_len = 1;
+  EXPECT_EQ(attention::cuda::tile_warps_for<float>(step, four_warps, false, false, AttentionKernelSet::kAuto), 0);
+  EXPECT_EQ(attention::cuda::tile_warps_for<float>(step, four_warps, false, false, AttentionKernelSet::kTiles), 4);
   // Shared memory decides the tile: float32 heads of 128 take 16-row tiles (2 warps) in backward, 24 (3) in forward;
   // bfloat16 ones 32 in both.
   attention::AttentionParams wide = p;
