@@ -1,9 +1,13 @@
 // The Python extension mma_nmt._C. Importing it loads this library, which registers every operator; the module itself
-// only reports how it was built, so that mma_nmt can explain a mismatch with the installed torch.
+// reports how it was built, so that mma_nmt can explain a mismatch with the installed torch, and holds the C++ autograd
+// of the eager fast path (csrc/eager/, called by mma_nmt/ops/registration.py).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/python.h>
 #include <torch/version.h>
 
 #include "common/cpu_isa.h"
+#include "eager/operators.h"
 
 namespace py = pybind11;
 
@@ -20,4 +24,8 @@ PYBIND11_MODULE(_C, m) {
     info["cpu_kernel"] = mma_nmt::cpu::isa_name(mma_nmt::cpu::best_isa());
     return info;
   });
+  m.def("attention_with_autograd", &mma_nmt::eager::attention_with_autograd,
+        "mma_nmt::attention with its autograd in C++ (the eager fast path; the schema's arguments, all of them)");
+  m.def("shared_value_attention_with_autograd", &mma_nmt::eager::shared_value_attention_with_autograd,
+        "mma_nmt::shared_value_attention with its autograd in C++ (as attention_with_autograd)");
 }

@@ -41,6 +41,11 @@ def extension_available() -> bool:
     return _C is not None
 
 
+def extension_module():
+    """The loaded module ``mma_nmt._C`` (None without the extension)."""
+    return _C
+
+
 def require_extension(op_name: str) -> None:
     """Raises :class:`ExtensionUnavailableError` naming ``op_name`` and the way to build, when the extension is missing."""
     if _C is None:

@@ -130,4 +130,5 @@ def _backward(ctx, grad_out, _grad_lse, _grad_probs):
 
 
 _OPERATOR = register_operator("attention", fake=_attention_fake, backward_fake=_attention_backward_fake,
-                              setup_context=_setup_context, backward=_backward)
+                              setup_context=_setup_context, backward=_backward,
+                              native_eager="attention_with_autograd")

@@ -12,22 +12,18 @@ call through the returned :class:`RegisteredOperator` first refuses tangents and
 
 Eager fast path (kept, for every operator). torch.library's generic autograd wrapper costs per call a Python round trip
 from the dispatcher, a redispatch and a rebuild of the schema's argument list (``torch._library.utils.fill_defaults``).
-Measured with ``python -m benchmarks.bench_registration_path`` (one forward and backward of ``out.sum()``, B = 1, H = 4,
-T = S = 16, D = 16, K = 4, one thread; ``torch.utils.benchmark.Timer``, min over 7 rounds, shared 2-core machine under
-load, so indicative):
-
-==================  ============================  ===============================  ========
-operator            registered autograd (the op)  same formula, autograd.Function  saved
-==================  ============================  ===============================  ========
-``attention``       296 us                        208 us                           30 %
-``gmm_attention``   375 us                        248 us                           34 %
-==================  ============================  ===============================  ========
-
 So an eager call that needs gradients applies the *same* ``setup_context`` and guarded backward through an
 ``autograd.Function`` that calls the operator below autograd, and an eager call without gradients goes straight to the
-device kernel. Under ``torch.compile`` and ``torch.func`` transforms the operator itself is called, so they see the
-registered fake kernels and autograd, as do ``opcheck``, ``gradcheck`` of ``torch.ops.mma_nmt.*`` and direct calls of
-the op. Both paths run the same kernels on the same arguments: results are bit-identical.
+device kernel. Where ``csrc/eager/`` has the formula in C++ (``native_eager``: ``attention`` and
+``shared_value_attention``, the operators every Transformer attention layer and every LSTM decoder step call), the
+eager call with gradients takes that ``torch::autograd::Function`` instead, with no Python between the kernels in
+forward or backward; its backward raises the same :class:`~mma_nmt.ops.first_order.HigherOrderGradientError`.
+``python -m benchmarks.bench_registration_path`` times the paths on one forward and backward of ``out.sum()`` (B = 1,
+H = 4, T = S = 16, D = 16, K = 4, one thread; ``benchmarks/results/registration_path.cpu-1thread.md``).
+
+Under ``torch.compile`` and ``torch.func`` transforms the operator itself is called, so they see the registered fake
+kernels and autograd, as do ``opcheck``, ``gradcheck`` of ``torch.ops.mma_nmt.*`` and direct calls of the op. Every
+path runs the same kernels on the same arguments: results are bit-identical.
 
 Without the compiled extension (:mod:`mma_nmt._extension`) nothing is registered: :func:`register_operator` and
 :func:`backward_operator` return a :class:`MissingOperator`, whose call raises the error that says how to build, so
@@ -42,7 +38,7 @@ import torch
 
 from torch._library.autograd import Info, make_autograd_impl
 
-from mma_nmt._extension import extension_available, require_device_support, require_extension
+from mma_nmt._extension import extension_available, extension_module, require_device_support, require_extension
 from mma_nmt.ops.autocast import float32_under_cpu_autocast, register_cpu_autocast
 from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad, refuse_functorch_gradients
 
@@ -54,7 +50,7 @@ class RegisteredOperator:
     arguments in order (trailing ones with defaults may be left out). ``op`` is the registered operator itself
     (``OpOverload``), ``eager_function`` the ``autograd.Function`` of the eager fast path."""
 
-    def __init__(self, name: str, setup_context: Callable, backward: Callable):
+    def __init__(self, name: str, setup_context: Callable, backward: Callable, native_eager: Callable | None = None):
         self.name = f"mma_nmt.{name}"
         self.op = getattr(torch.ops.mma_nmt, name).default
         arguments = self.op._schema.arguments
@@ -64,6 +60,7 @@ class RegisteredOperator:
         self._list_arguments = tuple(i for i, argument in enumerate(arguments)
                                      if argument.type.isSubtypeOf(torch._C.ListType.ofTensors()))
         self.eager_function = _eager_function(self.op, setup_context, backward)
+        self.native_eager = native_eager  # the same formula in C++ (csrc/eager/), where one is written
 
     def __call__(self, *args):
         if self._required <= len(args) < len(self._defaults):  # setup_context reads every argument, defaults too
@@ -76,6 +73,8 @@ class RegisteredOperator:
         if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
             return self.op(*args)
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            if self.native_eager is not None:
+                return self.native_eager(*args)
             sizes = tuple(len(args[i]) if i in self._list_arguments else None for i in range(len(args)))
             return self.eager_function.apply(sizes, *_flatten(args, sizes))
         with torch._C._AutoDispatchBelowAutograd():  # no gradient wanted: straight to the device kernel
@@ -101,11 +100,12 @@ def backward_operator(name: str):
 
 
 def register_operator(name: str, *, fake: Callable, backward_fake: Callable, setup_context: Callable,
-                      backward: Callable) -> RegisteredOperator:
+                      backward: Callable, native_eager: str | None = None) -> RegisteredOperator:
     """Registers ``fake`` for ``mma_nmt::<name>``, ``backward_fake`` for ``mma_nmt::<name>_backward`` and the autograd
     formula ``setup_context(ctx, inputs, output)`` / ``backward(ctx, *grads)`` (guarded by ``first_order_only``) for
     ``mma_nmt::<name>``; returns the callable the operator's Python function calls (a :class:`MissingOperator`
-    without the extension)."""
+    without the extension). ``native_eager`` names the function of ``mma_nmt._C`` that applies the same formula in
+    C++ (``csrc/eager/``); eager calls that need gradients then take it instead of the ``autograd.Function``."""
     if not extension_available():
         return MissingOperator(name)
     torch.library.register_fake(f"mma_nmt::{name}")(fake)
@@ -113,7 +113,8 @@ def register_operator(name: str, *, fake: Callable, backward_fake: Callable, set
     guarded = first_order_only(f"mma_nmt.{name}")(backward)
     _register_guarded_autograd(name, guarded, setup_context)
     register_cpu_autocast(name)
-    REGISTERED_OPERATORS[name] = RegisteredOperator(name, setup_context, guarded)
+    native = getattr(extension_module(), native_eager) if native_eager is not None else None
+    REGISTERED_OPERATORS[name] = RegisteredOperator(name, setup_context, guarded, native)
     return REGISTERED_OPERATORS[name]
 
 

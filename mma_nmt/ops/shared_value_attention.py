@@ -82,4 +82,4 @@ def _backward(ctx, grad_out, _grad_lse, _grad_probs):
 
 _OPERATOR = register_operator("shared_value_attention", fake=_shared_value_fake,
                               backward_fake=_shared_value_backward_fake, setup_context=_setup_context,
-                              backward=_backward)
+                              backward=_backward, native_eager="shared_value_attention_with_autograd")

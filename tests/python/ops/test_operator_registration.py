@@ -1,7 +1,8 @@
 """Every operator is registered through one helper (``mma_nmt/ops/registration.py``, issue 23): eager calls that need
 gradients take its fast path (the registered ``setup_context`` and backward as an ``autograd.Function`` around the op
-below autograd), calls of the operator itself (``torch.compile``, ``opcheck``) its ``register_autograd`` formula, and
-calls without gradients go straight to the kernel. All three give the same results and gradients, bit for bit."""
+below autograd, or the same formula in C++ where ``csrc/eager/`` has it), calls of the operator itself
+(``torch.compile``, ``opcheck``) its ``register_autograd`` formula, and calls without gradients go straight to the
+kernel. All give the same results and gradients, bit for bit."""
 
 from __future__ import annotations
 
@@ -103,11 +104,41 @@ def test_every_operator_is_registered_through_the_helper():
     assert sorted(REGISTERED_OPERATORS) == sorted(CASES)
 
 
+def test_the_operators_called_most_often_have_their_eager_autograd_in_cpp():
+    """Every attention layer of a Transformer and every decoder step of the LSTM calls one of these two; their C++
+    autograd (csrc/eager/) spends no Python between the kernels (benchmarks/bench_registration_path.py)."""
+    native = {name for name, operator in REGISTERED_OPERATORS.items() if operator.native_eager is not None}
+    assert native == {"attention", "shared_value_attention"}
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.4])
+def test_cpp_and_python_fast_paths_agree_bit_for_bit_with_dropout_and_padding(dropout_p):
+    """The C++ autograd against the Python ``autograd.Function`` of the same formula: outputs and gradients equal, with
+    a seeded dropout mask redrawn in backward, key padding and a local head."""
+    operator = REGISTERED_OPERATORS["attention"]
+    q, k, v = _leaves((2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 3), seed=8)
+    args = (q, k, v, torch.tensor([5, 2]), [0, 1], 1, 0.5, 2, dropout_p, 11, True)
+    python = operator.eager_function.apply((None,) * len(args), *args)
+    native = operator.native_eager(*args)
+    assert native[0].grad_fn.name().startswith("torch::autograd::CppNode<mma_nmt::eager::")
+    for a, b in zip(python, native):
+        assert torch.equal(a, b)
+    cotangent = torch.randn(python[0].shape, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    python_grads = torch.autograd.grad(python[0], (q, k, v), cotangent)
+    native_grads = torch.autograd.grad(native[0], (q, k, v), cotangent)
+    for a, b in zip(python_grads, native_grads):
+        assert torch.equal(a, b)
+    assert not native[1].requires_grad and not native[2].requires_grad, "lse and the weights are not differentiable"
+
+
 @pytest.mark.parametrize("op", list(CASES))
 def test_eager_calls_with_gradients_take_the_fast_path(op):
     call, leaves = CASES[op]()
     out = _as_tuple(call(*leaves))[0]
-    assert type(out.grad_fn).__name__ == f"Eager_{op}Backward"
+    if REGISTERED_OPERATORS[op].native_eager is not None:  # the C++ autograd of csrc/eager/
+        assert out.grad_fn.name().startswith("torch::autograd::CppNode<mma_nmt::eager::"), out.grad_fn.name()
+    else:
+        assert type(out.grad_fn).__name__ == f"Eager_{op}Backward"
     assert all(leaf.grad is None for leaf in leaves)
     out.backward(torch.ones_like(out))
     assert all(leaf.grad is not None for leaf in leaves), "every leaf gets a gradient (Tensor[] arguments included)"

@@ -1,0 +1,28 @@
+// The eager fast path's C++ autograd, one function per operator that has one (mma_nmt/ops/registration.py calls them
+// through mma_nmt._C for eager calls that need gradients; torch.compile, torch.func, opcheck and direct calls of
+// torch.ops.mma_nmt.* keep the registered Python autograd). Each takes the schema's arguments, all of them, in order,
+// and returns the schema's outputs; each runs the same kernels on the same arguments as the registered autograd, so
+// results are bit-identical.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+namespace mma_nmt::eager {
+
+using OutLse = std::tuple<at::Tensor, at::Tensor, at::Tensor>;  // (out, lse, probs)
+
+OutLse attention_with_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const std::optional<at::Tensor>& key_lengths, std::vector<int64_t> head_kinds,
+                               int64_t window, double scale, int64_t query_offset, double dropout_p, int64_t seed,
+                               bool return_probs);
+
+OutLse shared_value_attention_with_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const std::optional<at::Tensor>& key_lengths, double scale,
+                                            bool return_probs);
+
+}  // namespace mma_nmt::eager

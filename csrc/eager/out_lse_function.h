@@ -1,0 +1,91 @@
+// A C++ autograd Function for the operators shaped like mma_nmt::attention and mma_nmt::shared_value_attention:
+//   <op>(q, k, v, key_lengths, *options, return_probs) -> (out, lse, probs)
+//   <op>_backward(grad_out, q, k, v, out, lse, key_lengths, *options) -> (grad_q, grad_k, grad_v)
+// with out differentiable in q, k and v, and lse and probs not. What their Python setup_context and backward do
+// (mma_nmt/ops/fused_attention.py, shared_value_attention.py), without Python between the kernels.
+//
+// `Op` names the operator (`static constexpr const char* kSchema = "mma_nmt::attention"`, `kName =
+// "mma_nmt.attention"` for messages) and its options (`using Options = std::tuple<...>`, the schema's arguments
+// between key_lengths and return_probs, as the unboxed kernel takes them).
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include "eager/first_order.h"
+
+namespace mma_nmt::eager {
+
+template <typename Op>
+struct OutLseFunction : torch::autograd::Function<OutLseFunction<Op>> {
+  using Options = typename Op::Options;
+  using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+  using variable_list = torch::autograd::variable_list;
+
+  static variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                               const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
+                               const Options& options, bool return_probs) {
+    Triple outputs;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      outputs = std::apply(
+          [&](const auto&... option) {
+            return forward_op().call(q, k, v, key_lengths, option..., return_probs);
+          },
+          options);
+    }
+    auto& [out, lse, probs] = outputs;
+    ctx->save_for_backward({q, k, v, out, lse, key_lengths.value_or(at::Tensor())});
+    ctx->saved_data["options"] = c10::IValue(options);
+    ctx->mark_non_differentiable({lse, probs});
+    ctx->set_materialize_grads(false);  // lse and probs never get a gradient: no zero tensors made for them
+    return {out, lse, probs};
+  }
+
+  static variable_list backward(torch::autograd::AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();  // q, k, v, out, lse, key_lengths (or undefined)
+    refuse_second_order(Op::kName, saved, grads);
+    if (!grads[0].defined()) return variable_list(6);  // out got no gradient: none for q, k, v either
+    const auto options = ctx->saved_data["options"].template to<Options>();
+    const std::optional<at::Tensor> key_lengths =
+        saved[5].defined() ? std::optional<at::Tensor>(saved[5]) : std::nullopt;
+    auto [grad_q, grad_k, grad_v] = std::apply(
+        [&](const auto&... option) {
+          return backward_op().call(grads[0].contiguous(), saved[0], saved[1], saved[2], saved[3], saved[4],
+                                    key_lengths, option...);
+        },
+        options);
+    // one entry per forward argument: q, k, v, key_lengths, options, return_probs
+    return {grad_q, grad_k, grad_v, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+
+  // The operator with its autograd: the schema's outputs.
+  template <typename... OptionArgs>
+  static Triple apply_operator(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const std::optional<at::Tensor>& key_lengths, bool return_probs,
+                               OptionArgs&&... options) {
+    const variable_list outputs = OutLseFunction::apply(
+        q, k, v, key_lengths, Options(std::forward<OptionArgs>(options)...), return_probs);
+    return {outputs[0], outputs[1], outputs[2]};
+  }
+
+ private:
+  static const auto& forward_op() {
+    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::kSchema, "").template typed<
+        typename Op::ForwardSignature>();
+    return op;
+  }
+
+  static const auto& backward_op() {
+    static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::kBackwardSchema, "").template typed<
+        typename Op::BackwardSignature>();
+    return op;
+  }
+};
+
+}  // namespace mma_nmt::eager
