@@ -16,8 +16,8 @@ the fused operators, on a random padded batch (``--steps B:T ...``), with every 
 
 Rounds alternate between the paths; each takes ``torch.utils.benchmark.Timer.blocked_autorange`` (wall clock) and the
 thread's CPU time over ``--calls`` calls (not counting time the thread waits for a core on a loaded machine). The table
-gives the minimum over rounds (the least disturbed one on a shared machine) and the median, and each path's minimum
-against the ``python`` path's.
+gives the minimum over rounds (the least disturbed one on a shared machine) and the median, and each path's thread
+CPU minimum against the ``python`` path's (wall time also counts the waits for a core on a loaded machine).
 
     python -m benchmarks.bench_registration_path [--rounds 7] [--steps 1:8 4:16]
 """
@@ -147,13 +147,13 @@ def main(argv=None) -> None:
             cpu[key].append((time.thread_time() - start) / args.calls * 1e6)
     print(f"torch {torch.__version__}, {args.rounds} rounds; forward + backward of out.sum(), microseconds")
     print()
-    print("| operator | path | wall: min / median | thread CPU: min / median | wall min / python's |")
+    print("| operator | path | wall: min / median | thread CPU: min / median | thread CPU min / python's |")
     print("|---|---|---|---|---|")
     for (name, path), samples in wall.items():
-        python = min(wall[(name, "python")])
+        python = min(cpu[(name, "python")])
         print(f"| {name} | {path} | {min(samples):.0f} / {statistics.median(samples):.0f} | "
               f"{min(cpu[(name, path)]):.0f} / {statistics.median(cpu[(name, path)]):.0f} | "
-              f"{min(samples) / python:.2f} |")
+              f"{min(cpu[(name, path)]) / python:.2f} |")
     time_training_steps([tuple(int(x) for x in size.split(":")) for size in args.steps], args.rounds)
 
 

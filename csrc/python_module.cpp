@@ -28,4 +28,6 @@ PYBIND11_MODULE(_C, m) {
         "mma_nmt::attention with its autograd in C++ (the eager fast path; the schema's arguments, all of them)");
   m.def("shared_value_attention_with_autograd", &mma_nmt::eager::shared_value_attention_with_autograd,
         "mma_nmt::shared_value_attention with its autograd in C++ (as attention_with_autograd)");
+  m.def("gmm_attention_with_autograd", &mma_nmt::eager::gmm_attention_with_autograd,
+        "mma_nmt::gmm_attention with its autograd in C++ (as attention_with_autograd)");
 }

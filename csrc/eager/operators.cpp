@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "eager/gmm_function.h"
 #include "eager/out_lse_function.h"
 
 namespace mma_nmt::eager {
@@ -45,6 +46,16 @@ OutLse attention_with_autograd(const Tensor& q, const Tensor& k, const Tensor& v
 OutLse shared_value_attention_with_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
                                             const OptionalTensor& key_lengths, double scale, bool return_probs) {
   return OutLseFunction<SharedValueAttention>::apply_operator(q, k, v, key_lengths, return_probs, scale);
+}
+
+GmmOutputs gmm_attention_with_autograd(const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const OptionalTensor& key_lengths, const Tensor& omega, const Tensor& mu,
+                                       const Tensor& sigma, const Tensor& gate, const OptionalTensor& local_center,
+                                       const OptionalTensor& local_width, double scale, int64_t normalization,
+                                       double sigma_floor, bool return_weights) {
+  const auto o = GmmFunction::apply(q, k, v, key_lengths, omega, mu, sigma, gate, local_center, local_width, scale,
+                                    normalization, sigma_floor, return_weights);
+  return {o[0], o[1], o[2], o[3], o[4], o[5], o[6]};
 }
 
 }  // namespace mma_nmt::eager

@@ -25,4 +25,14 @@ OutLse shared_value_attention_with_autograd(const at::Tensor& q, const at::Tenso
                                             const std::optional<at::Tensor>& key_lengths, double scale,
                                             bool return_probs);
 
+// (out, lse, log_mass, alpha_context, beta_context, alpha, beta)
+using GmmOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+GmmOutputs gmm_attention_with_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                       const std::optional<at::Tensor>& key_lengths, const at::Tensor& omega,
+                                       const at::Tensor& mu, const at::Tensor& sigma, const at::Tensor& gate,
+                                       const std::optional<at::Tensor>& local_center,
+                                       const std::optional<at::Tensor>& local_width, double scale,
+                                       int64_t normalization, double sigma_floor, bool return_weights);
+
 }  // namespace mma_nmt::eager

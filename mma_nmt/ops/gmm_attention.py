@@ -138,4 +138,5 @@ def _backward(ctx, grad_out, *_unused_grads):
 
 
 _OPERATOR = register_operator("gmm_attention", fake=_gmm_attention_fake, backward_fake=_gmm_attention_backward_fake,
-                              setup_context=_setup_context, backward=_backward)
+                              setup_context=_setup_context, backward=_backward,
+                              native_eager="gmm_attention_with_autograd")

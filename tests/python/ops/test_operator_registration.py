@@ -105,10 +105,11 @@ def test_every_operator_is_registered_through_the_helper():
 
 
 def test_the_operators_called_most_often_have_their_eager_autograd_in_cpp():
-    """Every attention layer of a Transformer and every decoder step of the LSTM calls one of these two; their C++
-    autograd (csrc/eager/) spends no Python between the kernels (benchmarks/bench_registration_path.py)."""
+    """Every attention layer of a Transformer, every GMM cross-attention layer and every decoder step of the LSTM
+    calls one of these three; their C++ autograd (csrc/eager/) spends no Python between the kernels
+    (benchmarks/bench_registration_path.py)."""
     native = {name for name, operator in REGISTERED_OPERATORS.items() if operator.native_eager is not None}
-    assert native == {"attention", "shared_value_attention"}
+    assert native == {"attention", "shared_value_attention", "gmm_attention"}
 
 
 @pytest.mark.parametrize("dropout_p", [0.0, 0.4])
