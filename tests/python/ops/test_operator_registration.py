@@ -112,6 +112,39 @@ def test_the_operators_called_most_often_have_their_eager_autograd_in_cpp():
     assert native == {"attention", "shared_value_attention", "gmm_attention"}
 
 
+def _bad_calls():
+    """One call per operator with a C++ autograd whose arguments its checks refuse (a wrong key size or dtype)."""
+    def attention(grad):
+        q = torch.randn(1, 2, 3, 4, requires_grad=grad)
+        return fused_attention(q, torch.randn(1, 2, 5, 3), torch.randn(1, 2, 5, 4), head_kinds="GL")
+
+    def shared_value(grad):
+        q = torch.randn(1, 2, 3, 4, requires_grad=grad)
+        return shared_value_attention(q, torch.randn(1, 2, 5, 4), torch.randn(1, 5, 6, dtype=torch.float64))
+
+    def gmm(grad):
+        q = torch.randn(1, 2, 3, 4, requires_grad=grad)
+        k, v = torch.randn(1, 2, 5, 4, dtype=torch.float64), torch.randn(1, 2, 5, 4)
+        mixture = torch.rand(1, 2, 3, 2) + 0.5
+        return gmm_attention(q, k, v, omega=mixture.softmax(-1), mu=mixture, sigma=mixture, gate=torch.rand(1, 2, 3))
+
+    return {"attention": attention, "shared_value_attention": shared_value, "gmm_attention": gmm}
+
+
+@pytest.mark.parametrize("op", ["attention", "shared_value_attention", "gmm_attention"])
+def test_cpp_fast_path_raises_the_operators_own_errors(op):
+    """Through mma_nmt._C the argument checks raise what a call without gradients raises (ValueError, TypeError, ...
+    naming the operator), not a RuntimeError with a C++ backtrace."""
+    call = _bad_calls()[op]
+    with pytest.raises(Exception) as without_grad:
+        call(False)
+    with pytest.raises(Exception) as with_grad:
+        call(True)
+    assert type(with_grad.value) is type(without_grad.value) and type(with_grad.value) is not RuntimeError
+    assert str(with_grad.value) == str(without_grad.value)
+    assert str(with_grad.value).startswith(f"mma_nmt.{op}: ") and "Exception raised from" not in str(with_grad.value)
+
+
 @pytest.mark.parametrize("dropout_p", [0.0, 0.4])
 def test_cpp_and_python_fast_paths_agree_bit_for_bit_with_dropout_and_padding(dropout_p):
     """The C++ autograd against the Python ``autograd.Function`` of the same formula: outputs and gradients equal, with
