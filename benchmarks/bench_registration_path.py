@@ -134,7 +134,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     inputs = schema_arguments()
-    cases = {(name, path): (call, inputs[name]) for name in OPERATORS for path, call in paths(name, inputs[name]).items()}
+    cases = {(name, path): (call, inputs[name])
+             for name in OPERATORS for path, call in paths(name, inputs[name]).items()}
     wall: dict[tuple, list[float]] = {key: [] for key in cases}
     cpu: dict[tuple, list[float]] = {key: [] for key in cases}
     for _ in range(args.rounds):
