@@ -4,8 +4,6 @@
 #include <pybind11/pybind11.h>
 #include <torch/csrc/Exceptions.h>
 
-#include <string>
-
 namespace mma_nmt::eager {
 namespace {
 
@@ -16,17 +14,16 @@ bool any_requires_grad(const torch::autograd::variable_list& tensors) {
   return false;
 }
 
-// Raises the Python exception mma_nmt.ops.first_order.HigherOrderGradientError from inside the autograd engine: a
-// torch::python_error carrying it keeps its type through the engine, as an autograd.Function's own exception does
+// Raises mma_nmt.ops.first_order.second_order_error(op), the Python path's exception, from inside the autograd engine:
+// a torch::python_error carrying it keeps its type through the engine, as an autograd.Function's own exception does
 // (a c10::Error would reach Python as a plain RuntimeError).
-[[noreturn]] void raise_higher_order_gradient_error(const std::string& message) {
+[[noreturn]] void raise_second_order_error(const char* op) {
   pybind11::gil_scoped_acquire gil;
-  const pybind11::object type =
-      pybind11::module_::import("mma_nmt.ops.first_order").attr("HigherOrderGradientError");
-  PyErr_SetString(type.ptr(), message.c_str());
-  python_error error;
-  error.persist();
-  throw error;
+  const pybind11::object error = pybind11::module_::import("mma_nmt.ops.first_order").attr("second_order_error")(op);
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+  python_error raised;
+  raised.persist();
+  throw raised;
 }
 
 }  // namespace
@@ -34,11 +31,7 @@ bool any_requires_grad(const torch::autograd::variable_list& tensors) {
 void refuse_second_order(const char* op, const torch::autograd::variable_list& saved,
                          const torch::autograd::variable_list& grads) {
   if (!at::GradMode::is_enabled() || !(any_requires_grad(saved) || any_requires_grad(grads))) return;
-  raise_higher_order_gradient_error(
-      std::string(op) +
-      ": second-order gradients (a backward with create_graph=True, gradgradcheck, hessian, a gradient penalty) are "
-      "not implemented; its backward is differentiable only to first order. Use the plain-PyTorch reference "
-      "(mma_nmt.reference) where higher derivatives are needed");
+  raise_second_order_error(op);
 }
 
 }  // namespace mma_nmt::eager

@@ -1,7 +1,7 @@
 // The guard of mma_nmt/ops/first_order.py (`first_order_only`) for the C++ backward of the eager fast path: a backward
-// run with create_graph=True (grad mode on inside it, and something it reads requires grad) raises
-// mma_nmt.ops.first_order.HigherOrderGradientError, with the Python path's message, instead of returning gradients
-// whose own gradient would silently be zero. Compiled into the Python extension only (it raises a Python exception).
+// run with create_graph=True (grad mode on inside it, and something it reads requires grad) raises the Python path's
+// error (mma_nmt.ops.first_order.second_order_error, a HigherOrderGradientError) instead of returning gradients whose
+// own gradient would silently be zero. Compiled into the Python extension only (it raises a Python exception).
 #pragma once
 
 #include <torch/csrc/autograd/variable.h>

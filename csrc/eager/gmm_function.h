@@ -78,7 +78,6 @@ struct GmmFunction : torch::autograd::Function<GmmFunction> {
     if (has_local) result[8] = grad_center, result[9] = grad_width;
     return result;
   }
-
 };
 
 }  // namespace mma_nmt::eager

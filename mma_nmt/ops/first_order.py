@@ -44,15 +44,21 @@ def first_order_only(op: str) -> Callable:
         @functools.wraps(backward)
         def guarded(ctx, *grads):
             if torch.is_grad_enabled() and _any_requires_grad((*ctx.saved_tensors, *grads)):
-                raise HigherOrderGradientError(
-                    f"{op}: second-order gradients (a backward with create_graph=True, gradgradcheck, hessian, a "
-                    f"gradient penalty) are not implemented; its backward is differentiable only to first order. "
-                    f"Use the plain-PyTorch reference (mma_nmt.reference) where higher derivatives are needed")
+                raise second_order_error(op)
             return backward(ctx, *grads)
 
         return guarded
 
     return decorate
+
+
+def second_order_error(op: str) -> HigherOrderGradientError:
+    """The error that a second-order gradient of operator ``op`` raises, here and in the C++ backward of the eager fast
+    path (``csrc/eager/first_order.cpp``)."""
+    return HigherOrderGradientError(
+        f"{op}: second-order gradients (a backward with create_graph=True, gradgradcheck, hessian, a gradient "
+        f"penalty) are not implemented; its backward is differentiable only to first order. Use the plain-PyTorch "
+        f"reference (mma_nmt.reference) where higher derivatives are needed")
 
 
 def refuse_forward_ad(op: str, tensors: Iterable[torch.Tensor | None]) -> None:
