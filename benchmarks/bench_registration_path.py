@@ -1,5 +1,6 @@
 """The cost of the autograd paths of :mod:`mma_nmt.ops.registration` on a tiny problem, where the host code around the
-kernels shows: one forward and backward of ``out.sum()`` (B = 1, H = 4, T = S = 16, D = 16, K = 4, one thread) through
+kernels shows: one forward and backward of ``out.sum()`` of every operator (B = 1, H = 4, T = S = 16, D = 16, K = 4,
+two encoder layers, one thread) through
 
 - ``registered``: the registered operator itself (``torch.library.register_autograd``'s generic wrapper: what
   ``torch.compile``, ``torch.func`` and direct calls of ``torch.ops.mma_nmt.*`` use);
@@ -35,7 +36,8 @@ from torch.utils.benchmark import Timer
 from mma_nmt.ops.registration import REGISTERED_OPERATORS
 
 BATCH, HEADS, LENGTH, HEAD_DIM, COMPONENTS = 1, 4, 16, 16, 4
-OPERATORS = ("attention", "shared_value_attention", "gmm_attention")
+OPERATORS = ("attention", "shared_value_attention", "gmm_attention", "multilayer_attention", "multihop_gate",
+             "multihop_second_hop")
 
 
 def schema_arguments(seed: int = 0) -> dict[str, tuple]:
@@ -52,20 +54,34 @@ def schema_arguments(seed: int = 0) -> dict[str, tuple]:
     lengths = torch.tensor([LENGTH])
     omega = torch.softmax(torch.randn(*mixture, generator=gen), -1).requires_grad_()
     mu, sigma, gate = leaf(*mixture, positive=True), leaf(*mixture, positive=True), leaf(*rows, positive=True)
+    embed = HEADS * HEAD_DIM
+    layer_q, layer_k = [leaf(BATCH, LENGTH, embed) for _ in range(2)], [leaf(BATCH, LENGTH, embed) for _ in range(2)]
+    layer_v = leaf(BATCH, LENGTH, embed)  # joint weights: one (summed) value set
+    w_b, u_b, u_c, v_b = (leaf(HEAD_DIM, HEAD_DIM), leaf(HEADS, HEAD_DIM, HEAD_DIM), leaf(HEADS, HEAD_DIM, HEAD_DIM),
+                          leaf(HEAD_DIM))
     return {"attention": (q, k, v, lengths, [0, 1, 2, 3], 1, 0.25, 0, 0.0, 0, False),
             "shared_value_attention": (q, k, shared_v, lengths, 1.0, False),
-            "gmm_attention": (q, k, v, lengths, omega, mu, sigma, gate, None, None, 0.25, 0, 0.01, False)}
+            "gmm_attention": (q, k, v, lengths, omega, mu, sigma, gate, None, None, 0.25, 0, 0.01, False),
+            "multilayer_attention": (layer_q, layer_k, [layer_v], lengths, HEADS, 0.25, False, False),
+            "multihop_gate": (q, k, v, v_b),
+            "multihop_second_hop": (q, v, w_b, u_b, u_c, v_b)}
 
 
 def step(call, args) -> None:
     call(*args)[0].sum().backward()
 
 
+def _flattened(args: tuple) -> tuple:
+    """``autograd.Function.apply``'s arguments: the sizes of the Tensor[] arguments, then every argument spread."""
+    sizes = tuple(len(arg) if isinstance(arg, list) else None for arg in args)
+    return (sizes, *(t for arg in args for t in (arg if isinstance(arg, list) else [arg])))
+
+
 def paths(name: str, args: tuple) -> dict[str, object]:
     """The callables that run ``name``'s forward on the schema's arguments, by path."""
     operator = REGISTERED_OPERATORS[name]
     found = {"registered": operator.op,
-             "python": lambda *a: operator.eager_function.apply((None,) * len(a), *a)}
+             "python": lambda *a: operator.eager_function.apply(*_flattened(a))}
     if operator.native_eager is not None:
         found["c++"] = operator
     if name == "attention":

@@ -49,4 +49,10 @@ PYBIND11_MODULE(_C, m) {
         "mma_nmt::shared_value_attention with its autograd in C++ (as attention_with_autograd)");
   m.def("gmm_attention_with_autograd", as_torch_binding(&mma_nmt::eager::gmm_attention_with_autograd),
         "mma_nmt::gmm_attention with its autograd in C++ (as attention_with_autograd)");
+  m.def("multihop_gate_with_autograd", as_torch_binding(&mma_nmt::eager::multihop_gate_with_autograd),
+        "mma_nmt::multihop_gate with its autograd in C++ (as attention_with_autograd)");
+  m.def("multihop_second_hop_with_autograd", as_torch_binding(&mma_nmt::eager::multihop_second_hop_with_autograd),
+        "mma_nmt::multihop_second_hop with its autograd in C++ (as attention_with_autograd)");
+  m.def("multilayer_attention_with_autograd", as_torch_binding(&mma_nmt::eager::multilayer_attention_with_autograd),
+        "mma_nmt::multilayer_attention with its autograd in C++ (as attention_with_autograd; lists for Tensor[])");
 }

@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "eager/gmm_function.h"
+#include "eager/multihop_functions.h"
+#include "eager/multilayer_function.h"
 #include "eager/out_lse_function.h"
 
 namespace mma_nmt::eager {
@@ -56,6 +58,28 @@ GmmOutputs gmm_attention_with_autograd(const Tensor& q, const Tensor& k, const T
   const auto o = GmmFunction::apply(q, k, v, key_lengths, omega, mu, sigma, gate, local_center, local_width, scale,
                                     normalization, sigma_floor, return_weights);
   return {o[0], o[1], o[2], o[3], o[4], o[5], o[6]};
+}
+
+std::tuple<Tensor, Tensor> multihop_gate_with_autograd(const Tensor& query_proj, const Tensor& head_proj,
+                                                       const Tensor& value_proj, const Tensor& v_b) {
+  const auto o = HeadGateFunction::apply(query_proj, head_proj, value_proj, v_b);
+  return {o[0], o[1]};
+}
+
+std::tuple<Tensor, Tensor, Tensor> multihop_second_hop_with_autograd(const Tensor& q, const Tensor& a,
+                                                                     const Tensor& w_b, const Tensor& u_b,
+                                                                     const OptionalTensor& u_c, const Tensor& v_b) {
+  const auto o = SecondHopFunction::apply(q, a, w_b, u_b, u_c, v_b);
+  return {o[0], o[1], o[2]};
+}
+
+OutLse multilayer_attention_with_autograd(const std::vector<Tensor>& q, const std::vector<Tensor>& k,
+                                          const std::vector<Tensor>& v, const OptionalTensor& key_lengths,
+                                          int64_t num_heads, double scale, bool layer_specific, bool return_probs) {
+  // TensorList, not the vectors: autograd spreads a TensorList into one input per tensor
+  const auto o = MultilayerFunction::apply(at::TensorList(q), at::TensorList(k), at::TensorList(v), key_lengths,
+                                           num_heads, scale, layer_specific, return_probs);
+  return {o[0], o[1], o[2]};
 }
 
 }  // namespace mma_nmt::eager

@@ -35,4 +35,19 @@ GmmOutputs gmm_attention_with_autograd(const at::Tensor& q, const at::Tensor& k,
                                        const std::optional<at::Tensor>& local_width, double scale,
                                        int64_t normalization, double sigma_floor, bool return_weights);
 
+// (out, gate) of multihop_gate; (out, gate, hidden) of multihop_second_hop
+std::tuple<at::Tensor, at::Tensor> multihop_gate_with_autograd(const at::Tensor& query_proj,
+                                                               const at::Tensor& head_proj,
+                                                               const at::Tensor& value_proj, const at::Tensor& v_b);
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_second_hop_with_autograd(
+    const at::Tensor& q, const at::Tensor& a, const at::Tensor& w_b, const at::Tensor& u_b,
+    const std::optional<at::Tensor>& u_c, const at::Tensor& v_b);
+
+// q, k and v: the schema's Tensor[] arguments (one tensor per encoder layer or value set)
+OutLse multilayer_attention_with_autograd(const std::vector<at::Tensor>& q, const std::vector<at::Tensor>& k,
+                                          const std::vector<at::Tensor>& v,
+                                          const std::optional<at::Tensor>& key_lengths, int64_t num_heads,
+                                          double scale, bool layer_specific, bool return_probs);
+
 }  // namespace mma_nmt::eager

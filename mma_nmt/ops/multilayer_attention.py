@@ -150,4 +150,5 @@ def _backward(ctx, grad_out, _grad_lse, _grad_probs):
 
 
 _OPERATOR = register_operator("multilayer_attention", fake=_multilayer_fake, backward_fake=_multilayer_backward_fake,
-                              setup_context=_setup_context, backward=_backward)
+                              setup_context=_setup_context, backward=_backward,
+                              native_eager="multilayer_attention_with_autograd")

@@ -14,11 +14,10 @@ Eager fast path (kept, for every operator). torch.library's generic autograd wra
 from the dispatcher, a redispatch and a rebuild of the schema's argument list (``torch._library.utils.fill_defaults``).
 So an eager call that needs gradients applies the *same* ``setup_context`` and guarded backward through an
 ``autograd.Function`` that calls the operator below autograd, and an eager call without gradients goes straight to the
-device kernel. Where ``csrc/eager/`` has the formula in C++ (``native_eager``: ``attention``,
-``shared_value_attention`` and ``gmm_attention``, the operators every Transformer attention layer, GMM cross-attention
-layer and LSTM decoder step call), the eager call with gradients takes that ``torch::autograd::Function`` instead,
-with no Python between the kernels in forward or backward; its backward raises the same
-:class:`~mma_nmt.ops.first_order.HigherOrderGradientError`, its argument checks the same errors.
+device kernel. Where ``csrc/eager/`` has the formula in C++ (``native_eager``; every operator has it), the eager call
+with gradients takes that ``torch::autograd::Function`` instead, with no Python between the kernels in forward or
+backward; its backward raises the same :class:`~mma_nmt.ops.first_order.HigherOrderGradientError`, its argument checks
+the same errors. The Python ``autograd.Function`` stays as the path of an operator registered without one.
 ``python -m benchmarks.bench_registration_path`` times the paths on one forward and backward of ``out.sum()`` (B = 1,
 H = 4, T = S = 16, D = 16, K = 4, one thread; ``benchmarks/results/registration_path.cpu-1thread.md``).
 

@@ -104,12 +104,11 @@ def test_every_operator_is_registered_through_the_helper():
     assert sorted(REGISTERED_OPERATORS) == sorted(CASES)
 
 
-def test_the_operators_called_most_often_have_their_eager_autograd_in_cpp():
-    """Every attention layer of a Transformer, every GMM cross-attention layer and every decoder step of the LSTM
-    calls one of these three; their C++ autograd (csrc/eager/) spends no Python between the kernels
-    (benchmarks/bench_registration_path.py)."""
+def test_every_operator_has_its_eager_autograd_in_cpp():
+    """Every eager call with gradients takes a ``torch::autograd::Function`` of ``csrc/eager/``: no Python between
+    the kernels in forward or backward (benchmarks/bench_registration_path.py)."""
     native = {name for name, operator in REGISTERED_OPERATORS.items() if operator.native_eager is not None}
-    assert native == {"attention", "shared_value_attention", "gmm_attention"}
+    assert native == set(REGISTERED_OPERATORS)
 
 
 def _bad_calls():
@@ -128,10 +127,25 @@ def _bad_calls():
         mixture = torch.rand(1, 2, 3, 2) + 0.5
         return gmm_attention(q, k, v, omega=mixture.softmax(-1), mu=mixture, sigma=mixture, gate=torch.rand(1, 2, 3))
 
-    return {"attention": attention, "shared_value_attention": shared_value, "gmm_attention": gmm}
+    def multilayer(grad):
+        q = torch.randn(1, 3, 6, requires_grad=grad)
+        return multilayer_attention([q, torch.randn(1, 3, 6)], [torch.randn(1, 4, 6)], [torch.randn(1, 4, 6)],
+                                    num_heads=2)
+
+    def head_gate(grad):
+        query_proj = torch.randn(1, 2, 3, 4, requires_grad=grad)
+        return multihop_gate(query_proj, torch.randn(1, 2, 3, 5), torch.randn(1, 2, 3, 6), torch.randn(4))
+
+    def second_hop(grad):
+        q = torch.randn(1, 2, 3, 4, requires_grad=grad)
+        return multihop_second_hop(q, torch.randn(1, 2, 3, 4), torch.randn(5, 4), torch.randn(2, 5, 4), None,
+                                   torch.randn(5, dtype=torch.float64))
+
+    return {"attention": attention, "shared_value_attention": shared_value, "gmm_attention": gmm,
+            "multilayer_attention": multilayer, "multihop_gate": head_gate, "multihop_second_hop": second_hop}
 
 
-@pytest.mark.parametrize("op", ["attention", "shared_value_attention", "gmm_attention"])
+@pytest.mark.parametrize("op", list(CASES))
 def test_cpp_fast_path_raises_the_operators_own_errors(op):
     """Through mma_nmt._C the argument checks raise what a call without gradients raises (ValueError, TypeError, ...
     naming the operator), not a RuntimeError with a C++ backtrace."""
@@ -165,6 +179,76 @@ def test_cpp_and_python_fast_paths_agree_bit_for_bit_with_dropout_and_padding(dr
     assert not native[1].requires_grad and not native[2].requires_grad, "lse and the weights are not differentiable"
 
 
+def _python_fast_path(operator, args: tuple) -> tuple[torch.Tensor, ...]:
+    """The Python ``autograd.Function`` of ``operator``'s registered formula (what ran before csrc/eager/)."""
+    sizes = tuple(len(arg) if isinstance(arg, list) else None for arg in args)
+    flat = [t for arg in args for t in (arg if isinstance(arg, list) else [arg])]
+    return operator.eager_function.apply(sizes, *flat)
+
+
+def _schema_arguments(call, leaves) -> tuple:
+    with _RecordSchemaArguments() as recorded:
+        call(*leaves)
+    (schema_args,) = recorded.calls
+    return schema_args
+
+
+def _with_defaults(operator, args: tuple) -> tuple:
+    """``args`` with the trailing arguments the dispatcher left out (those equal to their default) put back: the
+    fast paths take every argument of the schema."""
+    return (*args, *(argument.default_value for argument in operator.op._schema.arguments[len(args):]))
+
+
+def _other_cases():
+    """Schema arguments the CASES do not reach: the second hop without u_c, multi-layer attention with
+    layer-specific weights, one value set per layer and the weights asked for."""
+    q, a, w_b, u_b, v_b = _leaves((2, 3, 4, 5), (2, 3, 4, 5), (6, 5), (3, 6, 5), (6,), seed=12)
+    second_hop = (q, a, w_b, u_b, None, v_b)
+    layers = _leaves((2, 3, 6), (2, 3, 6), (2, 4, 6), (2, 4, 6), (2, 4, 4), (2, 4, 4), seed=13)
+    multilayer = (layers[:2], layers[2:4], layers[4:], torch.tensor([4, 1]), 2, 0.7, True, True)
+    return [("multihop_second_hop", second_hop), ("multilayer_attention", multilayer)]
+
+
+def _differentiable_subsets(outputs) -> list[tuple[int, ...]]:
+    """Each differentiable output alone, and all of them: a gate without a gradient reaches the C++ backward as
+    None where the Python one got zeros, an out without one as zeros."""
+    indices = tuple(i for i, out in enumerate(outputs) if out.requires_grad)
+    return [(i,) for i in indices] + ([indices] if len(indices) > 1 else [])
+
+
+@pytest.mark.parametrize("case", [*(op for op in CASES), *(f"{op}:other" for op, _ in _other_cases())])
+def test_cpp_and_python_fast_paths_agree_bit_for_bit_for_each_output(case):
+    """The C++ autograd of every operator against the Python ``autograd.Function`` of the same formula: outputs equal,
+    and gradients equal whichever differentiable outputs the loss reads."""
+    op = case.split(":")[0]
+    if case.endswith(":other"):
+        (args,) = [args for name, args in _other_cases() if name == op]
+    else:
+        args = _schema_arguments(*CASES[op]())
+    operator = REGISTERED_OPERATORS[op]
+    args = _with_defaults(operator, args)
+    native_args = _fresh_leaves(args)
+    native = operator.native_eager(*native_args)
+    assert native[0].grad_fn.name().startswith("torch::autograd::CppNode<mma_nmt::eager::"), native[0].grad_fn
+    for subset in _differentiable_subsets(native):
+        python_args, native_args = _fresh_leaves(args), _fresh_leaves(args)
+        python, native = _python_fast_path(operator, python_args), operator.native_eager(*native_args)
+        assert len(python) == len(native)
+        for a, b in zip(python, native):
+            assert torch.equal(a, b) and a.requires_grad == b.requires_grad
+        g = torch.Generator().manual_seed(10)
+        cotangents = [torch.randn(python[i].shape, generator=g, dtype=python[i].dtype) for i in subset]
+        leaves = _leaf_tensors(python_args)
+        python_grads = torch.autograd.grad([python[i] for i in subset], leaves, cotangents, allow_unused=True)
+        native_grads = torch.autograd.grad([native[i] for i in subset], _leaf_tensors(native_args), cotangents,
+                                           allow_unused=True)
+        assert any(grad is not None for grad in native_grads)
+        for leaf, a, b in zip(leaves, python_grads, native_grads):
+            a = torch.zeros_like(leaf) if a is None else a  # an unused input: None from one path, 0 from the other
+            b = torch.zeros_like(leaf) if b is None else b
+            assert torch.equal(a, b), (subset, leaf.shape)
+
+
 @pytest.mark.parametrize("op", list(CASES))
 def test_eager_calls_with_gradients_take_the_fast_path(op):
     call, leaves = CASES[op]()
@@ -180,10 +264,7 @@ def test_eager_calls_with_gradients_take_the_fast_path(op):
 
 @pytest.mark.parametrize("op", list(CASES))
 def test_fast_path_matches_the_registered_autograd_bit_for_bit(op):
-    call, leaves = CASES[op]()
-    with _RecordSchemaArguments() as recorded:
-        call(*leaves)
-    (schema_args,) = recorded.calls
+    schema_args = _schema_arguments(*CASES[op]())
     operator = REGISTERED_OPERATORS[op]
     fast_args, registered_args = _fresh_leaves(schema_args), _fresh_leaves(schema_args)
     fast, registered = operator(*fast_args), operator.op(*registered_args)
