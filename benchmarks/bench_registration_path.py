@@ -20,7 +20,11 @@ thread's CPU time over ``--calls`` calls (not counting time the thread waits for
 gives the minimum over rounds (the least disturbed one on a shared machine) and the median, and each path's thread
 CPU minimum against the ``python`` path's (wall time also counts the waits for a core on a loaded machine).
 
-    python -m benchmarks.bench_registration_path [--rounds 7] [--steps 1:8 4:16]
+With ``--device cuda`` (a lent GPU; ``scripts/gpu_nmt_sizes.sh`` runs it) the same paths run in bfloat16 on the tiny
+problem and at an NMT size (B 64, H 8, T = S = 64, D 64), timed by wall clock only (the timer synchronises the device;
+a host thread waiting for the device spins, so its CPU time says nothing more), and no training step.
+
+    python -m benchmarks.bench_registration_path [--rounds 7] [--steps 1:8 4:16] [--device cuda]
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -35,34 +40,53 @@ from torch.utils.benchmark import Timer
 
 from mma_nmt.ops.registration import REGISTERED_OPERATORS
 
-BATCH, HEADS, LENGTH, HEAD_DIM, COMPONENTS = 1, 4, 16, 16, 4
 OPERATORS = ("attention", "shared_value_attention", "gmm_attention", "multilayer_attention", "multihop_gate",
              "multihop_second_hop")
 
 
-def schema_arguments(seed: int = 0) -> dict[str, tuple]:
-    """The schema's arguments of the operators timed, on the tiny problem; differentiable leaves."""
+@dataclass(frozen=True)
+class Problem:
+    batch: int
+    heads: int
+    length: int  # T = S
+    head_dim: int
+    components: int = 4  # K of GMM attention
+
+    def __str__(self) -> str:
+        return f"B {self.batch}, H {self.heads}, T = S = {self.length}, D {self.head_dim}"
+
+
+TINY = Problem(batch=1, heads=4, length=16, head_dim=16)
+NMT_SIZE = Problem(batch=64, heads=8, length=64, head_dim=64)  # 4k tokens, E 512
+
+
+def schema_arguments(problem: Problem = TINY, device: str = "cpu", dtype: torch.dtype = torch.float32,
+                     seed: int = 0) -> dict[str, tuple]:
+    """The schema's arguments of the operators timed; differentiable leaves."""
     gen = torch.Generator().manual_seed(seed)
+    batch, heads, length, head_dim = problem.batch, problem.heads, problem.length, problem.head_dim
 
-    def leaf(*shape, positive=False):
+    def leaf(*shape, positive=False, softmax=False):
         t = torch.randn(*shape, generator=gen)
-        return (t.abs() + 0.5 if positive else t).requires_grad_()
+        t = t.softmax(-1) if softmax else (t.abs() + 0.5 if positive else t)
+        return t.to(device=device, dtype=dtype).requires_grad_()
 
-    rows, mixture = (BATCH, HEADS, LENGTH), (BATCH, HEADS, LENGTH, COMPONENTS)
-    q, k, v = (leaf(*rows, HEAD_DIM) for _ in range(3))
-    shared_v = leaf(BATCH, LENGTH, HEAD_DIM)
-    lengths = torch.tensor([LENGTH])
-    omega = torch.softmax(torch.randn(*mixture, generator=gen), -1).requires_grad_()
+    rows, mixture = (batch, heads, length), (batch, heads, length, problem.components)
+    q, k, v = (leaf(*rows, head_dim) for _ in range(3))
+    shared_v = leaf(batch, length, head_dim)
+    lengths = torch.full((batch,), length, device=device)
+    omega = leaf(*mixture, softmax=True)
     mu, sigma, gate = leaf(*mixture, positive=True), leaf(*mixture, positive=True), leaf(*rows, positive=True)
-    embed = HEADS * HEAD_DIM
-    layer_q, layer_k = [leaf(BATCH, LENGTH, embed) for _ in range(2)], [leaf(BATCH, LENGTH, embed) for _ in range(2)]
-    layer_v = leaf(BATCH, LENGTH, embed)  # joint weights: one (summed) value set
-    w_b, u_b, u_c, v_b = (leaf(HEAD_DIM, HEAD_DIM), leaf(HEADS, HEAD_DIM, HEAD_DIM), leaf(HEADS, HEAD_DIM, HEAD_DIM),
-                          leaf(HEAD_DIM))
-    return {"attention": (q, k, v, lengths, [0, 1, 2, 3], 1, 0.25, 0, 0.0, 0, False),
+    embed, scale = heads * head_dim, head_dim ** -0.5
+    layer_q, layer_k = [leaf(batch, length, embed) for _ in range(2)], [leaf(batch, length, embed) for _ in range(2)]
+    layer_v = leaf(batch, length, embed)  # joint weights: one (summed) value set
+    w_b, u_b, u_c, v_b = (leaf(head_dim, head_dim), leaf(heads, head_dim, head_dim), leaf(heads, head_dim, head_dim),
+                          leaf(head_dim))
+    kinds = [kind for kind in (0, 1, 2, 3) for _ in range(heads // 4)]  # GLFB stretched to the heads
+    return {"attention": (q, k, v, lengths, kinds, 1, scale, 0, 0.0, 0, False),
             "shared_value_attention": (q, k, shared_v, lengths, 1.0, False),
-            "gmm_attention": (q, k, v, lengths, omega, mu, sigma, gate, None, None, 0.25, 0, 0.01, False),
-            "multilayer_attention": (layer_q, layer_k, [layer_v], lengths, HEADS, 0.25, False, False),
+            "gmm_attention": (q, k, v, lengths, omega, mu, sigma, gate, None, None, scale, 0, 0.01, False),
+            "multilayer_attention": (layer_q, layer_k, [layer_v], lengths, heads, scale, False, False),
             "multihop_gate": (q, k, v, v_b),
             "multihop_second_hop": (q, v, w_b, u_b, u_c, v_b)}
 
@@ -141,36 +165,60 @@ def time_training_steps(sizes: list[tuple[int, int]], rounds: int, calls: int = 
               f"{min(cpp):.2f} / {statistics.median(cpp):.2f} | {min(cpp) / min(python):.3f} |")
 
 
+def time_paths(problem: Problem, device: str, dtype: torch.dtype, rounds: int, calls: int) -> None:
+    """Prints the table of every operator's paths on ``problem``; rounds alternate between the paths."""
+    inputs = schema_arguments(problem, device, dtype)
+    cases = {(name, path): (call, inputs[name])
+             for name in OPERATORS for path, call in paths(name, inputs[name]).items()}
+    wall: dict[tuple, list[float]] = {key: [] for key in cases}
+    cpu: dict[tuple, list[float]] = {key: [] for key in cases}
+    on_cpu = device == "cpu"
+    for _ in range(rounds):
+        for key, (call, call_args) in cases.items():
+            timer = Timer("step(call, args)", globals=dict(step=step, call=call, args=call_args))
+            wall[key].append(timer.blocked_autorange(min_run_time=0.3).median * 1e6)
+            if on_cpu:
+                start = time.thread_time()
+                for _ in range(calls):
+                    step(call, call_args)
+                cpu[key].append((time.thread_time() - start) / calls * 1e6)
+    print(f"{problem}, {dtype} on {device}; torch {torch.__version__}, {rounds} rounds; forward + backward of "
+          f"out.sum(), microseconds")
+    print()
+    if on_cpu:
+        print("| operator | path | wall: min / median | thread CPU: min / median | thread CPU min / python's |")
+        print("|---|---|---|---|---|")
+    else:
+        print("| operator | path | wall: min / median | wall min / python's |")
+        print("|---|---|---|---|")
+    for (name, path), samples in wall.items():
+        row = f"| {name} | {path} | {min(samples):.0f} / {statistics.median(samples):.0f} | "
+        if on_cpu:
+            python = min(cpu[(name, "python")])
+            row += (f"{min(cpu[(name, path)]):.0f} / {statistics.median(cpu[(name, path)]):.0f} | "
+                    f"{min(cpu[(name, path)]) / python:.2f} |")
+        else:
+            row += f"{min(samples) / min(wall[(name, 'python')]):.2f} |"
+        print(row)
+    print()
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--steps", nargs="*", default=["1:8", "4:16"], metavar="B:T",
-                        help="training-step sizes (none: skip the training steps)")
+                        help="training-step sizes (none: skip the training steps; on the CPU only)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args(argv)
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            raise SystemExit("--device cuda: no CUDA device here")
+        for problem in (TINY, NMT_SIZE):
+            time_paths(problem, "cuda", torch.bfloat16, args.rounds, args.calls)
+        return
     torch.set_num_threads(1)
-    inputs = schema_arguments()
-    cases = {(name, path): (call, inputs[name])
-             for name in OPERATORS for path, call in paths(name, inputs[name]).items()}
-    wall: dict[tuple, list[float]] = {key: [] for key in cases}
-    cpu: dict[tuple, list[float]] = {key: [] for key in cases}
-    for _ in range(args.rounds):
-        for key, (call, call_args) in cases.items():
-            timer = Timer("step(call, args)", globals=dict(step=step, call=call, args=call_args))
-            wall[key].append(timer.blocked_autorange(min_run_time=0.3).median * 1e6)
-            start = time.thread_time()
-            for _ in range(args.calls):
-                step(call, call_args)
-            cpu[key].append((time.thread_time() - start) / args.calls * 1e6)
-    print(f"torch {torch.__version__}, {args.rounds} rounds; forward + backward of out.sum(), microseconds")
-    print()
-    print("| operator | path | wall: min / median | thread CPU: min / median | thread CPU min / python's |")
-    print("|---|---|---|---|---|")
-    for (name, path), samples in wall.items():
-        python = min(cpu[(name, "python")])
-        print(f"| {name} | {path} | {min(samples):.0f} / {statistics.median(samples):.0f} | "
-              f"{min(cpu[(name, path)]):.0f} / {statistics.median(cpu[(name, path)]):.0f} | "
-              f"{min(cpu[(name, path)]) / python:.2f} |")
+    time_paths(TINY, "cpu", torch.float32, args.rounds, args.calls)
     time_training_steps([tuple(int(x) for x in size.split(":")) for size in args.steps], args.rounds)
 
 

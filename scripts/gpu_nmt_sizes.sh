@@ -2,7 +2,8 @@
 # One lease for issues 48 and 49 (a bare GPU image with CUDA, nvcc and a CUDA build of torch; no network): build
 # mma_nmt with its CUDA kernels, probe the FlashAttention-2 path, run the CUDA suite in both dispatch modes (seconds),
 # then measure, in priority order, attention and the decoder-side operators at NMT sizes (benchmarks/cuda_nmt_sizes.py:
-# time, launches, host waits, peak memory, then CUDA-graph replay), the LSTM decoder step eager against replay, whole
+# time, launches, host waits, peak memory, then CUDA-graph replay), the host path of an eager call (C++ against Python
+# autograd: benchmarks/bench_registration_path.py), the LSTM decoder step eager against replay, whole
 # training steps (python -m benchmarks --only training) and FlexAttention. Each step has its own time limit inside LIMIT (seconds, default 560) and writes to $OUT as it goes, so
 # whatever a cut-off step measured comes back. The .whl folder, when carried, holds pure-Python wheels the image lacks.
 #
@@ -38,15 +39,20 @@ bench=(python3 -m benchmarks.cuda_nmt_sizes --out "$OUT/bench")
 timeout "$(until_s 260)" "${bench[@]}" --only attention --only decoder --only long --deadline "$(until_s 245)" \
   >> "$OUT/bench/bench.log" 2>&1
 say "nmt sizes bfloat16: exit $?, $(cat "$OUT/bench/nmt_sizes.jsonl" 2>/dev/null | wc -l) rows"
+# The host path of an eager call: every operator's C++ autograd against its Python autograd.Function and the
+# registered op, bfloat16, tiny and NMT size (wall clock, about 40 s).
+timeout "$(until_s 305)" python3 -m benchmarks.bench_registration_path --device cuda --rounds 3 \
+  > "$OUT/bench/registration_path.md" 2>&1
+say "registration paths: exit $?"
 # CUDA-graph capture in a process of its own: a failed capture can leave the CUDA context unusable.
-timeout "$(until_s 300)" "${bench[@]}" --only decoder --graphs --deadline "$(until_s 290)" >> "$OUT/bench/bench.log" 2>&1
+timeout "$(until_s 340)" "${bench[@]}" --only decoder --graphs --deadline "$(until_s 330)" >> "$OUT/bench/bench.log" 2>&1
 say "graphs (decoder): exit $?"
-timeout "$(until_s 330)" python3 -m benchmarks.cuda_lstm_step --quick > "$OUT/bench/lstm_step.md" 2>&1
+timeout "$(until_s 370)" python3 -m benchmarks.cuda_lstm_step --quick > "$OUT/bench/lstm_step.md" 2>&1
 say "LSTM step: exit $?"
 
 # Whole training steps (issue 48: MMA and all-global vs the nn.MultiheadAttention model; issue 49: GMM and LSTM vs
 # their reference models), float32 and autocast float16/bfloat16.
-timeout "$(until_s 380)" python3 -m benchmarks --device cuda --quick --only training --out "$OUT/bench" \
+timeout "$(until_s 420)" python3 -m benchmarks --device cuda --quick --only training --out "$OUT/bench" \
   --name cuda-training > "$OUT/bench/training.log" 2>&1
 say "training steps: exit $?"
 say "CUDA-graph, LSTM and training steps done; FlexAttention"
