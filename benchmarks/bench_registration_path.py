@@ -11,7 +11,9 @@ two encoder layers, one thread) through
 - ``sdpa``: for scale, ``torch.nn.functional.scaled_dot_product_attention`` on the same q, k, v (attention) -- what
   a user would call instead, with its own C++ autograd; its CPU kernel does the work of a global head.
 
-Then one training step (forward, label-smoothed loss, backward, Adam) of ``transformer_tiny`` with MMA heads run by
+Then self-attention through the ``nn.MultiheadAttention`` interface with a padding mask, ``MixedMultiheadAttention``
+against ``nn.MultiheadAttention`` (the module's host work on top of the operator's), and one training step (forward,
+label-smoothed loss, backward, Adam) of ``transformer_tiny`` with MMA heads run by
 the fused operators, on a random padded batch (``--steps B:T ...``), with every operator's C++ autograd on and off
 (``RegisteredOperator.native_eager`` cleared: the ``python`` path), rounds alternating, thread CPU time.
 
@@ -203,6 +205,47 @@ def time_paths(problem: Problem, device: str, dtype: torch.dtype, rounds: int, c
     print()
 
 
+def time_dropin_modules(rounds: int, calls: int) -> None:
+    """Self-attention through the ``nn.MultiheadAttention`` interface, with a boolean right-padding
+    ``key_padding_mask`` (its usual form): ``MixedMultiheadAttention`` (GLFB and all-global heads) against
+    ``nn.MultiheadAttention``, forward and forward + backward, thread CPU time. The module's own host work (projections,
+    reading the mask, head layout) shows here on top of the operator's."""
+    from mma_nmt.modules.mixed_multihead_attention import MixedMultiheadAttention
+
+    embed, batch, length = TINY.heads * TINY.head_dim, 2, TINY.length
+    torch.manual_seed(0)
+    modules = {"MixedMultiheadAttention GLFB": MixedMultiheadAttention(embed, TINY.heads, batch_first=True,
+                                                                       head_spec="GLFB"),
+               "MixedMultiheadAttention G": MixedMultiheadAttention(embed, TINY.heads, batch_first=True,
+                                                                    head_spec="G"),
+               "nn.MultiheadAttention": torch.nn.MultiheadAttention(embed, TINY.heads, batch_first=True)}
+    x = torch.randn(batch, length, embed, requires_grad=True)
+    mask = torch.arange(length) >= torch.tensor([length, length - 5]).unsqueeze(1)  # (B, S) right padding
+
+    def forward(module):
+        return module(x, x, x, key_padding_mask=mask, need_weights=False)[0]
+
+    work = {"forward": forward, "forward + backward": lambda module: forward(module).sum().backward()}
+    times: dict[tuple, list[float]] = {(name, what): [] for name in modules for what in work}
+    for _ in range(rounds):
+        for (name, what), samples in times.items():
+            module, call = modules[name], work[what]
+            call(module)
+            start = time.thread_time()
+            for _ in range(calls):
+                call(module)
+            samples.append((time.thread_time() - start) / calls * 1e6)
+    print(f"B {batch}, H {TINY.heads}, T = S = {length}, E {embed}, lengths {length} and {length - 5}, float32 on "
+          f"cpu, one thread; microseconds of thread CPU time")
+    print()
+    print("| module | forward: min / median | forward + backward: min / median |")
+    print("|---|---|---|")
+    for name in modules:
+        cells = [f"{min(times[(name, what)]):.0f} / {statistics.median(times[(name, what)]):.0f}" for what in work]
+        print(f"| {name} | {' | '.join(cells)} |")
+    print()
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
@@ -219,6 +262,7 @@ def main(argv=None) -> None:
         return
     torch.set_num_threads(1)
     time_paths(TINY, "cpu", torch.float32, args.rounds, args.calls)
+    time_dropin_modules(args.rounds, args.calls)
     time_training_steps([tuple(int(x) for x in size.split(":")) for size in args.steps], args.rounds)
 
 

@@ -16,7 +16,7 @@ from typing import Sequence
 import torch
 
 from mma_nmt.ops.head_spec import HeadKind
-from mma_nmt.ops.padding import check_padding_mask_shape, lengths_from_padding_mask
+from mma_nmt.ops.padding import check_padding_mask_shape, lengths_from_padding_mask, right_padding_lengths
 
 
 @dataclass
@@ -88,12 +88,13 @@ def resolve_torch_masks(
     key_lengths, bias = None, None
     if key_padding_mask is not None:
         check_padding_mask_shape(op, key_padding_mask, batch, key_len)
-        # Under torch.compile the mask is taken as right padding, as the modules always did (lengths_from_padding_mask
-        # checks it); a data-dependent branch would break the graph.
-        boolean = key_padding_mask.dtype == torch.bool
-        if boolean and (torch.compiler.is_compiling() or _is_right_padding(key_padding_mask)):
-            key_lengths = lengths_from_padding_mask(key_padding_mask)
-        else:
+        # A right-padding mask becomes lengths, any other mask a bias. Under torch.compile the mask is taken as right
+        # padding, as the modules always did (lengths_from_padding_mask checks it); a data-dependent branch would
+        # break the graph.
+        if key_padding_mask.dtype == torch.bool:
+            key_lengths = (lengths_from_padding_mask(key_padding_mask) if torch.compiler.is_compiling()
+                           else right_padding_lengths(key_padding_mask))
+        if key_lengths is None:
             bias = _as_bias(op, "key_padding_mask", key_padding_mask, dtype).view(batch, 1, 1, key_len)  # (B,1,1,S)
     causal = False
     if attn_mask is not None:
@@ -108,8 +109,3 @@ def resolve_torch_masks(
             causal = False
             bias = mask_bias if bias is None else bias + mask_bias  # (B|1, H|1, T, S)
     return TorchMasks(key_lengths=key_lengths, causal=causal, logit_bias=bias)
-
-
-def _is_right_padding(key_padding_mask: torch.Tensor) -> bool:
-    """Whether every row of the (B, S) bool mask is False then True (padding only at the end)."""
-    return not bool((key_padding_mask[:, :-1] & ~key_padding_mask[:, 1:]).any())

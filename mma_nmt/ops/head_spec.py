@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from enum import IntEnum
 from typing import Sequence
 
@@ -25,6 +26,16 @@ def parse_head_spec(spec: str | Sequence[int], num_heads: int) -> list[int]:
     ``spec`` is a string of the letters G, L, F, B, C or a sequence of kind values. A string shorter than ``num_heads``
     that divides it is stretched the paper's way, each letter repeated: ``"GLFB"`` with 8 heads is ``"GGLLFFBB"``.
     """
+    # Every attention call parses its module's spec: the answers are kept (a few per model).
+    # A refused spec (or one with unhashable entries) is parsed again as given, so that the error names it as given.
+    key = spec if isinstance(spec, str) else tuple(spec) if isinstance(spec, Sequence) else None
+    try:
+        return list(_parse_head_spec_kept(key, num_heads))
+    except (TypeError, ValueError):
+        return _parse_head_spec(spec, num_heads)
+
+
+def _parse_head_spec(spec: str | Sequence[int], num_heads: int) -> list[int]:
     if not isinstance(spec, (str, Sequence)):
         raise TypeError(f"head_kinds must be a string of the letters G, L, F, B, C or a sequence of HeadKind values, "
                         f"got {spec!r}")
@@ -50,6 +61,11 @@ def parse_head_spec(spec: str | Sequence[int], num_heads: int) -> list[int]:
     raise ValueError(
         f"head_spec {spec!r} has {len(kinds)} kinds, which neither equals nor divides num_heads={num_heads}"
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_head_spec_kept(spec: str | tuple, num_heads: int) -> tuple[int, ...]:
+    return tuple(_parse_head_spec(spec, num_heads))
 
 
 def format_head_spec(kinds: Sequence[int]) -> str:

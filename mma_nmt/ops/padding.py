@@ -18,19 +18,32 @@ def lengths_from_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
     device-side assertion on a GPU (the CUDA error names the assertion; the process cannot go on using the GPU).
     An eager mask on the CPU gets the ``ValueError``.
     """
+    lengths, right_padded = _lengths_and_their_mask(key_padding_mask)
+    if torch.compiler.is_compiling() or key_padding_mask.device.type != "cpu":
+        torch._assert_async(torch.eq(right_padded, key_padding_mask).all(), _NOT_RIGHT_PADDED)
+    elif not torch.equal(right_padded, key_padding_mask):
+        raise ValueError(_NOT_RIGHT_PADDED)
+    return lengths
+
+
+def right_padding_lengths(key_padding_mask: torch.Tensor) -> torch.Tensor | None:
+    """The int64 lengths a ``(batch, key_len)`` boolean mask (True = padding) stands for when it marks padding only at
+    the end of each row; None for a mask with holes. It reads the mask's values, so on a GPU the host waits for them
+    (eager callers that must tell the two apart, like ``nn.MultiheadAttention``'s ``key_padding_mask``)."""
+    lengths, right_padded = _lengths_and_their_mask(key_padding_mask)
+    return lengths if torch.equal(right_padded, key_padding_mask) else None
+
+
+def _lengths_and_their_mask(key_padding_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(lengths (B,) int64: the real keys of each row, the (B, S) right-padding mask those lengths stand for)."""
     if key_padding_mask.dim() != 2 or key_padding_mask.dtype != torch.bool:
         raise ValueError(
             "key_padding_mask must be a (batch, key_len) bool tensor with True at padding, got "
             f"dtype {key_padding_mask.dtype} and shape {tuple(key_padding_mask.shape)}"
         )
-    lengths = (~key_padding_mask).sum(dim=-1)  # (B,)
+    lengths = (~key_padding_mask).sum(dim=-1)  # (B,) int64
     positions = torch.arange(key_padding_mask.shape[-1], device=key_padding_mask.device)  # (S,)
-    right_padded = positions.unsqueeze(0) >= lengths.unsqueeze(1)  # (B, S): the mask these lengths stand for
-    if torch.compiler.is_compiling() or key_padding_mask.device.type != "cpu":
-        torch._assert_async(torch.eq(right_padded, key_padding_mask).all(), _NOT_RIGHT_PADDED)
-    elif not torch.equal(right_padded, key_padding_mask):
-        raise ValueError(_NOT_RIGHT_PADDED)
-    return lengths.to(torch.int64)
+    return lengths, positions.unsqueeze(0) >= lengths.unsqueeze(1)  # (B, S)
 
 
 _NOT_RIGHT_PADDED = "key_padding_mask must mark padding only at the end of each row (right padding)"

@@ -9,6 +9,7 @@ import torch
 
 from attention_cases import make_qkv
 from mma_nmt.ops import fused_attention, parse_head_spec
+from mma_nmt.ops.padding import right_padding_lengths
 
 OP = torch.ops.mma_nmt.attention
 
@@ -169,6 +170,27 @@ def test_padding_mask_with_holes_is_rejected():
     q, k, v = make_qkv(1, 1, 3, 3, 4, requires_grad=False)
     with pytest.raises(ValueError, match="right padding"):
         fused_attention(q, k, v, key_padding_mask=torch.tensor([[False, True, False]]))
+
+
+def test_right_padding_lengths_tells_right_padding_from_holes():
+    """What the nn.MultiheadAttention drop-in reads a boolean key_padding_mask with: lengths for right padding (a row
+    of padding only and an empty row included), None for a mask with holes, which then becomes a bias."""
+    right = torch.tensor([[False, False, True], [True, True, True], [False, False, False]])
+    assert right_padding_lengths(right).tolist() == [2, 0, 3]
+    assert right_padding_lengths(right).dtype == torch.int64
+    assert right_padding_lengths(torch.tensor([[False, True, False]])) is None
+    assert right_padding_lengths(torch.tensor([[True, False, False]])) is None  # left padding
+    assert right_padding_lengths(torch.zeros(2, 0, dtype=torch.bool)).tolist() == [0, 0]
+    with pytest.raises(ValueError, match="bool tensor"):
+        right_padding_lengths(torch.zeros(2, 3))
+
+
+def test_a_kept_head_spec_is_a_fresh_list_and_errors_name_the_spec_as_given():
+    kinds = parse_head_spec([0, 1], 4)
+    kinds.append(9)  # the caller's list: the kept answer is not changed
+    assert parse_head_spec([0, 1], 4) == parse_head_spec((0, 1), 4) == [0, 0, 1, 1]
+    with pytest.raises(ValueError, match=r"head_spec \[0, 1, 2\] has 3 kinds"):
+        parse_head_spec([0, 1, 2], 4)
 
 
 def test_lengths_and_mask_together_are_rejected():
