@@ -97,17 +97,11 @@ def step(call, args) -> None:
     call(*args)[0].sum().backward()
 
 
-def _flattened(args: tuple) -> tuple:
-    """``autograd.Function.apply``'s arguments: the sizes of the Tensor[] arguments, then every argument spread."""
-    sizes = tuple(len(arg) if isinstance(arg, list) else None for arg in args)
-    return (sizes, *(t for arg in args for t in (arg if isinstance(arg, list) else [arg])))
-
-
 def paths(name: str, args: tuple) -> dict[str, object]:
     """The callables that run ``name``'s forward on the schema's arguments, by path."""
     operator = REGISTERED_OPERATORS[name]
     found = {"registered": operator.op,
-             "python": lambda *a: operator.eager_function.apply(*_flattened(a))}
+             "python": operator.apply_python_autograd}
     if operator.native_eager is not None:
         found["c++"] = operator
     if name == "attention":

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "eager/first_order.h"
+#include "eager/optional_tensor.h"
 
 namespace mma_nmt::eager {
 
@@ -66,11 +67,10 @@ struct GmmFunction : torch::autograd::Function<GmmFunction> {
     if (!grads[0].defined()) return variable_list(kInputs);  // out got no gradient: no input gets one
     const auto [scale, normalization, sigma_floor] =
         ctx->saved_data["options"].to<std::tuple<double, int64_t, double>>();
-    const auto optional = [](const Tensor& t) { return t.defined() ? OptionalTensor(t) : std::nullopt; };
     auto [grad_q, grad_k, grad_v, grad_omega, grad_mu, grad_sigma, grad_gate, grad_center, grad_width] =
-        backward_op().call(grads[0].contiguous(), s[0], s[1], s[2], optional(s[3]), s[4], s[5], s[6], s[7],
-                           optional(s[8]), optional(s[9]), s[10], s[11], s[12], s[13], scale, normalization,
-                           sigma_floor);
+        backward_op().call(grads[0].contiguous(), s[0], s[1], s[2], optional_tensor(s[3]), s[4], s[5], s[6], s[7],
+                           optional_tensor(s[8]), optional_tensor(s[9]), s[10], s[11], s[12], s[13], scale,
+                           normalization, sigma_floor);
     const bool has_local = s[8].defined();  // without the bias its gradients are (0,) placeholders
     variable_list result(kInputs);
     result[0] = grad_q, result[1] = grad_k, result[2] = grad_v;

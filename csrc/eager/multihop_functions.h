@@ -15,13 +15,11 @@
 #include <vector>
 
 #include "eager/first_order.h"
+#include "eager/optional_tensor.h"
 
 namespace mma_nmt::eager::multihop {
 
 using Tensor = at::Tensor;
-using OptionalTensor = std::optional<at::Tensor>;
-
-inline OptionalTensor optional(const Tensor& t) { return t.defined() ? OptionalTensor(t) : std::nullopt; }
 
 // grad_out as the kernels take it: the CPU kernels read it through its strides, the CUDA ones want it contiguous;
 // zeros shaped like the gate plus `value_dim` when out got no gradient.
@@ -78,7 +76,7 @@ struct HeadGateFunction : torch::autograd::Function<HeadGateFunction> {
     if (!grads[0].defined() && !grads[1].defined()) return variable_list(4);
     const Tensor grad_out = multihop::kernel_grad_out(grads[0], s[4], s[2].size(3));
     auto [grad_pre, grad_value_proj, grad_v_b] =
-        backward_op().call(grad_out, multihop::optional(grads[1]), s[0], s[1], s[2], s[3], s[4]);
+        backward_op().call(grad_out, optional_tensor(grads[1]), s[0], s[1], s[2], s[3], s[4]);
     return {grad_pre, grad_pre, grad_value_proj, grad_v_b};  // d(query_proj + head_proj) reaches both unchanged
   }
 
@@ -130,7 +128,7 @@ struct SecondHopFunction : torch::autograd::Function<SecondHopFunction> {
     const bool has_u_c = s[4].defined();
     const Tensor grad_out = multihop::kernel_grad_out(grads[0], s[6], has_u_c ? s[4].size(1) : s[0].size(3));
     auto [grad_q, grad_a, grad_w_b, grad_u_b, grad_u_c, grad_v_b] = backward_op().call(
-        grad_out, multihop::optional(grads[1]), s[0], s[1], s[2], s[3], multihop::optional(s[4]), s[5], s[6], s[7]);
+        grad_out, optional_tensor(grads[1]), s[0], s[1], s[2], s[3], optional_tensor(s[4]), s[5], s[6], s[7]);
     return {grad_q, grad_a, grad_w_b, grad_u_b, has_u_c ? grad_u_c : Tensor(), grad_v_b};
   }
 

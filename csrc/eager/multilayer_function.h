@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "eager/first_order.h"
+#include "eager/optional_tensor.h"
 
 namespace mma_nmt::eager {
 
@@ -74,12 +75,11 @@ struct MultilayerFunction : torch::autograd::Function<MultilayerFunction> {
     variable_list result(n_q + n_k + n_v + kOtherInputs);  // one entry per tensor of the lists, then the others
     if (!grads[0].defined()) return result;                 // out got no gradient: no input gets one
     const auto [num_heads, scale, layer_specific] = ctx->saved_data["options"].to<Options>();
-    const auto optional = [](const Tensor& t) { return t.defined() ? OptionalTensor(t) : std::nullopt; };
     const auto list = [&](int64_t start, int64_t n) { return at::TensorList(s.data() + start, n); };
     const int64_t rest = n_q + n_k + n_v;  // out, lse, probs, key_lengths follow the lists
     auto [grad_q, grad_k, grad_v] =
         backward_op().call(grads[0].contiguous(), list(0, n_q), list(n_q, n_k), list(n_q + n_k, n_v), s[rest],
-                           s[rest + 1], optional(s[rest + 2]), optional(s[rest + 3]), num_heads, scale,
+                           s[rest + 1], optional_tensor(s[rest + 2]), optional_tensor(s[rest + 3]), num_heads, scale,
                            layer_specific);
     std::size_t i = 0;
     for (const Tensors* part : {&grad_q, &grad_k, &grad_v}) {

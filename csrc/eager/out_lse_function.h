@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "eager/first_order.h"
+#include "eager/optional_tensor.h"
 
 namespace mma_nmt::eager {
 
@@ -52,12 +53,10 @@ struct OutLseFunction : torch::autograd::Function<OutLseFunction<Op>> {
     refuse_second_order(Op::kName, saved, grads);
     if (!grads[0].defined()) return variable_list(6);  // out got no gradient: none for q, k, v either
     const auto options = ctx->saved_data["options"].template to<Options>();
-    const std::optional<at::Tensor> key_lengths =
-        saved[5].defined() ? std::optional<at::Tensor>(saved[5]) : std::nullopt;
     auto [grad_q, grad_k, grad_v] = std::apply(
         [&](const auto&... option) {
           return backward_op().call(grads[0].contiguous(), saved[0], saved[1], saved[2], saved[3], saved[4],
-                                    key_lengths, option...);
+                                    optional_tensor(saved[5]), option...);
         },
         options);
     // one entry per forward argument: q, k, v, key_lengths, options, return_probs

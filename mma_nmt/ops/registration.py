@@ -75,10 +75,15 @@ class RegisteredOperator:
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             if self.native_eager is not None:
                 return self.native_eager(*args)
-            sizes = tuple(len(args[i]) if i in self._list_arguments else None for i in range(len(args)))
-            return self.eager_function.apply(sizes, *_flatten(args, sizes))
+            return self.apply_python_autograd(*args)
         with torch._C._AutoDispatchBelowAutograd():  # no gradient wanted: straight to the device kernel
             return self.op(*args)
+
+    def apply_python_autograd(self, *args):
+        """The eager fast path through ``eager_function``, the Python ``autograd.Function``, on the schema's arguments
+        (all of them): the path of an operator without a C++ one, and what a C++ one is compared with."""
+        sizes = tuple(len(args[i]) if i in self._list_arguments else None for i in range(len(args)))
+        return self.eager_function.apply(sizes, *_flatten(args, sizes))
 
 
 class MissingOperator:

@@ -166,7 +166,7 @@ def test_cpp_and_python_fast_paths_agree_bit_for_bit_with_dropout_and_padding(dr
     operator = REGISTERED_OPERATORS["attention"]
     q, k, v = _leaves((2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 3), seed=8)
     args = (q, k, v, torch.tensor([5, 2]), [0, 1], 1, 0.5, 2, dropout_p, 11, True)
-    python = operator.eager_function.apply((None,) * len(args), *args)
+    python = operator.apply_python_autograd(*args)
     native = operator.native_eager(*args)
     assert native[0].grad_fn.name().startswith("torch::autograd::CppNode<mma_nmt::eager::")
     for a, b in zip(python, native):
@@ -177,13 +177,6 @@ def test_cpp_and_python_fast_paths_agree_bit_for_bit_with_dropout_and_padding(dr
     for a, b in zip(python_grads, native_grads):
         assert torch.equal(a, b)
     assert not native[1].requires_grad and not native[2].requires_grad, "lse and the weights are not differentiable"
-
-
-def _python_fast_path(operator, args: tuple) -> tuple[torch.Tensor, ...]:
-    """The Python ``autograd.Function`` of ``operator``'s registered formula (what ran before csrc/eager/)."""
-    sizes = tuple(len(arg) if isinstance(arg, list) else None for arg in args)
-    flat = [t for arg in args for t in (arg if isinstance(arg, list) else [arg])]
-    return operator.eager_function.apply(sizes, *flat)
 
 
 def _schema_arguments(call, leaves) -> tuple:
@@ -227,12 +220,11 @@ def test_cpp_and_python_fast_paths_agree_bit_for_bit_for_each_output(case):
         args = _schema_arguments(*CASES[op]())
     operator = REGISTERED_OPERATORS[op]
     args = _with_defaults(operator, args)
-    native_args = _fresh_leaves(args)
-    native = operator.native_eager(*native_args)
-    assert native[0].grad_fn.name().startswith("torch::autograd::CppNode<mma_nmt::eager::"), native[0].grad_fn
-    for subset in _differentiable_subsets(native):
+    subsets = _differentiable_subsets(operator.native_eager(*_fresh_leaves(args)))
+    for subset in subsets:
         python_args, native_args = _fresh_leaves(args), _fresh_leaves(args)
-        python, native = _python_fast_path(operator, python_args), operator.native_eager(*native_args)
+        python, native = operator.apply_python_autograd(*python_args), operator.native_eager(*native_args)
+        assert native[0].grad_fn.name().startswith("torch::autograd::CppNode<mma_nmt::eager::"), native[0].grad_fn
         assert len(python) == len(native)
         for a, b in zip(python, native):
             assert torch.equal(a, b) and a.requires_grad == b.requires_grad
