@@ -199,45 +199,63 @@ def time_paths(problem: Problem, device: str, dtype: torch.dtype, rounds: int, c
     print()
 
 
-def time_dropin_modules(rounds: int, calls: int) -> None:
+@dataclass(frozen=True)
+class DropinSize:
+    batch: int
+    length: int
+    embed: int
+    heads: int
+    calls_per_300: int = 300  # calls per sample, of --calls 300
+
+
+DROPIN_SIZES = (DropinSize(2, TINY.length, TINY.heads * TINY.head_dim, TINY.heads),
+                DropinSize(16, 32, 512, 8, calls_per_300=10))
+
+
+def time_dropin_modules(rounds: int, calls: int, sizes=DROPIN_SIZES) -> None:
     """Self-attention through the ``nn.MultiheadAttention`` interface, with a boolean right-padding
     ``key_padding_mask`` (its usual form): ``MixedMultiheadAttention`` (GLFB and all-global heads) against
     ``nn.MultiheadAttention``, forward and forward + backward, thread CPU time. The module's own host work (projections,
-    reading the mask, head layout) shows here on top of the operator's."""
+    reading the mask, head layout) shows here on top of the operator's at the tiny size; at the larger one, the memory
+    traffic of head-layout copies too."""
     from mma_nmt.modules.mixed_multihead_attention import MixedMultiheadAttention
 
-    embed, batch, length = TINY.heads * TINY.head_dim, 2, TINY.length
-    torch.manual_seed(0)
-    modules = {"MixedMultiheadAttention GLFB": MixedMultiheadAttention(embed, TINY.heads, batch_first=True,
-                                                                       head_spec="GLFB"),
-               "MixedMultiheadAttention G": MixedMultiheadAttention(embed, TINY.heads, batch_first=True,
-                                                                    head_spec="G"),
-               "nn.MultiheadAttention": torch.nn.MultiheadAttention(embed, TINY.heads, batch_first=True)}
-    x = torch.randn(batch, length, embed, requires_grad=True)
-    mask = torch.arange(length) >= torch.tensor([length, length - 5]).unsqueeze(1)  # (B, S) right padding
+    for size in sizes:
+        embed, batch, length = size.embed, size.batch, size.length
+        size_calls = max(1, calls * size.calls_per_300 // 300)
+        torch.manual_seed(0)
+        modules = {"MixedMultiheadAttention GLFB": MixedMultiheadAttention(embed, size.heads, batch_first=True,
+                                                                           head_spec="GLFB"),
+                   "MixedMultiheadAttention G": MixedMultiheadAttention(embed, size.heads, batch_first=True,
+                                                                        head_spec="G"),
+                   "nn.MultiheadAttention": torch.nn.MultiheadAttention(embed, size.heads, batch_first=True)}
+        x = torch.randn(batch, length, embed, requires_grad=True)
+        lengths = torch.full((batch,), length)
+        lengths[1::2] = length - 5
+        mask = torch.arange(length) >= lengths.unsqueeze(1)  # (B, S) right padding
 
-    def forward(module):
-        return module(x, x, x, key_padding_mask=mask, need_weights=False)[0]
+        def forward(module):
+            return module(x, x, x, key_padding_mask=mask, need_weights=False)[0]
 
-    work = {"forward": forward, "forward + backward": lambda module: forward(module).sum().backward()}
-    times: dict[tuple, list[float]] = {(name, what): [] for name in modules for what in work}
-    for _ in range(rounds):
-        for (name, what), samples in times.items():
-            module, call = modules[name], work[what]
-            call(module)
-            start = time.thread_time()
-            for _ in range(calls):
+        work = {"forward": forward, "forward + backward": lambda module: forward(module).sum().backward()}
+        times: dict[tuple, list[float]] = {(name, what): [] for name in modules for what in work}
+        for _ in range(rounds):
+            for (name, what), samples in times.items():
+                module, call = modules[name], work[what]
                 call(module)
-            samples.append((time.thread_time() - start) / calls * 1e6)
-    print(f"B {batch}, H {TINY.heads}, T = S = {length}, E {embed}, lengths {length} and {length - 5}, float32 on "
-          f"cpu, one thread; microseconds of thread CPU time")
-    print()
-    print("| module | forward: min / median | forward + backward: min / median |")
-    print("|---|---|---|")
-    for name in modules:
-        cells = [f"{min(times[(name, what)]):.0f} / {statistics.median(times[(name, what)]):.0f}" for what in work]
-        print(f"| {name} | {' | '.join(cells)} |")
-    print()
+                start = time.thread_time()
+                for _ in range(size_calls):
+                    call(module)
+                samples.append((time.thread_time() - start) / size_calls * 1e6)
+        print(f"B {batch}, H {size.heads}, T = S = {length}, E {embed}, lengths {length} and {length - 5} "
+              f"alternating, float32 on cpu, one thread; microseconds of thread CPU time")
+        print()
+        print("| module | forward: min / median | forward + backward: min / median |")
+        print("|---|---|---|")
+        for name in modules:
+            cells = [f"{min(times[(name, what)]):.0f} / {statistics.median(times[(name, what)]):.0f}" for what in work]
+            print(f"| {name} | {' | '.join(cells)} |")
+        print()
 
 
 def main(argv=None) -> None:
@@ -247,6 +265,7 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", nargs="*", default=["1:8", "4:16"], metavar="B:T",
                         help="training-step sizes (none: skip the training steps; on the CPU only)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--only-dropin", action="store_true", help="time the nn.MultiheadAttention drop-in only")
     args = parser.parse_args(argv)
     if args.device == "cuda":
         if not torch.cuda.is_available():
@@ -255,6 +274,9 @@ def main(argv=None) -> None:
             time_paths(problem, "cuda", torch.bfloat16, args.rounds, args.calls)
         return
     torch.set_num_threads(1)
+    if args.only_dropin:
+        time_dropin_modules(args.rounds, args.calls)
+        return
     time_paths(TINY, "cpu", torch.float32, args.rounds, args.calls)
     time_dropin_modules(args.rounds, args.calls)
     time_training_steps([tuple(int(x) for x in size.split(":")) for size in args.steps], args.rounds)

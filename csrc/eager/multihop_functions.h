@@ -15,21 +15,22 @@
 #include <vector>
 
 #include "eager/first_order.h"
+#include "eager/kernel_grad_out.h"
 #include "eager/optional_tensor.h"
 
 namespace mma_nmt::eager::multihop {
 
 using Tensor = at::Tensor;
 
-// grad_out as the kernels take it: the CPU kernels read it through its strides, the CUDA ones want it contiguous;
-// zeros shaped like the gate plus `value_dim` when out got no gradient.
+// grad_out as the kernels take it (kernel_grad_out.h); zeros shaped like the gate plus `value_dim` when out got no
+// gradient.
 inline Tensor kernel_grad_out(const Tensor& grad_out, const Tensor& gate, int64_t value_dim) {
   if (!grad_out.defined()) {
     std::vector<int64_t> shape(gate.sizes().begin(), gate.sizes().end());
     shape.push_back(value_dim);
     return at::zeros(shape, gate.options());
   }
-  return grad_out.device().is_cpu() ? grad_out : grad_out.contiguous();
+  return ::mma_nmt::eager::kernel_grad_out(grad_out);
 }
 
 }  // namespace mma_nmt::eager::multihop

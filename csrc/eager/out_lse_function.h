@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "eager/first_order.h"
+#include "eager/kernel_grad_out.h"
 #include "eager/optional_tensor.h"
 
 namespace mma_nmt::eager {
@@ -55,7 +56,7 @@ struct OutLseFunction : torch::autograd::Function<OutLseFunction<Op>> {
     const auto options = ctx->saved_data["options"].template to<Options>();
     auto [grad_q, grad_k, grad_v] = std::apply(
         [&](const auto&... option) {
-          return backward_op().call(grads[0].contiguous(), saved[0], saved[1], saved[2], saved[3], saved[4],
+          return backward_op().call(kernel_grad_out(grads[0]), saved[0], saved[1], saved[2], saved[3], saved[4],
                                     optional_tensor(saved[5]), option...);
         },
         options);

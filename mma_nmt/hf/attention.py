@@ -52,7 +52,7 @@ def mma_nmt_attention(module, query, key, value, attention_mask, dropout: float 
     kinds = parse_head_spec(spec.head_spec, heads)
     padding = right_padding_lengths(attention_mask, batch, query_len, key_len)
     if padding.right_padding:
-        result = fused_attention(query.contiguous(), key.contiguous(), value.contiguous(), head_kinds=kinds,
+        result = fused_attention(query, key, value, head_kinds=kinds,  # head views are read in place
                                  key_lengths=padding.lengths, window=spec.window, scale=scaling, dropout_p=dropout,
                                  return_probs=wants_weights)
         out, weights = result.out, result.probs  # (B, H, T, Dv), (B, H, T, S) or None
@@ -61,7 +61,7 @@ def mma_nmt_attention(module, query, key, value, attention_mask, dropout: float 
             kinds, query_len, key_len, window=spec.window, device=query.device)  # (B, H, T, S)
         out, weights = masked_attention(query, key, value, visible, scaling, dropout, module.training)
         weights = weights if wants_weights else None
-    return out.transpose(1, 2).contiguous(), weights  # (B, T, H, Dv)
+    return out.transpose(1, 2).contiguous(), weights  # (B, T, H, Dv); no copy where out is position-major (CPU)
 
 
 def _covering_spec(module, query, key, kwargs) -> HeadSpec | None:

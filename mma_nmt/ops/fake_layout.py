@@ -7,10 +7,11 @@ next kernel a wrong layout. Every fake kernel therefore builds its results with 
 of the allocation its C++ kernel makes:
 
 - :func:`contiguous_like`: ``at::empty_like(x, at::MemoryFormat::Contiguous)`` (or ``at::zeros(x.sizes(), ...)``), the
-  gradients of attention, GMM, shared-value and multi-layer attention (CPU and CUDA) and the weight gradients of the
-  multi-hop operators;
-- :func:`position_major` and :func:`projection_gradient_like`: the multi-hop operators' results and their projections'
-  gradients (``position_major`` and ``gradient_like`` in csrc/multihop/cpu/multihop_cpu.cpp; contiguous on CUDA).
+  gradients of GMM, shared-value and multi-layer attention (CPU and CUDA), those of ``attention`` on CUDA, and the
+  weight gradients of the multi-hop operators;
+- :func:`position_major` and :func:`projection_gradient_like`: ``attention``'s output and gradients and the multi-hop
+  operators' results and their projections' gradients (``position_major`` and ``gradient_like`` in
+  csrc/common/head_layout.h; contiguous on CUDA).
 
 Forward results made with ``new_empty(shape)`` are contiguous, as the kernels' ``at::empty(shape)``. Statistics saved
 for the backward (log-sum-exp, the GMM's log mass and contexts) have :func:`statistics_dtype`.
@@ -33,8 +34,8 @@ def contiguous_like(x: torch.Tensor) -> torch.Tensor:
 
 
 def position_major(like: torch.Tensor, dim: int) -> torch.Tensor:
-    """A (B, H, T, dim) result laid out as the multi-hop kernels of ``like``'s device store it (``like`` is
-    (B, H, T, ·)): (B, T, H, dim) in memory on the CPU, contiguous elsewhere."""
+    """A (B, H, T, dim) result laid out as the attention and multi-hop kernels of ``like``'s device store it
+    (``like`` is (B, H, T, ·)): (B, T, H, dim) in memory on the CPU, contiguous elsewhere."""
     batch, heads, query_len, _ = like.shape
     if like.device.type == "cpu":
         return like.new_empty((batch, query_len, heads, dim)).transpose(1, 2)
@@ -42,8 +43,9 @@ def position_major(like: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def projection_gradient_like(projection: torch.Tensor) -> torch.Tensor:
-    """A multi-hop (B, H, T, dim) projection's gradient as the kernels store it: on the CPU laid out like the projection
-    when that keeps the last dimension contiguous, else position-major; contiguous elsewhere."""
+    """The gradient of a (B, H, L, dim) input of ``attention`` or a multi-hop operator as the kernels store it: on the
+    CPU laid out like the input when that keeps the last dimension contiguous, else position-major; contiguous
+    elsewhere."""
     if projection.device.type != "cpu":
         return position_major(projection, projection.shape[3])
     grad = torch.empty_like(projection)

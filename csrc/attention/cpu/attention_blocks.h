@@ -87,17 +87,17 @@ void apply_dropout(const AttentionParams& p, int64_t b, int64_t h, int64_t row, 
   }
 }
 
-// Scores (rows, tile columns) = alpha * rows (n_rows, depth) @ cols_t[:, tile] for a block of rows, four at a time, each
-// group only over the vectors of columns that one of its rows can see.
+// Scores (rows, tile columns) = alpha * rows (n_rows, depth; row stride row_stride) @ cols_t[:, tile] for a block of
+// rows, four at a time, each group only over the vectors of columns that one of its rows can see.
 template <typename T>
-void score_block_rows(const BlockRanges& ranges, const T* rows, int64_t depth, const T* cols_t, int64_t ld,
-                      int64_t j0, int64_t n, T alpha, T* scores) {
+void score_block_rows(const BlockRanges& ranges, const T* rows, int64_t row_stride, int64_t depth, const T* cols_t,
+                      int64_t ld, int64_t j0, int64_t n, T alpha, T* scores) {
   constexpr int64_t G = Blocking<T>::kRows;
   for (int64_t g = 0; g < ranges.n_rows; g += G) {
     const int64_t rows_in_group = std::min(G, ranges.n_rows - g);
     const KeyRange u = ranges.union_in_tile(g, g + rows_in_group, j0, n);
     if (u.empty()) continue;
-    score_group<T>(rows + g * depth, depth, rows_in_group, cols_t + j0, ld, round_down_to_vector<T>(u.begin),
+    score_group<T>(rows + g * row_stride, row_stride, rows_in_group, cols_t + j0, ld, round_down_to_vector<T>(u.begin),
                    round_up_to_vector<T>(u.end), depth, alpha, scores + g * kKeyTile, kKeyTile);
   }
 }
@@ -144,15 +144,15 @@ struct ForwardScratch {
 };
 
 // The (n_rows, S) probabilities of a finished block, for return_probs: exp(logit - max) / sum from each row's finished
-// softmax state (as accurate as a softmax; exp(logit - lse) would carry lse's rounding, |lse| * eps). `q_block` and
-// `probs_block` start at the block's first row.
+// softmax state (as accurate as a softmax; exp(logit - lse) would carry lse's rounding, |lse| * eps). `q_block` (row
+// stride q_stride) and `probs_block` start at the block's first row.
 template <typename T>
-void write_block_probs(const AttentionParams& p, const BlockRanges& ranges, const T* q_block, const T* keys_t,
-                       int64_t ld, const OnlineSoftmax<T>* state, T* probs_block, T* scores) {
+void write_block_probs(const AttentionParams& p, const BlockRanges& ranges, const T* q_block, int64_t q_stride,
+                       const T* keys_t, int64_t ld, const OnlineSoftmax<T>* state, T* probs_block, T* scores) {
   const int64_t D = p.head_dim, S = p.key_len;
   for (int64_t j0 = round_down_to_vector<T>(ranges.all.begin); j0 < ranges.all.end; j0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, ranges.all.end - j0);
-    score_block_rows<T>(ranges, q_block, D, keys_t, ld, j0, n, T(p.scale), scores);
+    score_block_rows<T>(ranges, q_block, q_stride, D, keys_t, ld, j0, n, T(p.scale), scores);
     for (int64_t r = 0; r < ranges.n_rows; ++r) {
       const KeyRange cols = ranges.in_tile(r, j0, n);
       T* dst = probs_block + r * S + j0;
@@ -259,12 +259,13 @@ void zero_pieces(const Pieces<T*>& dst, int64_t rows) {
 }
 
 // One block of query rows [first_row, first_row + n_rows) of one (sentence, head): the forward pass. `q_block`
-// (n_rows, D) contiguous, `lse_block` (n_rows), `probs_block` (n_rows, S; null unless asked for) and the output pieces
+// (n_rows, D; row stride q_stride), `lse_block` (n_rows), `probs_block` (n_rows, S; null unless asked for) and the output pieces
 // `out` (Dv values a row) start at the block's first row; `keys_t` holds the head's keys packed by pack_pieces, the
 // value pieces `v` (Dv values a row) start at key 0.
 template <typename T>
 void forward_block(const AttentionParams& p, int64_t b, int64_t h, int64_t first_row, int64_t n_rows, int64_t n_keys,
-                   const T* q_block, const T* keys_t, int64_t ld, const Pieces<const T*>& v, const Pieces<T*>& out,
+                   const T* q_block, int64_t q_stride, const T* keys_t, int64_t ld, const Pieces<const T*>& v,
+                   const Pieces<T*>& out,
                    T* lse_block, T* probs_block, ForwardScratch<T>& w) {
   const int64_t D = p.head_dim, Dv = p.value_dim;
   const BlockRanges ranges(p, p.head_kinds[h], first_row, n_rows, n_keys);
@@ -275,7 +276,7 @@ void forward_block(const AttentionParams& p, int64_t b, int64_t h, int64_t first
   for (int64_t j0 = round_down_to_vector<T>(ranges.all.begin); j0 < ranges.all.end; j0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, ranges.all.end - j0);
     // (n_rows, n) = q_block (n_rows, D) @ keys_t[:, j0:j0+n] (D, n)
-    score_block_rows<T>(ranges, q_block, D, keys_t, ld, j0, n, T(p.scale), scores);
+    score_block_rows<T>(ranges, q_block, q_stride, D, keys_t, ld, j0, n, T(p.scale), scores);
     for (int64_t r = 0; r < n_rows; ++r) {
       const KeyRange cols = ranges.in_tile(r, j0, n);
       const bool nothing_yet = state[r].max == negative_infinity<T>();  // then the row of acc is still zero
@@ -306,8 +307,25 @@ void forward_block(const AttentionParams& p, int64_t b, int64_t h, int64_t first
       for (int64_t c = cols.begin; c < cols.end; ++c) dst[c] = sum > T(0) ? scores[r * kKeyTile + c] / sum : T(0);
     }
   } else {
-    write_block_probs(p, ranges, q_block, keys_t, ld, state, probs_block, scores);
+    write_block_probs(p, ranges, q_block, q_stride, keys_t, ld, state, probs_block, scores);
   }
+}
+
+// acc + sum_d a[d] * b[d] over d in [0, n), one multiply-add per element in the order of d, in every lane of a vector:
+// the sum score_block forms for one score. Summing delta = dO . O this way, as dP = dO . v is summed, makes a row whose
+// weight is all on one key (O = v exactly, P = 1) get dP - delta = 0 exactly: a one-key sentence's q and k gradients
+// are then exactly 0, as plain PyTorch's are, instead of float32 residue summed over its queries.
+template <typename T>
+Vectorized<T> score_order_dot(const T* a, const T* b, int64_t n, Vectorized<T> acc = Vectorized<T>(T(0))) {
+  for (int64_t d = 0; d < n; ++d) acc = at::vec::fmadd(Vectorized<T>(a[d]), Vectorized<T>(b[d]), acc);
+  return acc;
+}
+
+template <typename T>
+T first_lane(const Vectorized<T>& x) {
+  T lanes[Vectorized<T>::size()];
+  x.store(lanes);
+  return lanes[0];
 }
 
 // Scratch space of one backward task.
@@ -356,8 +374,8 @@ void backward_softmax_row(const AttentionParams& p, int64_t b, int64_t h, int64_
   fill_zero(grad, c1, width);
 }
 
-// Backward of one (sentence, head), all query rows. In: q (T, D) and dO (T, Dv) contiguous, lse and delta =
-// rowsum(dO * O) (T), the head's keys and values packed by pack_pieces into w.keys_t and w.values_t, and its key rows
+// Backward of one (sentence, head), all query rows. In: dO (T, Dv) and q (T, D), rows dout_stride and q_stride apart,
+// lse and delta = rowsum(dO * O) (T; summed by score_order_dot), the head's keys and values packed by pack_pieces into w.keys_t and w.values_t, and its key rows
 // `k` (D values a row, for grad_q); `probs` (T, S), the forward's weights, or null to recompute them from q and k (as
 // flash attention does; only then are w.keys_t read). With `probs`, no dropout and all keys in one tile, delta may be
 // null: each row's delta is then rowsum(P * dP) over the tile (the same sum, as dP = dO v^T), so O need not be read.
@@ -365,8 +383,8 @@ void backward_softmax_row(const AttentionParams& p, int64_t b, int64_t h, int64_
 // grad_v (zeroes them here, where they stay in cache for the accumulation, rather than in a separate pass over the
 // whole tensors), so no two tasks collide.
 template <typename T>
-void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_keys, const T* dout, const T* q,
-                   const T* lse, const T* delta, const T* probs, const Pieces<const T*>& k, const Pieces<T*>& dq,
+void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_keys, const T* dout, int64_t dout_stride,
+                   const T* q, int64_t q_stride, const T* lse, const T* delta, const T* probs, const Pieces<const T*>& k, const Pieces<T*>& dq,
                    const Pieces<T*>& dk, const Pieces<T*>& dv, BackwardScratch<T>& w) {
   const int64_t T_len = p.query_len, S = p.key_len, D = p.head_dim, Dv = p.value_dim;
   const int64_t ld = packed_row_length<T>(S);
@@ -390,9 +408,10 @@ void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_key
           std::copy(src + cols.begin, src + std::max(cols.begin, cols.end), prob + r * kKeyTile + cols.begin);
         }
       } else {
-        score_block_rows<T>(ranges, q + first_row * D, D, w.keys_t.data(), ld, j0, n, scale, prob);
+        score_block_rows<T>(ranges, q + first_row * q_stride, q_stride, D, w.keys_t.data(), ld, j0, n, scale, prob);
       }
-      score_block_rows<T>(ranges, dout + first_row * Dv, Dv, w.values_t.data(), ld, j0, n, T(1), grad);
+      score_block_rows<T>(ranges, dout + first_row * dout_stride, dout_stride, Dv, w.values_t.data(), ld, j0, n, T(1),
+                          grad);
       for (int64_t r = 0; r < n_rows; ++r) {
         const KeyRange cols = ranges.in_tile(r, j0, n);
         const T row_delta = delta != nullptr ? delta[first_row + r]
@@ -405,9 +424,11 @@ void backward_head(const AttentionParams& p, int64_t b, int64_t h, int64_t n_key
       const auto rows_seeing = [&](int64_t x) { return ranges.rows_seeing(j0 + x, j0 + x + 1); };
       const auto keys_seen = [&](int64_t r) { return ranges.in_tile(r, j0, n); };
       // grad_v[j0:j0+n] (n, Dv) += P'^T (n, n_rows) @ dO_block (n_rows, Dv)
-      accumulate_into_pieces<T>(prob, 1, kKeyTile, n, rows_seeing, dout + first_row * Dv, Dv, dv.from_row(j0));
+      accumulate_into_pieces<T>(prob, 1, kKeyTile, n, rows_seeing, dout + first_row * dout_stride, dout_stride,
+                                dv.from_row(j0));
       // grad_k[j0:j0+n] (n, D) += dS^T (n, n_rows) @ q_block (n_rows, D)
-      accumulate_into_pieces<T>(grad, 1, kKeyTile, n, rows_seeing, q + first_row * D, D, dk.from_row(j0));
+      accumulate_into_pieces<T>(grad, 1, kKeyTile, n, rows_seeing, q + first_row * q_stride, q_stride,
+                                dk.from_row(j0));
       // grad_q_block (n_rows, D) += dS (n_rows, n) @ k[j0:j0+n] (n, D)
       accumulate_from_pieces<T>(grad, kKeyTile, 1, n_rows, keys_seen, k.from_row(j0), w.grad_q.data(), D);
     }

@@ -8,10 +8,10 @@
 #include "attention/attention_outputs.h"
 #include "attention/cpu/kernel_api.h"
 #include "common/cpu_isa.h"
+#include "common/head_layout.h"
 
 namespace mma_nmt::attention::cpu {
 namespace {
-
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q, const at::Tensor& k,
                                                              const at::Tensor& v,
@@ -23,11 +23,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q
                                                  query_offset, dropout_p, seed);
   TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble,
                    "mma_nmt.attention: on the CPU q must be float32 or float64, got ", q.scalar_type());
-  ForwardOutputs o = allocate_forward_outputs(p, q, return_probs);
+  ForwardOutputs o = allocate_forward_outputs(p, q, return_probs, OutLayout::kPositionMajor);
   // Nothing to compute without a query row (zero batch, heads or query_len). A zero head_dim or value_dim still leaves
   // weights, lse and (with head_dim 0, where every visible key scores 0) outputs to compute.
   if (o.lse.numel() == 0) return {o.out, o.lse, o.probs};
-  ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_or_undefined(key_lengths),
+  ForwardTensors t{rows_contiguous(q), rows_contiguous(k), rows_contiguous(v), contiguous_or_undefined(key_lengths),
                    o.out, o.lse, return_probs ? o.probs : at::Tensor()};
   MMA_NMT_CPU_DISPATCH(attention_forward, p, t);
   return {o.out, o.lse, o.probs};
@@ -46,12 +46,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
   // Without a query row or a key all gradients are zero. A zero head_dim still has grad_v (weights are uniform).
   const bool has_work = lse.numel() > 0 && p.key_len > 0;
   // The kernel writes every element of the three gradients (it zeroes grad_k and grad_v per head before accumulating).
-  const auto gradient_like = [has_work](const at::Tensor& x) {
-    return has_work ? at::empty_like(x, at::MemoryFormat::Contiguous) : at::zeros_like(x, at::MemoryFormat::Contiguous);
+  const auto gradient_of = [has_work](const at::Tensor& x) {
+    at::Tensor grad = gradient_like(x);
+    return has_work ? grad : grad.zero_();
   };
-  BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(),
-                    lse.contiguous(), contiguous_or_undefined(key_lengths),
-                    gradient_like(q), gradient_like(k), gradient_like(v)};
+  BackwardTensors t{rows_contiguous(grad_out), rows_contiguous(q), rows_contiguous(k), rows_contiguous(v),
+                    rows_contiguous(out), lse.contiguous(), contiguous_or_undefined(key_lengths),
+                    gradient_of(q), gradient_of(k), gradient_of(v)};
   if (has_work) {
     MMA_NMT_CPU_DISPATCH(attention_backward, p, t);
   }

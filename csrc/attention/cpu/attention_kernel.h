@@ -7,16 +7,35 @@
 namespace mma_nmt::attention::cpu::MMA_NMT_CPU_ISA {
 namespace {
 
+// Rows of the heads of one (B, H, len, dim) tensor, read or written in place through its strides: head (b, h) starts
+// at head(b, h), its rows row_stride apart, each contiguous (attention_cpu.cpp makes sure).
+template <typename P>
+struct HeadRows {
+  P data;
+  int64_t batch_stride, head_stride, row_stride;
+  P head(int64_t b, int64_t h) const { return data + b * batch_stride + h * head_stride; }
+};
+
+template <typename T>
+HeadRows<T*> head_rows(const at::Tensor& x) {
+  return {x.data_ptr<std::remove_const_t<T>>(), x.stride(0), x.stride(1), x.stride(2)};
+}
+
+template <typename P>
+Pieces<P> strided_piece(P base, int64_t width, int64_t stride) {
+  Pieces<P> out = one_piece(base, width);
+  out.stride = stride;
+  return out;
+}
+
 template <typename T>
 void forward_typed(const AttentionParams& p, ForwardTensors& t) {
   const int64_t T_len = p.query_len, S = p.key_len, D = p.head_dim, Dv = p.value_dim;
   const int64_t ld = packed_row_length<T>(S);  // row length of the packed keys
   const int64_t* lengths = t.key_lengths.defined() ? t.key_lengths.data_ptr<int64_t>() : nullptr;
   const int64_t blocks = (T_len + kQueryBlock - 1) / kQueryBlock;
-  const T* q = t.q.data_ptr<T>();
-  const T* k = t.k.data_ptr<T>();
-  const T* v = t.v.data_ptr<T>();
-  T* out = t.out.data_ptr<T>();
+  const HeadRows<const T*> q = head_rows<const T>(t.q), k = head_rows<const T>(t.k), v = head_rows<const T>(t.v);
+  const HeadRows<T*> out = head_rows<T>(t.out);
   T* lse = t.lse.data_ptr<T>();
   T* probs = t.probs.defined() ? t.probs.data_ptr<T>() : nullptr;
   // Tasks are (sentence, head, query block), head-major, so a thread packs the keys of a head once for all its blocks.
@@ -28,12 +47,13 @@ void forward_typed(const AttentionParams& p, ForwardTensors& t) {
       const int64_t n_rows = std::min(kQueryBlock, T_len - first_row);
       const int64_t n_keys = keys_of_sentence(lengths, b, S);
       if (scratch.packed_head != bh) {
-        pack_transposed(k + bh * S * D, n_keys, D, D, scratch.keys_t.data(), ld);  // (D, ld)
+        pack_transposed(k.head(b, h), n_keys, D, k.row_stride, scratch.keys_t.data(), ld);  // (D, ld)
         scratch.packed_head = bh;
       }
-      const int64_t row = bh * T_len + first_row;  // the block's first row among all (B * H * T)
-      forward_block<T>(p, b, h, first_row, n_rows, n_keys, q + row * D, scratch.keys_t.data(), ld,
-                       one_piece(v + bh * S * Dv, Dv), one_piece(out + row * Dv, Dv), lse + row,
+      const int64_t row = bh * T_len + first_row;  // the block's first row among all (B * H * T) of lse and probs
+      forward_block<T>(p, b, h, first_row, n_rows, n_keys, q.head(b, h) + first_row * q.row_stride, q.row_stride,
+                       scratch.keys_t.data(), ld, strided_piece(v.head(b, h), Dv, v.row_stride),
+                       strided_piece(out.head(b, h), Dv, out.row_stride).from_row(first_row), lse + row,
                        probs ? probs + row * S : nullptr, scratch);
     }
   });
@@ -44,25 +64,27 @@ template <typename T>
 void backward_typed(const AttentionParams& p, BackwardTensors& t) {
   const int64_t T_len = p.query_len, S = p.key_len, D = p.head_dim, Dv = p.value_dim;
   const int64_t* lengths = t.key_lengths.defined() ? t.key_lengths.data_ptr<int64_t>() : nullptr;
-  const T *dout = t.grad_out.data_ptr<T>(), *q = t.q.data_ptr<T>(), *k = t.k.data_ptr<T>();
-  const T *v = t.v.data_ptr<T>(), *out = t.out.data_ptr<T>();
+  const HeadRows<const T*> dout = head_rows<const T>(t.grad_out), q = head_rows<const T>(t.q);
+  const HeadRows<const T*> k = head_rows<const T>(t.k), v = head_rows<const T>(t.v), out = head_rows<const T>(t.out);
+  const HeadRows<T*> dq = head_rows<T>(t.grad_q), dk = head_rows<T>(t.grad_k), dv = head_rows<T>(t.grad_v);
   const T* lse = t.lse.data_ptr<T>();
-  T *dq = t.grad_q.data_ptr<T>(), *dk = t.grad_k.data_ptr<T>(), *dv = t.grad_v.data_ptr<T>();
   at::parallel_for(0, p.batch * p.heads, 1, [&](int64_t begin, int64_t end) {
     const int64_t ld = packed_row_length<T>(S);
     BackwardScratch<T> scratch(D, Dv, ld, T_len);
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / p.heads, h = bh % p.heads;
       const int64_t n_keys = keys_of_sentence(lengths, b, S);
-      const T *head_k = k + bh * S * D, *head_dout = dout + bh * T_len * Dv, *head_out = out + bh * T_len * Dv;
-      pack_transposed(head_k, n_keys, D, D, scratch.keys_t.data(), ld);             // (D, ld)
-      pack_transposed(v + bh * S * Dv, n_keys, Dv, Dv, scratch.values_t.data(), ld);  // (Dv, ld)
+      const T *head_k = k.head(b, h), *head_dout = dout.head(b, h), *head_out = out.head(b, h);
+      pack_transposed(head_k, n_keys, D, k.row_stride, scratch.keys_t.data(), ld);          // (D, ld)
+      pack_transposed(v.head(b, h), n_keys, Dv, v.row_stride, scratch.values_t.data(), ld);  // (Dv, ld)
       for (int64_t i = 0; i < T_len; ++i) {  // rowsum(dO * O)
-        scratch.delta[i] = dot(head_dout + i * Dv, head_out + i * Dv, Dv);
+        const T *dout_row = head_dout + i * dout.row_stride, *out_row = head_out + i * out.row_stride;
+        scratch.delta[i] = first_lane(score_order_dot(dout_row, out_row, Dv));
       }
-      backward_head<T>(p, b, h, n_keys, head_dout, q + bh * T_len * D, lse + bh * T_len, scratch.delta.data(),
-                       nullptr, one_piece(head_k, D), one_piece(dq + bh * T_len * D, D), one_piece(dk + bh * S * D, D),
-                       one_piece(dv + bh * S * Dv, Dv), scratch);
+      backward_head<T>(p, b, h, n_keys, head_dout, dout.row_stride, q.head(b, h), q.row_stride, lse + bh * T_len,
+                       scratch.delta.data(), nullptr, strided_piece(head_k, D, k.row_stride),
+                       strided_piece(dq.head(b, h), D, dq.row_stride), strided_piece(dk.head(b, h), D, dk.row_stride),
+                       strided_piece(dv.head(b, h), Dv, dv.row_stride), scratch);
     }
   });
 }

@@ -9,7 +9,9 @@
 
 namespace mma_nmt::attention::cpu {
 
-// Tensors are contiguous (batch, heads, len, dim). `probs` is undefined unless weights were asked for.
+// Tensors are (batch, heads, len, dim) with any strides but a contiguous last dimension (head views of projections are
+// read, and out and the gradients written, in place); lse, probs and key_lengths are contiguous. `probs` is undefined
+// unless weights were asked for.
 struct ForwardTensors {
   at::Tensor q, k, v, key_lengths;  // key_lengths undefined without padding
   at::Tensor out, lse, probs;

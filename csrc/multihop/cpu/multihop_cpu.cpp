@@ -6,30 +6,11 @@
 #include <tuple>
 
 #include "common/cpu_isa.h"
+#include "common/head_layout.h"
 #include "multihop/cpu/kernel_api.h"
 
 namespace mma_nmt::multihop::cpu {
 namespace {
-
-
-// The kernels read rows through strides; only the last dimension has to be contiguous.
-at::Tensor rows_contiguous(const at::Tensor& t) { return t.stride(-1) == 1 || t.size(-1) <= 1 ? t : t.contiguous(); }
-
-// A (B, H, T, dim) result stored position-major, (B, T, H, dim) in memory: merging the heads afterwards is a view, and
-// the projection GEMMs around the operator (rows = positions x heads) read and write it in place.
-template <typename Params>
-at::Tensor position_major(const Params& p, int64_t dim, const at::Tensor& like) {
-  return at::empty({p.batch, p.query_len, p.heads, dim}, like.options()).transpose(1, 2);
-}
-
-// A projection's gradient laid out like the projection (empty_like keeps a dense input's strides and a strided input's
-// dimension order), so that autograd hands it on without a copy — AccumulateGrad of a contiguous leaf keeps it, the
-// GEMMs that made the projection read it in place; position-major if that layout's last dimension is not contiguous.
-template <typename Params>
-at::Tensor gradient_like(const Params& p, const at::Tensor& input) {
-  at::Tensor grad = at::empty_like(input);
-  return grad.stride(-1) == 1 || grad.size(-1) <= 1 ? grad : position_major(p, input.size(-1), input);
-}
 
 std::tuple<at::Tensor, at::Tensor> multihop_gate_cpu(const at::Tensor& query_proj, const at::Tensor& head_proj,
                                                      const at::Tensor& value_proj, const at::Tensor& v_b) {
@@ -38,7 +19,7 @@ std::tuple<at::Tensor, at::Tensor> multihop_gate_cpu(const at::Tensor& query_pro
   check_cpu_floating(op, query_proj, "query_proj");
   HeadGateForward t{rows_contiguous(query_proj), rows_contiguous(head_proj), rows_contiguous(value_proj),
                     v_b.contiguous(),
-                    position_major(p, p.value_dim, query_proj),
+                    position_major(p.batch, p.heads, p.query_len, p.value_dim, query_proj.options()),
                     at::empty({p.batch, p.heads, p.query_len}, query_proj.options())};
   if (p.positions() == 0) return {t.out, t.gate};
   MMA_NMT_CPU_DISPATCH(head_gate_forward, p, t);
@@ -59,8 +40,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_gate_backward_cpu(
                      rows_contiguous(value_proj),
                      v_b.contiguous(),
                      gate.contiguous(),
-                     gradient_like(p, query_proj),  // grad_pre: also head_proj's gradient
-                     gradient_like(p, value_proj),
+                     gradient_like(query_proj),  // grad_pre: also head_proj's gradient
+                     gradient_like(value_proj),
                      at::zeros({p.hop_dim}, query_proj.options())};
   if (p.positions() == 0) return {t.grad_pre, t.grad_value_proj, t.grad_v_b};
   MMA_NMT_CPU_DISPATCH(head_gate_backward, p, t);
@@ -75,9 +56,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_second_hop_cpu(
   check_cpu_floating(op, q);
   SecondHopForward t{rows_contiguous(q), rows_contiguous(a), w_b.contiguous(), u_b.contiguous(),
                      contiguous_or_undefined(u_c), v_b.contiguous(),
-                     position_major(p, p.value_dim, q),
+                     position_major(p.batch, p.heads, p.query_len, p.value_dim, q.options()),
                      at::empty({p.batch, p.heads, p.query_len}, q.options()),
-                     position_major(p, p.hop_dim, q)};
+                     position_major(p.batch, p.heads, p.query_len, p.hop_dim, q.options())};
   if (p.positions() > 0) MMA_NMT_CPU_DISPATCH(second_hop_forward, p, t);
   return {t.out, t.gate, t.hidden};
 }
@@ -95,7 +76,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
                       rows_contiguous(q), rows_contiguous(a), w_b.contiguous(), u_b.contiguous(),
                       contiguous_or_undefined(u_c), v_b.contiguous(), gate.contiguous(),
                       rows_contiguous(hidden),
-                      gradient_like(p, q), gradient_like(p, a),
+                      gradient_like(q), gradient_like(a),
                       at::zeros(w_b.sizes(), w_b.options()), at::zeros(u_b.sizes(), u_b.options()),
                       u_c.has_value() ? at::zeros(u_c->sizes(), u_c->options()) : at::Tensor(),
                       at::zeros(v_b.sizes(), v_b.options())};

@@ -117,7 +117,7 @@ void forward_typed(const MultilayerParams& mp, MultilayerForward& t) {
       }
       gather_rows(pieces(q, keys, b, T_len, D, E), first_row, n_rows, q_rows.data());  // (n_rows, Dk)
       const int64_t row = bh * T_len + first_row;  // the block's first row among all (B * heads * T)
-      blocks::forward_block<T>(p, b, h, first_row, n_rows, n_keys, q_rows.data(), scratch.keys_t.data(), ld,
+      blocks::forward_block<T>(p, b, h, first_row, n_rows, n_keys, q_rows.data(), Dk, scratch.keys_t.data(), ld,
                                pieces(v, values, b, S, Dv, Ev), pieces(out, values, b, T_len, Dv, W).from_row(first_row),
                                lse + row, probs ? probs + row * S : nullptr, scratch);
     }
@@ -161,17 +161,17 @@ void backward_typed(const MultilayerParams& mp, MultilayerBackward& t) {
       gather_rows(pieces(dout, values, b, T_len, Dv, W), 0, T_len, dout_rows.data());             // (T, Dvk)
       if (!delta_from_weights) {
         const auto out_rows = pieces(out, values, b, T_len, Dv, W);
-        for (int64_t i = 0; i < T_len; ++i) {  // rowsum(dO * O)
-          T sum = T(0);
+        for (int64_t i = 0; i < T_len; ++i) {  // rowsum(dO * O), summed over the pieces as dP is (score_order_dot)
+          at::vec::Vectorized<T> sum(T(0));
           for (int64_t s = 0; s < out_rows.count(); ++s) {
-            sum += blocks::dot(dout_rows.data() + i * Dvk + s * Dv, out_rows.base[s] + i * W, Dv);
+            sum = blocks::score_order_dot(dout_rows.data() + i * Dvk + s * Dv, out_rows.base[s] + i * W, Dv, sum);
           }
-          scratch.delta[i] = sum;
+          scratch.delta[i] = blocks::first_lane(sum);
         }
       }
       // The gradients are summed in cache, then streamed to their places in the (fresh) gradient tensors. Fused heads
       // own disjoint pieces of them (columns of a head, rows of a sentence): no collisions.
-      blocks::backward_head<T>(p, b, h, n_keys, dout_rows.data(), q_rows.data(), lse + bh * T_len,
+      blocks::backward_head<T>(p, b, h, n_keys, dout_rows.data(), Dvk, q_rows.data(), Dk, lse + bh * T_len,
                                delta_from_weights ? nullptr : scratch.delta.data(),
                                probs ? probs + bh * T_len * S : nullptr, key_rows,
                                blocks::one_piece<T*>(dq_rows.data(), Dk), blocks::one_piece<T*>(dk_rows.data(), Dk),

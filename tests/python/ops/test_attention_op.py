@@ -54,6 +54,47 @@ def test_non_contiguous_inputs_match_reference():
     check_against_reference(q, k, v, head_kinds="GLFB", key_lengths=padded_lengths(2, 19), window=1)
 
 
+def test_cpu_kernel_reads_head_views_in_place_and_stores_position_major():
+    """The models pass head views of their (B, L, H * D) projections. The CPU kernel reads them through their strides
+    (the same values, bit for bit, as from contiguous copies), stores out position-major so that merging the heads is
+    a view, and gives each input a gradient laid out like it, so that the projection's backward needs no copy."""
+    torch.manual_seed(3)
+    batch, length, heads, dim = 3, 21, 4, 16
+    projection = torch.randn(batch, length, 3 * heads * dim, dtype=torch.float64)  # a joint q/k/v projection
+    views = [x.view(batch, length, heads, dim).transpose(1, 2).requires_grad_() for x in projection.split(heads * dim, -1)]
+    copies = [x.detach().contiguous().requires_grad_() for x in views]
+    lengths = padded_lengths(batch, length)
+    results = [fused_attention(*qkv, head_kinds="GLFB", key_lengths=lengths, window=1) for qkv in (views, copies)]
+    out, out_of_copies = (r.out for r in results)
+    assert out.transpose(1, 2).is_contiguous()  # (B, T, H, D) in memory
+    assert out.transpose(1, 2).reshape(batch, length, heads * dim)._base is not None  # merging the heads: a view
+    assert torch.equal(out, out_of_copies)
+    grad_out = torch.randn(batch, length, heads * dim, dtype=torch.float64)  # the output projection's input gradient
+    head_grad_out = grad_out.view(batch, length, heads, dim).transpose(1, 2)
+    grads = torch.autograd.grad(out, views, head_grad_out)
+    grads_of_copies = torch.autograd.grad(out_of_copies, copies, head_grad_out.contiguous())
+    for name, grad, grad_of_copy in zip("qkv", grads, grads_of_copies):
+        assert grad.transpose(1, 2).is_contiguous(), f"grad_{name} {grad.stride()}"
+        assert grad_of_copy.is_contiguous(), f"grad_{name} of a contiguous input {grad_of_copy.stride()}"
+        assert torch.equal(grad, grad_of_copy), f"grad_{name}"
+
+
+@pytest.mark.parametrize("spec", ["G", "L", "F", "B", "C"])
+def test_a_one_key_sentence_gets_exactly_zero_q_and_k_gradients_in_float32(spec):
+    """A sentence of one key puts each row's whole weight on it (out = v), so d(logit) = P (dP - delta) is exactly 0
+    and so are the sentence's q and k gradients, as plain PyTorch's are. The CPU kernel sums delta = dO . O as it sums
+    dP = dO . v; summed another way, float32 residue of each row added up over the queries (about 1e-5 at 300 queries
+    of head size 72, ten times torch's error, the data behind issue 48 point 6)."""
+    torch.manual_seed(5)
+    q, k, v = make_qkv(2, 1, 300, 300, 72)
+    lengths = torch.tensor([300, 1])
+    out = fused_attention(q, k, v, head_kinds=spec, key_lengths=lengths, window=2).out
+    grad_q, grad_k, grad_v = torch.autograd.grad(out, (q, k, v), torch.randn_like(out))
+    assert torch.count_nonzero(grad_q[1]) == 0
+    assert torch.count_nonzero(grad_k[1]) == 0
+    assert torch.count_nonzero(grad_v[1, :, 0]) > 0  # the key itself still gets its value's gradient
+
+
 def test_cross_attention_lengths_and_value_dim_differ():
     q, k, v = make_qkv(3, 2, 13, 29, 16, value_dim=40, dtype=torch.float64)
     check_against_reference(q, k, v, head_kinds="GG", key_lengths=padded_lengths(3, 29))
