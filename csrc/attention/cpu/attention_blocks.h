@@ -311,31 +311,38 @@ void forward_block(const AttentionParams& p, int64_t b, int64_t h, int64_t first
   }
 }
 
-// acc + sum_d a[d] * b[d] over d in [0, n), one multiply-add per element in the order of d, in every lane of a vector:
-// the sum score_block forms for one score. Summing delta = dO . O this way, as dP = dO . v is summed, makes a row whose
-// weight is all on one key (O = v exactly, P = 1) get dP - delta = 0 exactly: a one-key sentence's q and k gradients
-// are then exactly 0, as plain PyTorch's are, instead of float32 residue summed over its queries.
-template <typename T>
-Vectorized<T> score_order_dot(const T* a, const T* b, int64_t n, Vectorized<T> acc = Vectorized<T>(T(0))) {
-  for (int64_t d = 0; d < n; ++d) acc = at::vec::fmadd(Vectorized<T>(a[d]), Vectorized<T>(b[d]), acc);
-  return acc;
-}
-
-template <typename T>
-T first_lane(const Vectorized<T>& x) {
-  T lanes[Vectorized<T>::size()];
-  x.store(lanes);
-  return lanes[0];
-}
-
 // Scratch space of one backward task.
 template <typename T>
 struct BackwardScratch {
   std::vector<T> keys_t, values_t, weights, grad_scores, grad_q, delta;
+  int64_t rows_ld;                // row length of the query rows packed depth-major for row_deltas
+  std::vector<T> dout_t, out_t;   // (value_dim, rows_ld) each
   BackwardScratch(int64_t head_dim, int64_t value_dim, int64_t ld, int64_t query_len)
       : keys_t(head_dim * ld), values_t(value_dim * ld), weights(kBackwardBlock * kKeyTile),
-        grad_scores(kBackwardBlock * kKeyTile), grad_q(kBackwardBlock * head_dim), delta(query_len) {}
+        grad_scores(kBackwardBlock * kKeyTile), grad_q(kBackwardBlock * head_dim), delta(query_len),
+        rows_ld(packed_row_length<T>(query_len)), dout_t(value_dim * rows_ld), out_t(value_dim * rows_ld) {}
 };
+
+// w.delta[i] = dO_i . O_i for the rows [0, n_rows) of one head, each summed as score_block sums one score dP_ij =
+// dO_i . v_j: one multiply-add per element in the order of the depth, here with rows in the vector lanes (both sides
+// packed depth-major by pack_pieces, so the pieces of a fused head are summed in the order score_block sums them).
+// A row whose whole weight is on one key has O = v exactly, so dP - delta = 0 exactly: a one-key sentence's q and k
+// gradients are then exactly 0, as plain PyTorch's are, instead of float32 residue summed over its queries.
+template <typename T>
+void row_deltas(const Pieces<const T*>& dout, const Pieces<const T*>& out, int64_t n_rows, BackwardScratch<T>& w) {
+  using Vec = Vectorized<T>;
+  constexpr int64_t V = Vec::size();
+  const int64_t depth = out.count() * out.width, ld = w.rows_ld;
+  pack_pieces(dout, n_rows, w.dout_t.data(), ld);  // (depth, ld)
+  pack_pieces(out, n_rows, w.out_t.data(), ld);    // (depth, ld)
+  for (int64_t i = 0; i < n_rows; i += V) {
+    Vec acc(T(0));
+    for (int64_t d = 0; d < depth; ++d) {
+      acc = at::vec::fmadd(Vec::loadu(w.dout_t.data() + d * ld + i), Vec::loadu(w.out_t.data() + d * ld + i), acc);
+    }
+    acc.store(w.delta.data() + i, static_cast<int>(std::min(V, n_rows - i)));
+  }
+}
 
 // One row of a tile in the backward pass. In: logits `prob` (or, with `saved`, the forward's weights P) and dO . v
 // `grad`. Out: the weights the output used (P z) and d(logit) * scale, both 0 outside `cols` over [0, width).
@@ -375,7 +382,7 @@ void backward_softmax_row(const AttentionParams& p, int64_t b, int64_t h, int64_
 }
 
 // Backward of one (sentence, head), all query rows. In: dO (T, Dv) and q (T, D), rows dout_stride and q_stride apart,
-// lse and delta = rowsum(dO * O) (T; summed by score_order_dot), the head's keys and values packed by pack_pieces into w.keys_t and w.values_t, and its key rows
+// lse and delta = rowsum(dO * O) (T; summed by row_deltas), the head's keys and values packed by pack_pieces into w.keys_t and w.values_t, and its key rows
 // `k` (D values a row, for grad_q); `probs` (T, S), the forward's weights, or null to recompute them from q and k (as
 // flash attention does; only then are w.keys_t read). With `probs`, no dropout and all keys in one tile, delta may be
 // null: each row's delta is then rowsum(P * dP) over the tile (the same sum, as dP = dO v^T), so O need not be read.

@@ -77,10 +77,8 @@ void backward_typed(const AttentionParams& p, BackwardTensors& t) {
       const T *head_k = k.head(b, h), *head_dout = dout.head(b, h), *head_out = out.head(b, h);
       pack_transposed(head_k, n_keys, D, k.row_stride, scratch.keys_t.data(), ld);          // (D, ld)
       pack_transposed(v.head(b, h), n_keys, Dv, v.row_stride, scratch.values_t.data(), ld);  // (Dv, ld)
-      for (int64_t i = 0; i < T_len; ++i) {  // rowsum(dO * O)
-        const T *dout_row = head_dout + i * dout.row_stride, *out_row = head_out + i * out.row_stride;
-        scratch.delta[i] = first_lane(score_order_dot(dout_row, out_row, Dv));
-      }
+      row_deltas(strided_piece(head_dout, Dv, dout.row_stride), strided_piece(head_out, Dv, out.row_stride), T_len,
+                 scratch);  // rowsum(dO * O)
       backward_head<T>(p, b, h, n_keys, head_dout, dout.row_stride, q.head(b, h), q.row_stride, lse + bh * T_len,
                        scratch.delta.data(), nullptr, strided_piece(head_k, D, k.row_stride),
                        strided_piece(dq.head(b, h), D, dq.row_stride), strided_piece(dk.head(b, h), D, dk.row_stride),

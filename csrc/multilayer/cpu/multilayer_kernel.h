@@ -161,13 +161,8 @@ void backward_typed(const MultilayerParams& mp, MultilayerBackward& t) {
       gather_rows(pieces(dout, values, b, T_len, Dv, W), 0, T_len, dout_rows.data());             // (T, Dvk)
       if (!delta_from_weights) {
         const auto out_rows = pieces(out, values, b, T_len, Dv, W);
-        for (int64_t i = 0; i < T_len; ++i) {  // rowsum(dO * O), summed over the pieces as dP is (score_order_dot)
-          at::vec::Vectorized<T> sum(T(0));
-          for (int64_t s = 0; s < out_rows.count(); ++s) {
-            sum = blocks::score_order_dot(dout_rows.data() + i * Dvk + s * Dv, out_rows.base[s] + i * W, Dv, sum);
-          }
-          scratch.delta[i] = blocks::first_lane(sum);
-        }
+        // rowsum(dO * O), summed over the pieces as dP is
+        blocks::row_deltas(blocks::one_piece<const T*>(dout_rows.data(), Dvk), out_rows, T_len, scratch);
       }
       // The gradients are summed in cache, then streamed to their places in the (fresh) gradient tensors. Fused heads
       // own disjoint pieces of them (columns of a head, rows of a sentence): no collisions.

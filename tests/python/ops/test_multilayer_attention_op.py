@@ -205,7 +205,7 @@ def test_backward_from_saved_weights_equals_recomputing_them(shape, mode):
 def test_a_one_key_sentence_gets_exactly_zero_q_and_k_gradients_in_float32(mode):
     """A sentence of one key puts each row's whole weight on it, so its q and k gradients are exactly 0, as plain
     PyTorch's are, when the backward recomputes the weights (sources over one key tile) and sums delta = dO . O as it
-    sums dP = dO . v, across the fused layers (score_order_dot in csrc/attention/cpu/attention_blocks.h)."""
+    sums dP = dO . v, across the fused layers (row_deltas in csrc/attention/cpu/attention_blocks.h)."""
     shape = (2, 40, 300, 2, 24, 24, 3)
     q, k, v = _inputs(shape, mode, torch.float32, seed=4)
     out = multilayer_attention(q, k, v, num_heads=shape[3], layer_specific=mode[0],
