@@ -45,8 +45,8 @@ def fused_attention(
     """Attention of ``q`` (B, H, T, D) over ``k`` (B, H, S, D) and ``v`` (B, H, S, Dv), each head with its own mask kind.
 
     On the CPU, head views of (B, L, H * D) projections are read in place (only the last dimension must be
-    contiguous), ``out`` is stored position-major, (B, T, H, Dv) in memory, so that merging its heads is a view, and each
-    input's gradient is laid out like the input. CUDA calls take and give contiguous tensors.
+    contiguous), ``out`` is stored position-major, (B, T, H, Dv) in memory, so that merging its heads is a view, and
+    each input's gradient is laid out like the input. CUDA calls take and give contiguous tensors.
 
     Args:
         head_kinds: one kind per head as letters (``"GLFB"``; stretched to H heads the paper's way) or HeadKind values.

@@ -382,10 +382,11 @@ void backward_softmax_row(const AttentionParams& p, int64_t b, int64_t h, int64_
 }
 
 // Backward of one (sentence, head), all query rows. In: dO (T, Dv) and q (T, D), rows dout_stride and q_stride apart,
-// lse and delta = rowsum(dO * O) (T; summed by row_deltas), the head's keys and values packed by pack_pieces into w.keys_t and w.values_t, and its key rows
-// `k` (D values a row, for grad_q); `probs` (T, S), the forward's weights, or null to recompute them from q and k (as
-// flash attention does; only then are w.keys_t read). With `probs`, no dropout and all keys in one tile, delta may be
-// null: each row's delta is then rowsum(P * dP) over the tile (the same sum, as dP = dO v^T), so O need not be read.
+// lse and delta = rowsum(dO * O) (T; summed by row_deltas), the head's keys and values packed by pack_pieces into
+// w.keys_t and w.values_t, and its key rows `k` (D values a row, for grad_q); `probs` (T, S), the forward's weights, or
+// null to recompute them from q and k (as flash attention does; only then are w.keys_t read). With `probs`, no dropout
+// and all keys in one tile, delta may be null: each row's delta is then rowsum(P * dP) over the tile (the same sum, as
+// dP = dO v^T), so O need not be read.
 // Out: the gradient pieces dq (T rows), dk and dv (S rows, padding keys' zero). The task owns its slices of grad_k and
 // grad_v (zeroes them here, where they stay in cache for the accumulation, rather than in a separate pass over the
 // whole tensors), so no two tasks collide.

@@ -61,7 +61,8 @@ def test_cpu_kernel_reads_head_views_in_place_and_stores_position_major():
     torch.manual_seed(3)
     batch, length, heads, dim = 3, 21, 4, 16
     projection = torch.randn(batch, length, 3 * heads * dim, dtype=torch.float64)  # a joint q/k/v projection
-    views = [x.view(batch, length, heads, dim).transpose(1, 2).requires_grad_() for x in projection.split(heads * dim, -1)]
+    views = [x.view(batch, length, heads, dim).transpose(1, 2).requires_grad_()  # (B, H, L, D) head views
+             for x in projection.split(heads * dim, -1)]
     copies = [x.detach().contiguous().requires_grad_() for x in views]
     lengths = padded_lengths(batch, length)
     results = [fused_attention(*qkv, head_kinds="GLFB", key_lengths=lengths, window=1) for qkv in (views, copies)]
