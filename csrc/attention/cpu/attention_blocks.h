@@ -182,12 +182,19 @@ struct Pieces {
   }
 };
 
+// One piece of `width` values a row, rows `stride` apart (contiguous rows by default).
 template <typename P>
-Pieces<P> one_piece(P base, int64_t width) {
+Pieces<P> one_piece(P base, int64_t width, int64_t stride) {
   Pieces<P> out;
   out.base.push_back(base);
-  out.width = out.stride = width;
+  out.width = width;
+  out.stride = stride;
   return out;
+}
+
+template <typename P>
+Pieces<P> one_piece(P base, int64_t width) {
+  return one_piece(base, width, width);
 }
 
 // dst (count * width, ld): rows [0, rows) of every piece packed depth-major (pack_transposed), piece s into depth rows

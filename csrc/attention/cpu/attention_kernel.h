@@ -14,18 +14,13 @@ struct HeadRows {
   P data;
   int64_t batch_stride, head_stride, row_stride;
   P head(int64_t b, int64_t h) const { return data + b * batch_stride + h * head_stride; }
+  // The rows of head (b, h), `width` values each, as the blocks take them.
+  Pieces<P> piece(int64_t b, int64_t h, int64_t width) const { return one_piece(head(b, h), width, row_stride); }
 };
 
 template <typename T>
 HeadRows<T*> head_rows(const at::Tensor& x) {
   return {x.data_ptr<std::remove_const_t<T>>(), x.stride(0), x.stride(1), x.stride(2)};
-}
-
-template <typename P>
-Pieces<P> strided_piece(P base, int64_t width, int64_t stride) {
-  Pieces<P> out = one_piece(base, width);
-  out.stride = stride;
-  return out;
 }
 
 template <typename T>
@@ -52,8 +47,8 @@ void forward_typed(const AttentionParams& p, ForwardTensors& t) {
       }
       const int64_t row = bh * T_len + first_row;  // the block's first row among all (B * H * T) of lse and probs
       forward_block<T>(p, b, h, first_row, n_rows, n_keys, q.head(b, h) + first_row * q.row_stride, q.row_stride,
-                       scratch.keys_t.data(), ld, strided_piece(v.head(b, h), Dv, v.row_stride),
-                       strided_piece(out.head(b, h), Dv, out.row_stride).from_row(first_row), lse + row,
+                       scratch.keys_t.data(), ld, v.piece(b, h, Dv),
+                       out.piece(b, h, Dv).from_row(first_row), lse + row,
                        probs ? probs + row * S : nullptr, scratch);
     }
   });
@@ -74,15 +69,12 @@ void backward_typed(const AttentionParams& p, BackwardTensors& t) {
     for (int64_t bh = begin; bh < end; ++bh) {
       const int64_t b = bh / p.heads, h = bh % p.heads;
       const int64_t n_keys = keys_of_sentence(lengths, b, S);
-      const T *head_k = k.head(b, h), *head_dout = dout.head(b, h), *head_out = out.head(b, h);
-      pack_transposed(head_k, n_keys, D, k.row_stride, scratch.keys_t.data(), ld);          // (D, ld)
+      pack_transposed(k.head(b, h), n_keys, D, k.row_stride, scratch.keys_t.data(), ld);     // (D, ld)
       pack_transposed(v.head(b, h), n_keys, Dv, v.row_stride, scratch.values_t.data(), ld);  // (Dv, ld)
-      row_deltas(strided_piece(head_dout, Dv, dout.row_stride), strided_piece(head_out, Dv, out.row_stride), T_len,
-                 scratch);  // rowsum(dO * O)
-      backward_head<T>(p, b, h, n_keys, head_dout, dout.row_stride, q.head(b, h), q.row_stride, lse + bh * T_len,
-                       scratch.delta.data(), nullptr, strided_piece(head_k, D, k.row_stride),
-                       strided_piece(dq.head(b, h), D, dq.row_stride), strided_piece(dk.head(b, h), D, dk.row_stride),
-                       strided_piece(dv.head(b, h), Dv, dv.row_stride), scratch);
+      row_deltas(dout.piece(b, h, Dv), out.piece(b, h, Dv), T_len, scratch);               // rowsum(dO * O)
+      backward_head<T>(p, b, h, n_keys, dout.head(b, h), dout.row_stride, q.head(b, h), q.row_stride, lse + bh * T_len,
+                       scratch.delta.data(), nullptr, k.piece(b, h, D), dq.piece(b, h, D), dk.piece(b, h, D),
+                       dv.piece(b, h, Dv), scratch);
     }
   });
 }
