@@ -8,7 +8,8 @@
 //   unset, or any other value          each call runs the implementation the table gives for its dtype and size:
 //                                      in float16/bfloat16 the hand-written kernels, and FlashAttention-2 for
 //                                      uniform-kind attention from 256 x 256 query-key pairs; in float32/float64 the
-//                                      compositions of PyTorch's fused kernels and GEMMs where they apply.
+//                                      compositions of PyTorch's fused kernels and GEMMs where they apply; the
+//                                      shared-value backward by GEMMs in every dtype.
 // Read at every call (a getenv is nothing next to a kernel launch), so tests and benchmarks can flip it in-process.
 #pragma once
 

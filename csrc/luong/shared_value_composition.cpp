@@ -49,19 +49,38 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_forward_by_compositi
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_backward_by_composition(
     const SharedValueParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
-    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths) {
-  const at::ScalarType acc = at::toOpMathType(q.scalar_type());
-  const at::Tensor keys = without_padding_keys(k, key_lengths);
-  const at::Tensor probs = weights_from_lse(masked_logits(p, q, keys, key_lengths), lse);  // (B, H, T, S)
-  const at::Tensor dout = grad_out.to(acc);                                                // (B, H, T, Dv)
-  const at::Tensor values = without_padding_keys(v, key_lengths).to(acc).unsqueeze(1);     // (B, 1, S, Dv)
-  const at::Tensor delta = (dout * out.to(acc)).sum(-1, /*keepdim=*/true);   // (B, H, T, 1): dO . O
-  const at::Tensor grad_logits = probs * (at::matmul(dout, values.transpose(-1, -2)) - delta) * p.scale;
-  const at::Tensor grad_q = at::matmul(grad_logits, keys.to(acc));                // (B, H, T, S) @ (B, H, S, D)
-  const at::Tensor grad_k = at::matmul(grad_logits.transpose(-1, -2), q.to(acc));  // (B, H, S, T) @ (B, H, T, D)
-  const at::Tensor grad_v = at::matmul(probs.transpose(-1, -2), dout).sum(1);     // summed over heads: (B, S, Dv)
+    const at::Tensor& v, const at::Tensor& /*out*/, const at::Tensor& lse,
+    const std::optional<at::Tensor>& key_lengths) {
+  // Five batched GEMMs in the inputs' dtype (cuBLAS accumulates half-precision products in float) around the softmax
+  // gradient in the accumulation type; no operand is upcast (issue 49 point 3). delta = rowsum(P * dP), the softmax
+  // backward's own form, equals dO . O and cancels dP exactly where one key takes the whole weight.
+  const int64_t batch = p.batch, heads = p.heads, rows = p.query_len, keys = p.key_len;
   const at::ScalarType dtype = q.scalar_type();
-  return {grad_q.to(dtype).contiguous(), grad_k.to(dtype).contiguous(), grad_v.to(dtype).contiguous()};
+  std::optional<at::Tensor> padding;  // (B, 1, 1, S) bool: the keys past each sentence's length
+  if (key_lengths.has_value()) padding = keys_past_sentence(*key_lengths, keys);
+  // Zeroed padding keys: grad_q sums grad_logit (0 there) times the key, and 0 * NaN would be NaN.
+  const at::Tensor key_rows =
+      padding ? k.masked_fill(padding->view({batch, 1, keys, 1}), 0.0) : k;               // (B, H, S, D)
+  const at::Tensor q3 = q.reshape({batch * heads, rows, p.head_dim});                      // (B*H, T, D)
+  const at::Tensor k3 = key_rows.reshape({batch * heads, keys, p.head_dim});               // (B*H, S, D)
+  const at::Tensor dout3 = grad_out.reshape({batch, heads * rows, p.value_dim});           // (B, H*T, Dv)
+  // P = exp(scale * q k^T - lse) in the accumulation type (lse's), 0 at padding keys and in rows without keys.
+  const at::Tensor logits = at::bmm(q3, k3.transpose(1, 2)).view({batch, heads, rows, keys});  // (B, H, T, S)
+  at::Tensor probs = at::add(lse.neg().unsqueeze(-1), logits, p.scale).exp_();
+  // dP = dO V^T, the values shared by the heads: one GEMM per sentence over all its heads' rows.
+  const at::Tensor grad_probs = at::bmm(dout3, v.transpose(1, 2)).view({batch, heads, rows, keys});  // (B, H, T, S)
+  if (padding) {  // a padding key's weight is 0; its logit and dP may be anything (NaN behind the padding)
+    probs.masked_fill_(*padding, 0.0);
+    grad_probs.masked_fill_(*padding, 0.0);
+  }
+  const at::Tensor delta = (probs * grad_probs).sum(-1, /*keepdim=*/true);  // (B, H, T, 1)
+  const at::Tensor grad_logits = (grad_probs - delta).mul_(probs).mul_(p.scale).to(dtype).view(
+      {batch * heads, rows, keys});                                                          // (B*H, T, S)
+  const at::Tensor grad_q = at::bmm(grad_logits, k3);                  // (B*H, T, S) @ (B*H, S, D)
+  const at::Tensor grad_k = at::bmm(grad_logits.transpose(1, 2), q3);  // (B*H, S, T) @ (B*H, T, D)
+  // grad_v = sum over heads of P^T dO: (B, S, H*T) @ (B, H*T, Dv)
+  const at::Tensor grad_v = at::bmm(probs.to(dtype).view({batch, heads * rows, keys}).transpose(1, 2), dout3);
+  return {grad_q.view(q.sizes()), grad_k.view(k.sizes()), grad_v};
 }
 
 }  // namespace mma_nmt::luong

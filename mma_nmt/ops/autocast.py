@@ -2,10 +2,19 @@
 ``torch.autocast("cpu", dtype=torch.bfloat16)`` (``train.amp = "bf16"`` on the CPU) they take their bfloat16 (or
 float16) inputs in float32 and return float32, while the layers around them (linear projections, feed-forward) run in
 bfloat16 as autocast decides. The cast is an ordinary autograd op, so gradients reach the bfloat16 activations in
-bfloat16. float64 inputs are left alone, as autocast leaves them. The CUDA kernels take bfloat16 and float16
-themselves: nothing is cast there."""
+bfloat16. float64 inputs are left alone, as autocast leaves them.
+
+The CUDA kernels take bfloat16 and float16 themselves, but each wants one dtype for all its floating-point tensors.
+Under CUDA autocast they can disagree: the GMM module's mixture parameters come out of softmax and exp in float32
+while its queries come out of a bfloat16 projection, and the multi-hop operators' weights are float32 parameters. Such
+a call takes them all in the widest dtype, as autocast's own "promote" ops (``torch.cat``, ``addcmul``) do, rather
+than rounding the mixture's centres (source positions) to bfloat16's 8 significant bits. A call whose tensors agree,
+attention's q, k and v from one projection say, is left as it is. The operator then runs with CUDA autocast off
+(``RegisteredOperator.__call__``): its compositions' GEMMs compute in the dtype the call settled on."""
 
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -25,6 +34,24 @@ def float32_under_cpu_autocast(args: tuple, list_arguments: tuple[int, ...]) -> 
         return args
     return tuple([_to_float32(t) for t in arg] if i in list_arguments else _to_float32(arg)
                  for i, arg in enumerate(args))
+
+
+def promoted_to_widest(args: tuple, list_arguments: tuple[int, ...], device_type: str = "cuda") -> tuple:
+    """``args`` with every floating-point tensor on ``device_type`` (in Tensor[] arguments too) in the widest dtype
+    among them, where they do not all have one dtype."""
+    def floating(value):
+        return isinstance(value, torch.Tensor) and value.is_floating_point() and value.device.type == device_type
+
+    tensors = [t for i, arg in enumerate(args) for t in (arg if i in list_arguments else (arg,)) if floating(t)]
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) < 2:
+        return args
+    widest = functools.reduce(torch.promote_types, dtypes)
+
+    def cast(value):
+        return value.to(widest) if floating(value) else value
+
+    return tuple([cast(t) for t in arg] if i in list_arguments else cast(arg) for i, arg in enumerate(args))
 
 
 def register_cpu_autocast(name: str) -> None:

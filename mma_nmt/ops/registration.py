@@ -39,7 +39,7 @@ import torch
 from torch._library.autograd import Info, make_autograd_impl
 
 from mma_nmt._extension import extension_available, extension_module, require_device_support, require_extension
-from mma_nmt.ops.autocast import float32_under_cpu_autocast, register_cpu_autocast
+from mma_nmt.ops.autocast import float32_under_cpu_autocast, promoted_to_widest, register_cpu_autocast
 from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad, refuse_functorch_gradients
 
 REGISTERED_OPERATORS: dict[str, RegisteredOperator] = {}  # "attention" -> its RegisteredOperator (register_operator)
@@ -66,6 +66,15 @@ class RegisteredOperator:
         if self._required <= len(args) < len(self._defaults):  # setup_context reads every argument, defaults too
             args = (*args, *self._defaults[len(args):])
         args = float32_under_cpu_autocast(args, self._list_arguments)  # the CPU kernels take no bfloat16
+        if torch.is_autocast_enabled("cuda"):
+            args = promoted_to_widest(args, self._list_arguments)  # one dtype per CUDA kernel call
+            # Autocast off inside: a composition's own GEMMs would otherwise run in bfloat16, and its calls of other
+            # operators would get mixed dtypes.
+            with torch.autocast("cuda", enabled=False):
+                return self._dispatch(args)
+        return self._dispatch(args)
+
+    def _dispatch(self, args: tuple):
         tensors = _tensors(args, self._list_arguments)
         if tensors:
             require_device_support(tensors[0], self.name)

@@ -101,6 +101,50 @@ TEST_P(SharedValueCompositionMatchesCpuKernel, ForwardAndBackward) {
   expect_untouched_by_padding(n_grad_v, c_grad_v, "grad_v");
 }
 
+// The CUDA default in half precision: the backward's GEMMs in bfloat16 (on CPU tensors here), against the CPU kernel
+// in float64. The bound is bfloat16's: 8 significant bits in the logits and in every GEMM's result.
+class SharedValueBackwardInBfloat16 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SharedValueBackwardInBfloat16, NearFloat64) {
+  const Case& c = GetParam();
+  at::manual_seed(31);
+  const auto f64 = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor q = at::randn({c.batch, c.heads, c.query_len, c.head_dim}, f64);
+  const at::Tensor k = at::randn({c.batch, c.heads, c.key_len, c.head_dim}, f64);
+  const at::Tensor v = at::randn({c.batch, c.key_len, c.value_dim}, f64);
+  const at::Tensor grad_out = at::randn({c.batch, c.heads, c.query_len, c.value_dim}, f64);
+  const std::optional<at::Tensor> lengths =
+      c.key_lengths.empty() ? std::nullopt : std::optional<at::Tensor>(at::tensor(c.key_lengths));
+  const double scale = 0.3;
+  const auto forward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::shared_value_attention", "").typed<ForwardFn>();
+  const auto backward = c10::Dispatcher::singleton()
+                            .findSchemaOrThrow("mma_nmt::shared_value_attention_backward", "")
+                            .typed<BackwardFn>();
+  const auto [out, lse, probs] = forward.call(q, k, v, lengths, scale, false);
+  const Triple want = backward.call(grad_out, q, k, v, out, lse, lengths, scale);
+
+  const auto bf16 = [](const at::Tensor& x) { return x.to(at::kBFloat16); };
+  const at::Tensor q16 = bf16(q), k16 = bf16(k), v16 = bf16(v);
+  const auto p = mma_nmt::luong::check_shared_value_args("test", q16, k16, v16, lengths, scale);
+  // As on the GPU: the half-precision forward keeps lse in float.
+  const Triple got = mma_nmt::luong::shared_value_backward_by_composition(p, bf16(grad_out), q16, k16, v16, bf16(out),
+                                                                          lse.to(at::kFloat), lengths);
+  const char* names[] = {"grad_q", "grad_k", "grad_v"};
+  const at::Tensor wants[] = {std::get<0>(want), std::get<1>(want), std::get<2>(want)};
+  const at::Tensor gots[] = {std::get<0>(got), std::get<1>(got), std::get<2>(got)};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(gots[i].scalar_type(), at::kBFloat16) << names[i];
+    ASSERT_EQ(gots[i].sizes(), wants[i].sizes()) << names[i];
+    const double error = (gots[i].to(at::kDouble) - wants[i]).abs().max().item<double>();
+    const double size = wants[i].abs().max().item<double>();
+    EXPECT_LE(error, 0.03 * size + 1e-3) << names[i] << ": max error " << error << " against max |grad| " << size;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SharedValueBackwardInBfloat16, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, SharedValueCompositionMatchesCpuKernel,
     ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(at::kDouble, at::kFloat)),

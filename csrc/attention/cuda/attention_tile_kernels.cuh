@@ -456,14 +456,22 @@ int tile_warps(const AttentionParams& p, const gpu::Launch& launch, bool backwar
   return 0;
 }
 
+// Keys per sentence up to which kAuto runs the backward on the warp-per-row kernel. On an H200 in bfloat16 (H 8,
+// D 64, 4k-8k tokens; benchmarks/results/2026-11-29.nmt-sizes.notes.md) it beat the tiled backward at S = 32, 64 and
+// 128 for mixed, causal and padded global heads (by 1.1-2.5x), lost by 10 % for unpadded global heads at S = 128,
+// and lost by 2x from S = 512.
+constexpr int64_t kRowBackwardMaxKeys = 128;
+
 // The warps of the tiled kernels for this call under `kernels` (0: the warp-per-row kernels run); refuses kTiles
 // where the tiles cannot serve the call. kAuto leaves calls of fewer query rows than a warp's tile rows (an incremental
-// decoding step has one) to the warp kernels, which give a row a whole warp instead of 4 threads of a mostly empty tile.
+// decoding step has one) to the warp kernels, which give a row a whole warp instead of 4 threads of a mostly empty
+// tile, and backward calls of up to kRowBackwardMaxKeys keys.
 template <typename scalar_t>
 int tile_warps_for(const AttentionParams& p, const gpu::Launch& launch, bool backward, bool return_probs,
                    AttentionKernelSet kernels) {
   if (kernels == AttentionKernelSet::kRowWarps) return 0;
   if (kernels == AttentionKernelSet::kAuto && p.query_len < kTileRowsPerWarp) return 0;
+  if (kernels == AttentionKernelSet::kAuto && backward && p.key_len <= kRowBackwardMaxKeys) return 0;
   const int warps = return_probs ? 0 : tile_warps<scalar_t>(p, launch, backward);
   TORCH_CHECK(kernels != AttentionKernelSet::kTiles || warps > 0, "mma_nmt attention: the tiled kernels take head ",
               "sizes up to ", kTileMaxHeadDim, " without weights, got head_dim=", p.head_dim, ", value_dim=",

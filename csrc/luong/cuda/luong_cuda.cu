@@ -1,6 +1,7 @@
 // CUDA implementation of mma_nmt::shared_value_attention and its backward: argument checks and the device guard, then
-// batched GEMMs around a masked softmax (shared_value_composition.h), or with MMA_NMT_CUDA_KERNELS=handwritten the
-// kernels of shared_value_kernels.cuh on the current stream.
+// the forward kernel of shared_value_kernels.cuh in half precision (the composition in float32/float64), and the
+// backward by batched GEMMs (shared_value_composition.h) in every dtype; with MMA_NMT_CUDA_KERNELS=handwritten the
+// kernels of shared_value_kernels.cuh on the current stream, both ways.
 #include "luong/cuda/shared_value_kernels.cuh"  // first: it includes common/cuda_compat.h
 
 #include <c10/cuda/CUDAGuard.h>
@@ -31,7 +32,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_backward_c
   const SharedValueParams p = check_shared_value_args(op, q, k, v, key_lengths, scale);
   check_shared_value_backward_extras(op, p, q, grad_out, out, lse);
   const c10::cuda::CUDAGuard guard(q.device());
-  if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type())) {
+  // In every dtype: five GEMMs in the inputs' dtype beat the kernel's one block per sentence 8-10x in bfloat16 on an
+  // H200 (benchmarks/results/2026-11-29.nmt-sizes.notes.md).
+  if (!handwritten_cuda_kernels_only()) {
     return shared_value_backward_by_composition(p, grad_out, q, k, v, out, lse, key_lengths);
   }
   return run_shared_value_backward(p, grad_out, q, k, v, out, lse, key_lengths, gpu::current_launch());

@@ -134,8 +134,14 @@ TEST(EmulatedAttentionTiles, WeightsAndDecodingStepsStayWithTheWarpKernelsAndAut
                                                       AttentionKernelSet::kTiles),
                c10::Error);
   const gpu::Launch four_warps{nullptr, 4};
-  EXPECT_EQ(attention::cuda::tile_warps_for<float>(p, four_warps, true, false, AttentionKernelSet::kAuto), 4);
+  EXPECT_EQ(attention::cuda::tile_warps_for<float>(p, four_warps, false, false, AttentionKernelSet::kAuto), 4);
   EXPECT_EQ(attention::cuda::tile_warps_for<float>(p, four_warps, false, true, AttentionKernelSet::kAuto), 0);
+  // Backward: the warp kernel up to kRowBackwardMaxKeys keys (the faster one there on an H200), the tiles past it.
+  EXPECT_EQ(attention::cuda::tile_warps_for<float>(p, four_warps, true, false, AttentionKernelSet::kAuto), 0);
+  EXPECT_EQ(attention::cuda::tile_warps_for<float>(p, four_warps, true, false, AttentionKernelSet::kTiles), 4);
+  attention::AttentionParams long_keys = p;
+  long_keys.key_len = attention::cuda::kRowBackwardMaxKeys + 1;
+  EXPECT_EQ(attention::cuda::tile_warps_for<float>(long_keys, four_warps, true, false, AttentionKernelSet::kAuto), 4);
   attention::AttentionParams step = p;  // an incremental decoding step: one query row
   step.query_len = 1;
   EXPECT_EQ(attention::cuda::tile_warps_for<float>(step, four_warps, false, false, AttentionKernelSet::kAuto), 0);
@@ -144,9 +150,10 @@ TEST(EmulatedAttentionTiles, WeightsAndDecodingStepsStayWithTheWarpKernelsAndAut
   // bfloat16 ones 32 in both.
   attention::AttentionParams wide = p;
   wide.head_dim = wide.value_dim = 128;
-  EXPECT_EQ(attention::cuda::tile_warps_for<float>(wide, four_warps, true, false, AttentionKernelSet::kAuto), 2);
+  EXPECT_EQ(attention::cuda::tile_warps_for<float>(wide, four_warps, true, false, AttentionKernelSet::kTiles), 2);
   EXPECT_EQ(attention::cuda::tile_warps_for<float>(wide, four_warps, false, false, AttentionKernelSet::kAuto), 3);
-  EXPECT_EQ(attention::cuda::tile_warps_for<at::BFloat16>(wide, four_warps, true, false, AttentionKernelSet::kAuto), 4);
+  EXPECT_EQ(attention::cuda::tile_warps_for<at::BFloat16>(wide, four_warps, true, false, AttentionKernelSet::kTiles),
+            4);
   // The tiled kernels' outputs are the warp kernels' (auto takes the tiles here).
   const auto [out, lse, probs] = attention::cuda::run_attention_forward(
       p, q, k, v, std::nullopt, false, emulated_launch(), AttentionKernelSet::kRowWarps);
@@ -168,15 +175,19 @@ TEST(EmulatedAttentionTiles, AOneKeySentenceGetsExactlyZeroGradients) {
   const attention::AttentionParams p =
       attention::check_attention_args("emulated attention", q, k, v, lengths, kinds, 2, 0.3, 0, 0.0, 0);
   using attention::cuda::AttentionKernelSet;
-  const gpu::Launch launch{nullptr, 4};
-  const auto [out, lse, probs] =
-      attention::cuda::run_attention_forward(p, q, k, v, lengths, false, launch, AttentionKernelSet::kTiles);
-  EXPECT_TRUE(at::equal(out[1].select(1, 0), v[1].select(1, 0))) << "a row seeing one key outputs its value";
-  const auto [grad_q, grad_k, grad_v] = attention::cuda::run_attention_backward(
-      p, grad_out, q, k, v, out, lse, lengths, launch, AttentionKernelSet::kTiles);
-  EXPECT_EQ(at::count_nonzero(grad_q[1]).item<int64_t>(), 0) << grad_q[1].abs().max();
-  EXPECT_EQ(at::count_nonzero(grad_k[1]).item<int64_t>(), 0) << grad_k[1].abs().max();
-  EXPECT_GT(at::count_nonzero(grad_v[1].select(1, 0)).item<int64_t>(), 0);  // the value still gets its gradient
+  // Both backward kernels: the warp-per-row one serves keys up to kRowBackwardMaxKeys by default. (The emulator runs
+  // the warp-per-row kernels one warp per block: emulated_testing.h.)
+  for (const AttentionKernelSet kernels : {AttentionKernelSet::kTiles, AttentionKernelSet::kRowWarps}) {
+    const gpu::Launch launch = kernels == AttentionKernelSet::kTiles ? gpu::Launch{nullptr, 4} : emulated_launch();
+    const auto [out, lse, probs] = attention::cuda::run_attention_forward(p, q, k, v, lengths, false, launch, kernels);
+    EXPECT_TRUE(at::equal(out[1].select(1, 0), v[1].select(1, 0))) << "a row seeing one key outputs its value";
+    const auto [grad_q, grad_k, grad_v] =
+        attention::cuda::run_attention_backward(p, grad_out, q, k, v, out, lse, lengths, launch, kernels);
+    const char* name = kernels == AttentionKernelSet::kTiles ? "tiles" : "row warps";
+    EXPECT_EQ(at::count_nonzero(grad_q[1]).item<int64_t>(), 0) << name << ": " << grad_q[1].abs().max();
+    EXPECT_EQ(at::count_nonzero(grad_k[1]).item<int64_t>(), 0) << name << ": " << grad_k[1].abs().max();
+    EXPECT_GT(at::count_nonzero(grad_v[1].select(1, 0)).item<int64_t>(), 0) << name;  // the value keeps its gradient
+  }
 }
 
 TEST(EmulatedAttentionRows, FullyMaskedRowsHaveZeroOutputAndMinusInfinityLse) {

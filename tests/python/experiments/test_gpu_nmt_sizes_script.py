@@ -1,4 +1,4 @@
-"""``scripts/gpu_nmt_sizes.sh`` end to end with stand-ins for the GPU work, so that a mistake in its orchestration shows
+"""``scripts/gpu_nmt_sizes.sh`` and ``scripts/gpu_recheck.sh`` end to end with stand-ins for the GPU work, so that a
 here and not on a lent machine: the real script and ``gpu_build.sh`` (the build reused) run in a scratch repository
 where a stand-in ``python3`` runs pytest (prints a result), the benchmark (appends one row per call and records its
 arguments), the LSTM step benchmark (prints a table), the benchmark suite (echoes its arguments) and every ``-c``
@@ -70,3 +70,35 @@ def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp
     assert len(calls) == 4
     assert [json.loads(line) for line in (out / "bench" / "nmt_sizes.jsonl").read_text().splitlines()] == [
         {"group": "x"}] * 3
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_follow_up_lease_runs_tests_the_named_groups_then_the_training_steps(tmp_path):
+    root, out = tmp_path / "repo", tmp_path / "out"
+    (root / "scripts").mkdir(parents=True)
+    for script in ("gpu_recheck.sh", "gpu_build.sh"):
+        shutil.copy(REPO / "scripts" / script, root / "scripts")
+    (root / "mma_nmt").mkdir()
+    (root / "mma_nmt" / "_C.stand-in.so").write_text("")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(FAKE_PYTHON.replace("REAL_PYTHON", sys.executable))
+    (bin_dir / "python3").chmod(0o755)
+    out.mkdir()
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out), "REUSE_BUILD": "1",
+           "LIMIT": "300", "NMT_GROUPS": "decoder long"}
+
+    done = subprocess.run(["bash", "scripts/gpu_recheck.sh"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    session = (out / "session.log").read_text()
+    steps = ["built: stand-in", "tests: 2 passed in 0.10s | handwritten: 2 passed in 0.10s",
+             "nmt sizes (decoder long): exit 0, 1 rows", "training steps: exit 0", "LSTM step: exit 0", "s] done"]
+    positions = [session.find(step) for step in steps]
+    assert -1 not in positions and positions == sorted(positions), session
+    calls = (out / "calls.txt").read_text().splitlines()
+    assert re.sub(r"--(out|deadline) \S+", "", calls[0]).split() == ["--only", "decoder", "--only", "long"]
+    assert 0 < float(re.search(r"--deadline (\S+)", calls[0]).group(1)) < 300
+    assert calls[1].endswith("--render") and len(calls) == 2
+    assert (out / "bench" / "training.log").read_text().startswith("suite --device cuda --quick --only training")

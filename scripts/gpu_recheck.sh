@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# A short follow-up lease, for the rest of a session's device time after scripts/gpu_nmt_sizes.sh: build, the CUDA
+# suite in both dispatch modes, then the NMT-size groups named in NMT_GROUPS (default: decoder attention), the training
+# steps (python -m benchmarks --only training) and the LSTM decoder step, each step cut off in time so that the whole
+# ends by LIMIT seconds (default 300). Everything lands in $OUT as in gpu_nmt_sizes.sh.
+#
+#   OUT=... LIMIT=300 NMT_GROUPS="decoder attention" bash scripts/gpu_recheck.sh      (carry .whl and runs/data/raw)
+set -uo pipefail
+start=$SECONDS
+: "${OUT:?OUT must name the folder whose files come back}"
+limit=${LIMIT:-300}
+mkdir -p "$OUT/bench"
+say() { echo "[gpu $((SECONDS - start))s] $*" | tee -a "$OUT/session.log"; }
+until_s() { local s=$(($1 - (SECONDS - start))); [ "$s" -lt 5 ] && s=5; echo "$s"; }  # seconds left until t = $1
+
+say "machine: $(nvidia-smi -L 2>&1 | head -1); $(nproc) cores"
+# shellcheck source=scripts/gpu_build.sh
+source scripts/gpu_build.sh
+if ! gpu_build "$OUT/build.log"; then
+  say "build FAILED"; tail -40 "$OUT/build.log" | tee -a "$OUT/session.log"; exit 1
+fi
+say "built: $(python3 -c 'import mma_nmt; print(mma_nmt.build_info())' 2>&1 | tail -1)"
+
+gpu_cuda_tests "$OUT"
+wait "${cuda_test_pids[@]}"
+last_result() { tail -2 "$1" | head -1; }  # pytest's summary line, above the "exit" line gpu_cuda_tests appends
+say "tests: $(last_result "$OUT/test_cuda.log") | handwritten: $(last_result "$OUT/test_cuda_handwritten.log")"
+
+groups=()
+for group in ${NMT_GROUPS:-decoder attention}; do groups+=(--only "$group"); done
+nmt_end=$((limit * 55 / 100))
+timeout "$(until_s "$nmt_end")" python3 -m benchmarks.cuda_nmt_sizes --out "$OUT/bench" "${groups[@]}" \
+  --deadline "$(until_s $((nmt_end - 15)))" >> "$OUT/bench/bench.log" 2>&1
+say "nmt sizes (${NMT_GROUPS:-decoder attention}): exit $?, $(wc -l < "$OUT/bench/nmt_sizes.jsonl" 2>/dev/null) rows"
+timeout "$(until_s $((limit - 20)))" python3 -m benchmarks --device cuda --quick --only training --out "$OUT/bench" \
+  --name cuda-training > "$OUT/bench/training.log" 2>&1
+say "training steps: exit $?"
+timeout "$(until_s "$limit")" python3 -m benchmarks.cuda_lstm_step --quick > "$OUT/bench/lstm_step.md" 2>&1
+say "LSTM step: exit $?"
+python3 -m benchmarks.cuda_nmt_sizes --out "$OUT/bench" --render 2>> "$OUT/session.log"
+say "done"
