@@ -142,14 +142,25 @@ TEST(FlashPlan, PackingIndexPutsEachSentencesRealRowsAtItsCumulativeStartAndIsAP
   EXPECT_TRUE(at::equal(packed.narrow(0, 8, 2), x.narrow(0, 15, 2)));         // sentence 3
 }
 
-TEST(FlashPlan, FlashIsTheDefaultFrom256By256QueryKeyPairs) {
+TEST(FlashPlan, FlashIsTheDefaultFrom256By256PairsASentenceOr4MPairsAUniformCallWithoutPadding) {
   using mma_nmt::attention::flash_by_default;
-  EXPECT_FALSE(flash_by_default(128, 128));  // NMT sizes: the hand-written kernel measured ahead or level
-  EXPECT_FALSE(flash_by_default(255, 256));
-  EXPECT_TRUE(flash_by_default(256, 256));
-  EXPECT_TRUE(flash_by_default(512, 512));  // flash measured 5.9x ahead
-  EXPECT_FALSE(flash_by_default(1, 4096));  // a decoder step: 4096 pairs
-  EXPECT_TRUE(flash_by_default(64, 1024));
+  for (const bool padded : {true, false}) {
+    for (const bool uniform : {true, false}) {
+      EXPECT_FALSE(flash_by_default(64, 128, 128, padded, uniform));  // NMT sizes: the hand-written kernel ahead
+      EXPECT_FALSE(flash_by_default(1, 255, 256, padded, uniform));
+      EXPECT_TRUE(flash_by_default(1, 256, 256, padded, uniform));
+      EXPECT_TRUE(flash_by_default(256, 512, 512, padded, uniform));  // flash measured 5.9x ahead
+      EXPECT_FALSE(flash_by_default(8, 1, 4096, padded, uniform));    // a decoder step: 4096 pairs
+      EXPECT_TRUE(flash_by_default(1, 64, 1024, padded, uniform));
+    }
+  }
+  // One kind without key padding: from 2^22 pairs in the call (B x H x T x S), where flash measured 1.35-3.1x ahead.
+  EXPECT_FALSE(flash_by_default(64 * 8, 64, 64, false, true));   // 2^21: level on the H200
+  EXPECT_FALSE(flash_by_default(256 * 8, 32, 32, false, true));  // 2^21
+  EXPECT_TRUE(flash_by_default(32 * 8, 128, 128, false, true));  // 2^22
+  EXPECT_TRUE(flash_by_default(128 * 8, 64, 64, false, true));
+  EXPECT_FALSE(flash_by_default(128 * 8, 64, 64, true, true));   // padded: packing costs more than it saves there
+  EXPECT_FALSE(flash_by_default(128 * 8, 64, 64, false, false));  // mixed kinds: a flash call per kind, unmeasured
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <functional>
 #include <tuple>
 
 #include "attention/attention_composition.h"
@@ -56,9 +58,14 @@ const AttentionKernels& handwritten_kernels() {
 // 256 in steps of 8, on sm80 or newer. Calls of mixed kinds are split into one group per kind, each through FA2 where
 // it serves, else the hand-written kernel. flash_by_default (flash_plan.h) gives the size from which this is the
 // default; MMA_NMT_CUDA_KERNELS=flash takes it at every size, =handwritten never.
-bool flash_wanted(const AttentionParams& p, const at::Tensor& q, bool return_probs) {
+bool flash_wanted(const AttentionParams& p, const at::Tensor& q, bool padded, bool return_probs) {
   if (handwritten_cuda_kernels_only() || return_probs || p.dropout_p > 0.0) return false;
-  if (!flash_cuda_kernels_opted_in() && !flash_by_default(p.query_len, p.key_len)) return false;
+  const bool uniform = std::adjacent_find(p.head_kinds.begin(), p.head_kinds.end(), std::not_equal_to<>()) ==
+                       p.head_kinds.end();
+  if (!flash_cuda_kernels_opted_in() &&
+      !flash_by_default(p.batch * p.heads, p.query_len, p.key_len, padded, uniform)) {
+    return false;
+  }
   if (q.scalar_type() != at::kHalf && q.scalar_type() != at::kBFloat16) return false;
   if (p.head_dim != p.value_dim || p.head_dim > 256 || p.head_dim % 8 != 0) return false;
   return at::cuda::getCurrentDeviceProperties()->major >= 8;
@@ -105,7 +112,7 @@ const AttentionKernels& flash_or_handwritten_kernels() {
 // Whether FA2 takes some group of this call: the call is split by kind (a uniform call is one group).
 bool flash_takes(const AttentionParams& p, const at::Tensor& q, const std::optional<at::Tensor>& key_lengths,
                  bool return_probs) {
-  if (!splittable(p, return_probs) || !flash_wanted(p, q, return_probs)) return false;
+  if (!splittable(p, return_probs) || !flash_wanted(p, q, key_lengths.has_value(), return_probs)) return false;
   bool asked[kNumHeadKinds] = {};
   AttentionParams group = p;  // one copy of the params, asked once per kind present
   group.heads = 1;
