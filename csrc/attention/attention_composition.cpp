@@ -341,7 +341,21 @@ AttentionTriple attention_backward_by_kind(const AttentionParams& p, const at::T
                                            const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                                            const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
                                            const AttentionKernels& kernels) {
-  return attention_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths, sdpa_first(kernels));
+  auto grads = attention_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths, sdpa_first(kernels));
+  // A sentence with one key puts each row's whole weight on it (P = 1, O = v), so its query and key gradients are
+  // exactly 0. A fused backward forms P (dP - delta) from dP = dO . v and delta = dO . O, two equal dot products
+  // rounded differently, and sums that residue over every query into the key's gradient (1.55e-5 in float32 on the
+  // H200, issue 48 point 6); the hand-written kernels and plain PyTorch give 0. The identity restores the exact value.
+  auto& [grad_q, grad_k, grad_v] = grads;
+  if (key_lengths.has_value()) {
+    const at::Tensor one_key = key_lengths->eq(1).view({-1, 1, 1, 1});  // (B, 1, 1, 1)
+    grad_q.masked_fill_(one_key, 0.0);
+    grad_k.masked_fill_(one_key, 0.0);
+  } else if (p.key_len == 1) {
+    grad_q.zero_();
+    grad_k.zero_();
+  }
+  return grads;
 }
 
 }  // namespace mma_nmt::attention
