@@ -27,13 +27,13 @@ namespace mma_nmt::attention {
 // (3.8 against 22.1 ms; 1024: 2.7 against 45.0). 256 x 256 lies between the last tie and the first clear win.
 constexpr int64_t kFlashDefaultMinPairs = 256 * 256;
 
-// Calls of one head kind without key padding (the decoder's causal self-attention in training, unpadded batches) go to
-// flash's batched call, with no packing, from this many query-key pairs in the whole call (B x H x T x S). The H200 measured
-// (bfloat16, H 8, D 64, 2026-11-29: benchmarks/results/2026-11-29.nmt-sizes.notes.md) flash through the operator
-// 1.35-3.1x ahead of the hand-written kernels from 2^22 pairs (B 32 T 128, B 128 T 64, B 64 T 128; global and causal
-// heads, forward+backward) and level at 2^21 (B 64 T 64, B 256 T 32). Padded calls keep the per-sentence rule: packing
-// the variable-length call cost 76 launches a step there (global heads, B 32 T 128: 2.1 ms against 1.1). Mixed kinds
-// split into a flash call per kind were not measured at these sizes, and keep the per-sentence rule too.
+// Calls of one head kind without key padding (the decoder's causal self-attention in training, unpadded batches) go
+// to flash's batched call, with no packing, from this many query-key pairs in the whole call (B x H x T x S). The
+// H200 measured (bfloat16, H 8, D 64, 2026-11-29: benchmarks/results/2026-11-29.nmt-sizes.notes.md) flash through
+// the operator 1.35-3.1x ahead of the hand-written kernels from 2^22 pairs (B 32 T 128, B 128 T 64, B 64 T 128;
+// global and causal heads, forward+backward) and level at 2^21 (B 64 T 64, B 256 T 32). Padded calls keep the
+// per-sentence rule: packing the variable-length call cost 76 launches a step there (global heads, B 32 T 128: 2.1 ms
+// against 1.1). Mixed kinds split into a flash call per kind were not measured at these sizes, and keep it too.
 constexpr int64_t kFlashUnpaddedMinPairs = int64_t{1} << 22;
 
 // batch_heads: B x H of the call; padded: whether it has key lengths; uniform: whether its heads are of one kind.

@@ -458,8 +458,8 @@ int tile_warps(const AttentionParams& p, const gpu::Launch& launch, bool backwar
 
 // Keys per sentence up to which kAuto runs the backward on the warp-per-row kernel. On an H200 in bfloat16 (H 8,
 // D 64, 4k-8k tokens; benchmarks/results/2026-11-29.nmt-sizes.notes.md) it beat the tiled backward at S = 32, 64 and
-// 128 for mixed, causal and padded global heads (by 1.1-2.5x), lost by 10 % for unpadded global heads at S = 128,
-// and lost by 2x from S = 512.
+// 128 for mixed, causal and padded global heads (by 1.1-2.5x) and lost by 10 % for unpadded global heads at
+// S = 128; from S = 512 the tiled backward led by 1.1-1.3x for global and mixed heads.
 constexpr int64_t kRowBackwardMaxKeys = 128;
 
 // The warps of the tiled kernels for this call under `kernels` (0: the warp-per-row kernels run); refuses kTiles
