@@ -37,18 +37,27 @@ const Case kCases[] = {
     {"NoPadding", 2, 3, 4, 4, 16, 16, {}},
 };
 
+// q, k, v, grad_out and the key lengths of a case, random in `dtype`.
+struct Inputs {
+  at::Tensor q, k, v, grad_out;
+  std::optional<at::Tensor> lengths;
+};
+
+Inputs random_inputs(const Case& c, at::ScalarType dtype) {
+  const auto options = at::TensorOptions().dtype(dtype);
+  return {at::randn({c.batch, c.heads, c.query_len, c.head_dim}, options),
+          at::randn({c.batch, c.heads, c.key_len, c.head_dim}, options),
+          at::randn({c.batch, c.key_len, c.value_dim}, options),
+          at::randn({c.batch, c.heads, c.query_len, c.value_dim}, options),
+          c.key_lengths.empty() ? std::nullopt : std::optional<at::Tensor>(at::tensor(c.key_lengths))};
+}
+
 class SharedValueCompositionMatchesCpuKernel : public ::testing::TestWithParam<std::tuple<Case, at::ScalarType>> {};
 
 TEST_P(SharedValueCompositionMatchesCpuKernel, ForwardAndBackward) {
   const auto& [c, dtype] = GetParam();
   at::manual_seed(29);
-  const auto options = at::TensorOptions().dtype(dtype);
-  const at::Tensor q = at::randn({c.batch, c.heads, c.query_len, c.head_dim}, options);
-  const at::Tensor k = at::randn({c.batch, c.heads, c.key_len, c.head_dim}, options);
-  const at::Tensor v = at::randn({c.batch, c.key_len, c.value_dim}, options);
-  const at::Tensor grad_out = at::randn({c.batch, c.heads, c.query_len, c.value_dim}, options);
-  const std::optional<at::Tensor> lengths =
-      c.key_lengths.empty() ? std::nullopt : std::optional<at::Tensor>(at::tensor(c.key_lengths));
+  const auto [q, k, v, grad_out, lengths] = random_inputs(c, dtype);
   const double scale = 0.3, tolerance = dtype == at::kDouble ? 1e-10 : 2e-5;
   const auto p = mma_nmt::luong::check_shared_value_args("test", q, k, v, lengths, scale);
   const auto close = [&](const at::Tensor& got, const at::Tensor& want, const char* what) {
@@ -108,13 +117,7 @@ class SharedValueBackwardInBfloat16 : public ::testing::TestWithParam<Case> {};
 TEST_P(SharedValueBackwardInBfloat16, NearFloat64) {
   const Case& c = GetParam();
   at::manual_seed(31);
-  const auto f64 = at::TensorOptions().dtype(at::kDouble);
-  const at::Tensor q = at::randn({c.batch, c.heads, c.query_len, c.head_dim}, f64);
-  const at::Tensor k = at::randn({c.batch, c.heads, c.key_len, c.head_dim}, f64);
-  const at::Tensor v = at::randn({c.batch, c.key_len, c.value_dim}, f64);
-  const at::Tensor grad_out = at::randn({c.batch, c.heads, c.query_len, c.value_dim}, f64);
-  const std::optional<at::Tensor> lengths =
-      c.key_lengths.empty() ? std::nullopt : std::optional<at::Tensor>(at::tensor(c.key_lengths));
+  const auto [q, k, v, grad_out, lengths] = random_inputs(c, at::kDouble);
   const double scale = 0.3;
   const auto forward =
       c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::shared_value_attention", "").typed<ForwardFn>();

@@ -32,12 +32,13 @@ exec REAL_PYTHON "$@"
 """
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
-def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp_path):
+def _scratch_repository(tmp_path: Path, script: str, **variables: str) -> tuple[Path, Path, dict]:
+    """(a scratch repository holding ``scripts/<script>`` and ``gpu_build.sh`` with a stand-in extension, the $OUT
+    folder, the environment that puts the stand-in ``python3`` first and sets ``variables``)."""
     root, out = tmp_path / "repo", tmp_path / "out"
     (root / "scripts").mkdir(parents=True)
-    for script in ("gpu_nmt_sizes.sh", "gpu_build.sh"):
-        shutil.copy(REPO / "scripts" / script, root / "scripts")
+    for name in (script, "gpu_build.sh"):
+        shutil.copy(REPO / "scripts" / name, root / "scripts")
     (root / "mma_nmt").mkdir()
     (root / "mma_nmt" / "_C.stand-in.so").write_text("")  # REUSE_BUILD=1 keeps it: no build
     bin_dir = tmp_path / "bin"
@@ -45,8 +46,13 @@ def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp
     (bin_dir / "python3").write_text(FAKE_PYTHON.replace("REAL_PYTHON", sys.executable))
     (bin_dir / "python3").chmod(0o755)
     out.mkdir()
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out), "REUSE_BUILD": "1",
-           "LIMIT": "400"}
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out), "REUSE_BUILD": "1", **variables}
+    return root, out, env
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp_path):
+    root, out, env = _scratch_repository(tmp_path, "gpu_nmt_sizes.sh", LIMIT="400")
 
     done = subprocess.run(["bash", "scripts/gpu_nmt_sizes.sh"], cwd=root, env=env, capture_output=True, text=True,
                           timeout=240)
@@ -74,19 +80,7 @@ def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_the_follow_up_lease_runs_tests_the_named_groups_then_the_training_steps(tmp_path):
-    root, out = tmp_path / "repo", tmp_path / "out"
-    (root / "scripts").mkdir(parents=True)
-    for script in ("gpu_recheck.sh", "gpu_build.sh"):
-        shutil.copy(REPO / "scripts" / script, root / "scripts")
-    (root / "mma_nmt").mkdir()
-    (root / "mma_nmt" / "_C.stand-in.so").write_text("")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python3").write_text(FAKE_PYTHON.replace("REAL_PYTHON", sys.executable))
-    (bin_dir / "python3").chmod(0o755)
-    out.mkdir()
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out), "REUSE_BUILD": "1",
-           "LIMIT": "300", "NMT_GROUPS": "decoder long"}
+    root, out, env = _scratch_repository(tmp_path, "gpu_recheck.sh", LIMIT="300", NMT_GROUPS="decoder long")
 
     done = subprocess.run(["bash", "scripts/gpu_recheck.sh"], cwd=root, env=env, capture_output=True, text=True,
                           timeout=120)
