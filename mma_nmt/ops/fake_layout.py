@@ -14,7 +14,8 @@ of the allocation its C++ kernel makes:
   csrc/common/head_layout.h; contiguous on CUDA).
 
 Forward results made with ``new_empty(shape)`` are contiguous, as the kernels' ``at::empty(shape)``. Statistics saved
-for the backward (log-sum-exp, the GMM's log mass and contexts) have :func:`statistics_dtype`.
+for the backward (log-sum-exp, the GMM's log mass and contexts) have :func:`statistics_dtype`. :func:`kernel_grad_out`
+is the layout in which the autograd formulas hand ``grad_out`` to the backward kernels.
 """
 
 from __future__ import annotations
@@ -50,3 +51,10 @@ def projection_gradient_like(projection: torch.Tensor) -> torch.Tensor:
         return position_major(projection, projection.shape[3])
     grad = torch.empty_like(projection)
     return grad if grad.stride(3) == 1 or grad.shape[3] <= 1 else position_major(projection, projection.shape[3])
+
+
+def kernel_grad_out(grad_out: torch.Tensor) -> torch.Tensor:
+    """``grad_out`` as the backward kernels of ``attention`` and the multi-hop operators take it: as it comes on the
+    CPU (those kernels read it through its strides), contiguous elsewhere (the Python twin of
+    csrc/eager/kernel_grad_out.h)."""
+    return grad_out if grad_out.device.type == "cpu" else grad_out.contiguous()

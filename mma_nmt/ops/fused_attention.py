@@ -13,7 +13,7 @@ import torch
 from mma_nmt.ops.argument_checks import check_int64
 from mma_nmt.ops.argument_defaults import default_scale, draw_dropout_seed
 from mma_nmt.ops.device_checks import check_same_device
-from mma_nmt.ops.fake_layout import position_major, projection_gradient_like, statistics_dtype
+from mma_nmt.ops.fake_layout import kernel_grad_out, position_major, projection_gradient_like, statistics_dtype
 from mma_nmt.ops.head_spec import parse_head_spec
 from mma_nmt.ops.padding import operator_key_lengths
 from mma_nmt.ops.registration import backward_operator, register_operator
@@ -129,8 +129,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad_out, _grad_lse, _grad_probs):
     q, k, v, out, lse, key_lengths = ctx.saved_tensors
-    if grad_out.device.type != "cpu":  # the CPU kernel reads grad_out through its strides
-        grad_out = grad_out.contiguous()
+    grad_out = kernel_grad_out(grad_out)
     grad_q, grad_k, grad_v = _BACKWARD_OP(grad_out, q, k, v, out, lse, key_lengths, *ctx.options)
     return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None
 
