@@ -200,10 +200,12 @@ def cases(group: str) -> list[Case]:
         luong = [cuda_operators.shared_value_case(128, hidden=1024, heads=4, source=s) for s in (30, 50)]
         hop = [f(b, t, 512, 8) for b, t in ((128, 32), (64, 64)) for f in (cuda_operators.head_gate_case,
                                                                             cuda_operators.second_hop_case)]
+        # The decoder's attention over the top 4 encoder layers (MLMHA, issue 48's multilayer_attention target).
+        layers = [cuda_operators.multilayer_case(b, t, 512, 8) for b, t in ((128, 32), (64, 64))]
         # The attention steps last: in the graphs pass a failed capture leaves the CUDA context unusable for the rest.
         steps = [gmm_step_case(128, s) for s in (32, 64)] + [
             attention_step_case(spec, 128, s) for spec in ("C", "G") for s in (32, 64)]
-        return [operator_case(c) for c in gmm + luong + hop] + steps
+        return [operator_case(c) for c in gmm + luong + hop + layers] + steps
     if group == "tiny":  # the CPU smoke test's sizes
         return [attention_case(group, spec, padded, 2, 9, 4, 8) for spec, padded in SPECS] + [
             attention_step_case("C", 2, 7, heads=4, head_dim=8), gmm_step_case(2, 7, heads=2, head_dim=8),
