@@ -101,31 +101,35 @@ def _lengths(batch: int, length: int, device: str) -> torch.Tensor:
 
 
 def _projections(batch: int, length: int, heads: int, head_dim: int, device: str, dtype: torch.dtype, count: int = 3):
-    """``count`` leaves (B, T, H, D) and their (B, H, T, D) views."""
+    """``count`` leaves (B, T, H, D), and a function giving their (B, H, T, D) views, for each call to take anew as a
+    module does. Views made once, outside the calls, would put their autograd nodes into every call's graph, created
+    on the default stream before any capture: the backward of a CUDA-graph capture then waits on that stream, which
+    invalidates the capture (the attention steps' "operation failed due to a previous error during capture" of
+    2026-11-28 and 2026-11-29, for every contender, torch's own SDPA included)."""
     leaves = [torch.randn(batch, length, heads, head_dim, device=device, dtype=dtype, requires_grad=True)
               for _ in range(count)]
-    return leaves, [leaf.transpose(1, 2) for leaf in leaves]  # (B, T, H, D) -> (B, H, T, D) views
+    return leaves, lambda: [leaf.transpose(1, 2) for leaf in leaves]  # (B, T, H, D) -> (B, H, T, D) views
 
 
 def attention_case(group: str, spec: str, padded: bool, batch: int, length: int, heads: int, head_dim: int,
                    *, flex: bool = False, count_launches: bool = True) -> Case:
     def make(device, dtype):
-        leaves, (q, k, v) = _projections(batch, length, heads, head_dim, device, dtype)
+        leaves, heads_of = _projections(batch, length, heads, head_dim, device, dtype)
         kinds = parse_head_spec(spec, heads)
         # Unpadded: no key lengths at all (full-length lengths would take the padded paths: flash's packed call)
         lengths = _lengths(batch, length, device) if padded else None
         options = dict(head_kinds=kinds, key_lengths=lengths, window=1)
         # The flash path serves all-G calls and unpadded uniform kinds; elsewhere it is the default path again.
         flash = spec == "G" or (spec == "C" and not padded)
-        calls = ours(lambda: fused_attention(q, k, v, **options).out,
+        calls = ours(lambda: fused_attention(*heads_of(), **options).out,
                      modes=(None, "handwritten", "rows", "flash") if flash else (None, "handwritten", "rows"))
-        calls["reference"] = lambda: attention_reference(q, k, v, **options)[0]
+        calls["reference"] = lambda: attention_reference(*heads_of(), **options)[0]
         if not padded and spec in ("G", "C") and dtype in (torch.float16, torch.bfloat16) and device == "cuda":
-            calls["SDPA-flash"] = lambda: _sdpa_flash(q, k, v, causal=spec == "C")
+            calls["SDPA-flash"] = lambda: _sdpa_flash(*heads_of(), causal=spec == "C")
         visible = visibility_mask(kinds, length, length, window=1, key_lengths=lengths, batch=batch, device=device)
-        calls["SDPA+mask"] = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=visible)
+        calls["SDPA+mask"] = lambda: F.scaled_dot_product_attention(*heads_of(), attn_mask=visible)
         if flex:
-            calls.update(_flex_contenders(q, k, v, kinds, lengths, device))
+            calls.update(_flex_contenders(heads_of, kinds, lengths, device))
         return calls, leaves
     return Case(group, f"attention {spec}{' padded' if padded else ''}",
                 f"B={batch} T=S={length} H={heads} D={head_dim}", make, count_launches)
@@ -137,34 +141,37 @@ def _sdpa_flash(q, k, v, *, causal: bool):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-def _flex_contenders(q, k, v, kinds, lengths, device) -> dict[str, Callable]:
+def _flex_contenders(heads_of: Callable, kinds, lengths, device) -> dict[str, Callable]:
     from torch.nn.attention.flex_attention import create_block_mask
 
-    batch, heads, length, _ = q.shape
+    batch, heads, length, _ = heads_of()[0].shape
     mask_mod = mask_mod_for(kinds, 1, lengths)
     flex = compiled_flex_attention()
     once = create_block_mask(mask_mod, batch, heads, length, length, device=device)
 
     def rebuilt():  # a new batch: its padding gives a new block mask
         block_mask = create_block_mask(mask_mod, batch, heads, length, length, device=device, _compile=True)
-        return flex(q, k, v, block_mask=block_mask)
-    return {"Flex, mask once": lambda: flex(q, k, v, block_mask=once), "Flex, mask per call": rebuilt}
+        return flex(*heads_of(), block_mask=block_mask)
+    return {"Flex, mask once": lambda: flex(*heads_of(), block_mask=once), "Flex, mask per call": rebuilt}
 
 
 def attention_step_case(spec: str, batch: int, source: int, heads: int = 8, head_dim: int = 64) -> Case:
     """Incremental decoding: one query against ``source`` cached keys (C: the query is the last position)."""
     def make(device, dtype):
-        leaves, (q,) = _projections(batch, 1, heads, head_dim, device, dtype, count=1)
-        cached, (k, v) = _projections(batch, source, heads, head_dim, device, dtype, count=2)
+        leaves, query_of = _projections(batch, 1, heads, head_dim, device, dtype, count=1)
+        cached, keys_of = _projections(batch, source, heads, head_dim, device, dtype, count=2)
+
+        def heads_of():
+            return query_of() + keys_of()
         kinds = parse_head_spec(spec, heads)
         causal = kinds[0] == HeadKind.CAUSAL
         lengths = None if causal else _lengths(batch, source, device)  # a beam step has no key padding
         options = dict(head_kinds=kinds, key_lengths=lengths, query_offset=source - 1 if causal else 0)
-        calls = ours(lambda: fused_attention(q, k, v, **options).out, modes=(None, "handwritten", "rows"))
-        calls["reference"] = lambda: attention_reference(q, k, v, **options)[0]
+        calls = ours(lambda: fused_attention(*heads_of(), **options).out, modes=(None, "handwritten", "rows"))
+        calls["reference"] = lambda: attention_reference(*heads_of(), **options)[0]
         visible = visibility_mask(kinds, 1, source, window=1, key_lengths=lengths, batch=batch, device=device,
                                   query_offset=options["query_offset"])
-        calls["SDPA+mask"] = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=visible)
+        calls["SDPA+mask"] = lambda: F.scaled_dot_product_attention(*heads_of(), attn_mask=visible)
         return calls, leaves + cached
     return Case("decoder", f"attention step {spec}", f"B={batch} T=1 S={source} H={heads} D={head_dim}", make)
 

@@ -30,6 +30,32 @@ def test_every_contender_of_a_case_computes_the_same_output(case):
     assert all(leaf.requires_grad for leaf in leaves)
 
 
+def _nodes_of_one_call(outputs) -> list:
+    """The autograd nodes a call's outputs reach, but the leaves' gradient accumulators (which belong to the leaves)."""
+    stack, seen, nodes = [o.grad_fn for o in outputs], set(), []
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        nodes.append(node)
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return [n for n in nodes if type(n).__name__ != "AccumulateGrad"]
+
+
+@pytest.mark.parametrize("case", TINY, ids=lambda c: f"{c.what} {c.shape}")
+def test_no_autograd_node_outlives_a_call(case):
+    """A CUDA graph captures a call's backward only if every node of its graph was made inside the capture: a node
+    made before (a head view taken once at set-up) sits on the default stream, which the backward then waits on."""
+    calls, _ = case.make("cpu", torch.float64)
+    for name, call in calls.items():
+        first, second = _as_tuple(call()), _as_tuple(call())  # both graphs alive: a shared node keeps its id
+        first_nodes, second_nodes = _nodes_of_one_call(first), _nodes_of_one_call(second)
+        assert first_nodes, f"{name}: no autograd graph"
+        shared = {id(n) for n in first_nodes} & {id(n) for n in second_nodes}
+        assert not shared, f"{name}: nodes made before the call: {[type(n).__name__ for n in first_nodes if id(n) in shared]}"
+
+
 def test_the_nmt_groups_hold_the_issues_sizes():
     shapes = {c.shape for c in cases("attention")}
     for batch, length in cuda_nmt_sizes.NMT_CORE:
