@@ -10,7 +10,10 @@ while its queries come out of a bfloat16 projection, and the multi-hop operators
 a call takes them all in the widest dtype, as autocast's own "promote" ops (``torch.cat``, ``addcmul``) do, rather
 than rounding the mixture's centres (source positions) to bfloat16's 8 significant bits. A call whose tensors agree,
 attention's q, k and v from one projection say, is left as it is. The operator then runs with CUDA autocast off
-(``RegisteredOperator.__call__``): its compositions' GEMMs compute in the dtype the call settled on."""
+(``RegisteredOperator.__call__``): its compositions' GEMMs compute in the dtype the call settled on. The same rule is
+registered for the AutocastCUDA key of every operator and its backward (:func:`register_cuda_autocast`), for the calls
+that do not go through the library's functions: ``torch.ops.mma_nmt.<name>`` called directly, the backward operators
+that autograd calls under the autocast state of the ``backward()`` call, and ``torch.compile``'s tracing."""
 
 from __future__ import annotations
 
@@ -52,6 +55,30 @@ def promoted_to_widest(args: tuple, list_arguments: tuple[int, ...], device_type
         return value.to(widest) if floating(value) else value
 
     return tuple([cast(t) for t in arg] if i in list_arguments else cast(arg) for i, arg in enumerate(args))
+
+
+def tensor_list_positions(op: torch._ops.OpOverload) -> tuple[int, ...]:
+    """Positions of ``op``'s Tensor[] arguments in its schema."""
+    return tuple(i for i, argument in enumerate(op._schema.arguments)
+                 if argument.type.isSubtypeOf(torch._C.ListType.ofTensors()))
+
+
+_CUDA_AUTOCAST = torch.library.Library("mma_nmt", "IMPL")  # holds the AutocastCUDA kernels
+
+
+def register_cuda_autocast(name: str) -> None:
+    """Registers ``mma_nmt::<name>`` and ``mma_nmt::<name>_backward`` for the AutocastCUDA key: the call's
+    floating-point tensors in their widest dtype (:func:`promoted_to_widest`), then the operator with CUDA autocast
+    off, as ``RegisteredOperator.__call__`` does. Without it a direct call would reach the kernel with autocast on and
+    the compositions' GEMMs would compute a float32 call in bfloat16."""
+    for op_name in (name, f"{name}_backward"):
+        op = getattr(torch.ops.mma_nmt, op_name).default
+
+        def kernel(*args, _op=op, _lists=tensor_list_positions(op), **kwargs):
+            with torch.autocast("cuda", enabled=False):
+                return _op(*promoted_to_widest(args, _lists), **kwargs)
+
+        _CUDA_AUTOCAST.impl(op_name, kernel, "AutocastCUDA")
 
 
 def register_cpu_autocast(name: str) -> None:

@@ -39,7 +39,8 @@ import torch
 from torch._library.autograd import Info, make_autograd_impl
 
 from mma_nmt._extension import extension_available, extension_module, require_device_support, require_extension
-from mma_nmt.ops.autocast import float32_under_cpu_autocast, promoted_to_widest, register_cpu_autocast
+from mma_nmt.ops.autocast import (float32_under_cpu_autocast, promoted_to_widest, register_cpu_autocast,
+                                  register_cuda_autocast, tensor_list_positions)
 from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad, refuse_functorch_gradients
 
 REGISTERED_OPERATORS: dict[str, RegisteredOperator] = {}  # "attention" -> its RegisteredOperator (register_operator)
@@ -57,8 +58,7 @@ class RegisteredOperator:
         self._defaults = tuple(argument.default_value for argument in arguments)
         self._required = sum(not argument.has_default_value() for argument in arguments)
         # Positions of Tensor[] arguments: autograd.Function tracks only tensors passed to it directly.
-        self._list_arguments = tuple(i for i, argument in enumerate(arguments)
-                                     if argument.type.isSubtypeOf(torch._C.ListType.ofTensors()))
+        self._list_arguments = tensor_list_positions(self.op)
         self.eager_function = _eager_function(self.op, setup_context, backward)
         self.native_eager = native_eager  # the same formula in C++ (csrc/eager/), where one is written
 
@@ -127,6 +127,7 @@ def register_operator(name: str, *, fake: Callable, backward_fake: Callable, set
     guarded = first_order_only(f"mma_nmt.{name}")(backward)
     _register_guarded_autograd(name, guarded, setup_context)
     register_cpu_autocast(name)
+    register_cuda_autocast(name)
     native = getattr(extension_module(), native_eager) if native_eager is not None else None
     REGISTERED_OPERATORS[name] = RegisteredOperator(name, setup_context, guarded, native)
     return REGISTERED_OPERATORS[name]

@@ -81,6 +81,67 @@ def test_an_operator_runs_with_cuda_autocast_off_inside(monkeypatch):
     assert torch.equal(out, real_op(*arguments)[0])
 
 
+def _fake_cuda(arguments: tuple) -> tuple:
+    """``arguments`` as fake CUDA tensors (inside a FakeTensorMode): the first floating tensor bfloat16, the other
+    floating ones float32, the rest their own dtype."""
+    seen = 0
+
+    def fake(x):
+        nonlocal seen
+        if isinstance(x, list):
+            return [fake(t) for t in x]
+        if not isinstance(x, torch.Tensor):
+            return x
+        dtype = x.dtype
+        if x.is_floating_point():
+            dtype = torch.bfloat16 if seen == 0 else torch.float32
+            seen += 1
+        return torch.empty(x.shape, dtype=dtype, device="cuda")
+
+    return tuple(fake(x) for x in arguments)
+
+
+@pytest.mark.parametrize("op", list(CASES))
+def test_a_direct_call_under_cuda_autocast_takes_the_widest_dtype_with_autocast_off_inside(op, monkeypatch):
+    """``torch.ops.mma_nmt.<op>`` called directly, not through the library's function (user code, torch.compile's
+    tracing), gets the same rule from the operator's AutocastCUDA kernel: its floating tensors in the widest dtype, the
+    operator below with autocast off. Checked without a GPU on fake CUDA tensors, CUDA autocast switched on by hand:
+    the fake kernel, where the CUDA kernel would run, records the dtypes it gets, and the promotion, which runs inside
+    the autocast-off block, whether autocast is on (inside a fake kernel it always reads off). The backward operators,
+    which autograd calls under the autocast state of the backward() call, have the same kernel."""
+    from torch._library import simple_registry
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from mma_nmt.ops import autocast
+
+    kernel = simple_registry.singleton.find(f"mma_nmt::{op}").fake_impl.kernel
+    fake_kernel, promote, seen, promoted_with = kernel.func, autocast.promoted_to_widest, [], []
+
+    def recording(*args, **kwargs):
+        tensors = [t for x in args for t in (x if isinstance(x, list) else [x]) if isinstance(t, torch.Tensor)]
+        seen.append({t.dtype for t in tensors if t.is_floating_point()})
+        return fake_kernel(*args, **kwargs)
+
+    def recording_promotion(*args, **kwargs):
+        promoted_with.append(torch.is_autocast_enabled("cuda"))
+        return promote(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "func", recording)
+    monkeypatch.setattr(autocast, "promoted_to_widest", recording_promotion)
+    arguments = [x.detach() if isinstance(x, torch.Tensor) else x for x in _schema_arguments(op)]
+    previous = torch.is_autocast_enabled("cuda")
+    with FakeTensorMode():
+        mixed = _fake_cuda(tuple(arguments))
+        torch.set_autocast_enabled("cuda", True)
+        try:
+            outputs = getattr(torch.ops.mma_nmt, op).default(*mixed)
+        finally:
+            torch.set_autocast_enabled("cuda", previous)
+    assert seen == [{torch.float32}] and promoted_with == [False]
+    assert all(t.dtype == torch.float32 for t in outputs if t.is_floating_point())
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"mma_nmt::{op}_backward", "AutocastCUDA")
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("op", list(CASES))
 def test_mixed_dtypes_under_cuda_autocast_compute_in_the_widest(op):
