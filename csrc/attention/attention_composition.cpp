@@ -71,7 +71,9 @@ at::Tensor widened(const at::Tensor& x, int64_t dim) {
   return x.size(-1) == dim ? x : at::constant_pad_nd(x, {0, dim - x.size(-1)}, 0.0);
 }
 
-at::Tensor first_columns(const at::Tensor& x, int64_t dim) { return x.narrow(-1, 0, dim).contiguous(); }
+// A view: the operator's entry point lays results out as the operator returns them (as_position_major and
+// as_gradient_layout, common/head_layout.h), one copy at most.
+at::Tensor first_columns(const at::Tensor& x, int64_t dim) { return x.narrow(-1, 0, dim); }
 
 // --- torch's fused kernels; the only device-specific code of this file ------------------------------------------
 struct SdpaCall {
@@ -256,7 +258,8 @@ AttentionTriple forward_by_group(const AttentionParams& p, const at::Tensor& q, 
                                  const at::Tensor& v, const RunGroup& run_group) {
   const std::vector<HeadGroup> groups = heads_by_kind(p);
   if (groups.size() == 1) return run_group(p, q, k, v);
-  at::Tensor out = at::empty({p.batch, p.heads, p.query_len, p.value_dim}, q.options());
+  // out position-major (the operator's layout, common/head_layout.h): a group of neighbouring heads writes a view.
+  at::Tensor out = position_major(p.batch, p.heads, p.query_len, p.value_dim, q.options());
   at::Tensor lse = at::empty({p.batch, p.heads, p.query_len}, q.options().dtype(stats_dtype(q.scalar_type())));
   for (const HeadGroup& g : groups) {
     const auto [group_out, group_lse, unused_probs] =
@@ -273,9 +276,7 @@ AttentionTriple backward_by_group(const AttentionParams& p, const at::Tensor& gr
                                   const at::Tensor& lse, const RunGroup& run_group) {
   const std::vector<HeadGroup> groups = heads_by_kind(p);
   if (groups.size() == 1) return run_group(p, grad_out, q, k, v, out, lse);
-  at::Tensor grad_q = at::empty_like(q, at::MemoryFormat::Contiguous);
-  at::Tensor grad_k = at::empty_like(k, at::MemoryFormat::Contiguous);
-  at::Tensor grad_v = at::empty_like(v, at::MemoryFormat::Contiguous);
+  at::Tensor grad_q = gradient_like(q), grad_k = gradient_like(k), grad_v = gradient_like(v);
   for (const HeadGroup& g : groups) {
     const auto [gq, gk, gv] =
         run_group(group_params(p, g), take_heads(grad_out, g), take_heads(q, g), take_heads(k, g), take_heads(v, g),

@@ -43,13 +43,14 @@ at::Tensor pack(const at::Tensor& x, const at::Tensor& index) {  // (B, H, L, D)
   return at::empty_like(rows).index_copy_(0, index, rows);
 }
 
-// (B L, H, D) rows in `index`'s order -> (B, H, L, D), 0 at the rows past each sentence's length when `zero_padding`.
+// (B L, H, D) rows in `index`'s order -> (B, H, L, D) position-major (common/head_layout.h: the layout the operator
+// returns), 0 at the rows past each sentence's length when `zero_padding`.
 at::Tensor unpack(const at::Tensor& rows, const at::Tensor& index, int64_t batch, int64_t len,
                   const at::Tensor& key_lengths, bool zero_padding) {
   const at::Tensor ordered = index.defined() ? rows.index_select(0, index) : rows;
   const at::Tensor x = ordered.view({batch, len, rows.size(1), rows.size(2)}).transpose(1, 2);  // (B, H, L, D)
-  if (!zero_padding) return x.contiguous();
-  return x.masked_fill(keys_past_sentence(key_lengths, len).view({batch, 1, len, 1}), 0.0).contiguous();
+  if (!zero_padding) return x;
+  return x.masked_fill(keys_past_sentence(key_lengths, len).view({batch, 1, len, 1}), 0.0);  // keeps x's strides
 }
 
 // Where the packed calls take their rows: the permutation and the cumulative lengths of queries and keys.
@@ -122,7 +123,7 @@ FlashTriple flash_group_forward(const AttentionParams& p, const at::Tensor& q, c
     call.max_q = p.query_len;
     call.max_k = p.key_len;
     const auto [out, lse] = kernels.forward(as_bthd(q), as_bthd(k), as_bthd(v), call);  // (B, T, H, D), (B, H, T)
-    return {out.transpose(1, 2).contiguous(), lse.to(stats).contiguous(), at::empty({0}, q.options())};
+    return {out.transpose(1, 2), lse.to(stats).contiguous(), at::empty({0}, q.options())};  // out position-major
   }
   const Packed packed = packed_call(p, *packing, *key_lengths);
   const at::Tensor q_rows = packed.index_q.defined() ? pack(q, packed.index_q) : as_rows(q);  // (B T, H, D)
@@ -143,8 +144,7 @@ FlashTriple flash_group_backward(const AttentionParams& p, const at::Tensor& gra
     call.max_k = p.key_len;
     const auto [grad_q, grad_k, grad_v] = kernels.backward(as_bthd(grad_out), as_bthd(q), as_bthd(k), as_bthd(v),
                                                            as_bthd(out), lse.contiguous(), call);
-    return {grad_q.transpose(1, 2).contiguous(), grad_k.transpose(1, 2).contiguous(),
-            grad_v.transpose(1, 2).contiguous()};
+    return {grad_q.transpose(1, 2), grad_k.transpose(1, 2), grad_v.transpose(1, 2)};  // (B, T, H, D) -> (B, H, T, D)
   }
   const Packed packed = packed_call(p, *packing, *key_lengths);
   const auto query_rows = [&](const at::Tensor& x) {  // (B, H, T, D) -> (B T, H, D), packed with the keys if so

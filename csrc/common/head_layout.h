@@ -7,6 +7,8 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
+
 namespace mma_nmt {
 
 // `t` itself when its rows are contiguous (only the last dimension has to be), else a contiguous copy.
@@ -23,11 +25,27 @@ inline at::Tensor position_major(int64_t batch, int64_t heads, int64_t len, int6
 // The gradient of a (batch, heads, len, dim) input, uninitialised, laid out like the input (empty_like keeps a dense
 // input's strides and a strided input's dimension order), so that autograd hands it on without a copy: a head view of
 // a projection gets a position-major gradient, which the projection's backward reads as its (B, L, H * D) gradient.
-// Position-major where that layout would not leave the last dimension contiguous.
-inline at::Tensor gradient_like(const at::Tensor& input) {
-  at::Tensor grad = at::empty_like(input);
+// Position-major where that layout would not leave the last dimension contiguous. `dtype`: another dtype than the
+// input's (an accumulator in float), same layout.
+inline at::Tensor gradient_like(const at::Tensor& input, std::optional<at::ScalarType> dtype = std::nullopt) {
+  const at::TensorOptions options = dtype.has_value() ? input.options().dtype(*dtype) : input.options();
+  at::Tensor grad = at::empty_like(input, options);
   if (grad.stride(-1) == 1 || grad.size(-1) <= 1) return grad;
-  return position_major(input.size(0), input.size(1), input.size(2), input.size(3), input.options());
+  return position_major(input.size(0), input.size(1), input.size(2), input.size(3), options);
+}
+
+// `x` (batch, heads, len, dim) as position_major allocates it: `x` itself when it has those strides, else a copy. For
+// backends whose paths differ in layout (CUDA: FlashAttention, the SDPA composition, the hand-written kernels), so that
+// every path returns what the fake kernel promises; free where the path already wrote it so.
+inline at::Tensor as_position_major(const at::Tensor& x) {
+  at::Tensor target = position_major(x.size(0), x.size(1), x.size(2), x.size(3), x.options());
+  return x.strides() == target.strides() ? x : target.copy_(x);
+}
+
+// `grad` laid out as gradient_like(input) allocates it: `grad` itself when it is, else a copy (as as_position_major).
+inline at::Tensor as_gradient_layout(const at::Tensor& grad, const at::Tensor& input) {
+  at::Tensor target = gradient_like(input);
+  return grad.strides() == target.strides() ? grad : target.copy_(grad);
 }
 
 }  // namespace mma_nmt

@@ -25,15 +25,15 @@ namespace mma_nmt::attention::cuda {
 template <typename scalar_t>
 struct BackwardPointers {
   using acc_t = at::opmath_type<scalar_t>;
-  const scalar_t* grad_out;  // (B, H, T, Dv)
-  const scalar_t* q;         // (B, H, T, D)
-  const scalar_t* k;         // (B, H, S, D)
-  const scalar_t* v;         // (B, H, S, Dv)
-  const scalar_t* out;       // (B, H, T, Dv)
-  const acc_t* lse;          // (B, H, T)
-  scalar_t* grad_q;          // (B, H, T, D)
-  acc_t* grad_k;             // (B, H, S, D) accumulator
-  acc_t* grad_v;             // (B, H, S, Dv) accumulator
+  gpu::HeadRows<const scalar_t> grad_out;  // (B, H, T, Dv), any strides over the first three (common/head_rows.h)
+  gpu::HeadRows<const scalar_t> q;         // (B, H, T, D)
+  gpu::HeadRows<const scalar_t> k;         // (B, H, S, D)
+  gpu::HeadRows<const scalar_t> v;         // (B, H, S, Dv)
+  gpu::HeadRows<const scalar_t> out;       // (B, H, T, Dv)
+  const acc_t* lse;                        // (B, H, T) contiguous
+  gpu::HeadRows<scalar_t> grad_q;          // (B, H, T, D)
+  gpu::HeadRows<acc_t> grad_k;             // (B, H, S, D) accumulator
+  gpu::HeadRows<acc_t> grad_v;             // (B, H, S, Dv) accumulator
 };
 
 // dst[d] += factor * slice[e] for this lane's elements d = lane + 32 e.
@@ -56,17 +56,18 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   const acc_t lse = t.lse[r.row];
   // A fully masked row (lse = -inf) has zero weights: it adds nothing, and grad_q stays at the caller's zeros.
   if (lse == negative_infinity<acc_t>() || r.keys.empty()) return;
-  const int64_t D = p.head_dim, Dv = p.value_dim, S = p.key_len;
-  const int64_t bh = r.b * p.heads + r.h;
-  const scalar_t* k = t.k + bh * S * D;
-  const scalar_t* v = t.v + bh * S * Dv;
+  const int64_t D = p.head_dim, Dv = p.value_dim;
+  const scalar_t* k = t.k.head(r.b, r.h);
+  const scalar_t* v = t.v.head(r.b, r.h);
+  acc_t* grad_k = t.grad_k.head(r.b, r.h);
+  acc_t* grad_v = t.grad_v.head(r.b, r.h);
   const acc_t scale = static_cast<acc_t>(p.scale);
   const int lane = threadIdx.x % kWarpSize;
 
   acc_t q[kPerLane], grad_out[kPerLane], out[kPerLane], grad_q[kPerLane];
-  load_slice<kPerLane>(t.q + r.row * D, D, q);
-  load_slice<kPerLane>(t.grad_out + r.row * Dv, Dv, grad_out);
-  load_slice<kPerLane>(t.out + r.row * Dv, Dv, out);
+  load_slice<kPerLane>(t.q.row(r.b, r.h, r.i), D, q);
+  load_slice<kPerLane>(t.grad_out.row(r.b, r.h, r.i), Dv, grad_out);
+  load_slice<kPerLane>(t.out.row(r.b, r.h, r.i), Dv, out);
   acc_t delta_part = 0;
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) {
@@ -76,29 +77,31 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   const acc_t delta = warp_sum(delta_part);  // dO_i . O_i
 
   for (int64_t j = r.keys.begin; j < r.keys.end; ++j) {
-    const acc_t prob = probability_from_lse(warp_dot<kPerLane>(q, k + j * D, D) * scale, lse);
-    const acc_t grad_prob = warp_dot<kPerLane>(grad_out, v + j * Dv, Dv);  // dO_i . v_j
+    const scalar_t* key = k + j * t.k.row_stride;
+    const acc_t prob = probability_from_lse(warp_dot<kPerLane>(q, key, D) * scale, lse);
+    const acc_t grad_prob = warp_dot<kPerLane>(grad_out, v + j * t.v.row_stride, Dv);  // dO_i . v_j
     const acc_t keep = keep_factor<acc_t>(p, r.row, j);
     const acc_t grad_logit = prob * (grad_prob * keep - delta) * scale;  // dS_ij, times the logit scale
-    const scalar_t* key = k + j * D;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) {
       const int64_t d = lane + e * kWarpSize;
       if (d < D) grad_q[e] += grad_logit * static_cast<acc_t>(key[d]);
     }
-    atomic_add_slice<kPerLane>(t.grad_k + (bh * S + j) * D, D, q, grad_logit);
-    atomic_add_slice<kPerLane>(t.grad_v + (bh * S + j) * Dv, Dv, grad_out, prob * keep);
+    atomic_add_slice<kPerLane>(grad_k + j * t.grad_k.row_stride, D, q, grad_logit);
+    atomic_add_slice<kPerLane>(grad_v + j * t.grad_v.row_stride, Dv, grad_out, prob * keep);
   }
-  store_slice<kPerLane>(t.grad_q + r.row * D, D, grad_q, acc_t(1));
+  store_slice<kPerLane>(t.grad_q.row(r.b, r.h, r.i), D, grad_q, acc_t(1));
 }
 
 template <typename scalar_t, int kPerLane>
 void launch_backward(const AttentionParams& p, const BackwardTensors& t, const gpu::Launch& launch) {
   using acc_t = at::opmath_type<scalar_t>;
   const BackwardPointers<scalar_t> ptrs{
-      t.grad_out.data_ptr<scalar_t>(), t.q.data_ptr<scalar_t>(),   t.k.data_ptr<scalar_t>(),
-      t.v.data_ptr<scalar_t>(),        t.out.data_ptr<scalar_t>(), t.lse.data_ptr<acc_t>(),
-      t.grad_q.data_ptr<scalar_t>(),   t.grad_k_acc.data_ptr<acc_t>(), t.grad_v_acc.data_ptr<acc_t>()};
+      gpu::head_rows<const scalar_t>(t.grad_out), gpu::head_rows<const scalar_t>(t.q),
+      gpu::head_rows<const scalar_t>(t.k),        gpu::head_rows<const scalar_t>(t.v),
+      gpu::head_rows<const scalar_t>(t.out),      t.lse.data_ptr<acc_t>(),
+      gpu::head_rows<scalar_t>(t.grad_q),         gpu::head_rows<acc_t>(t.grad_k_acc),
+      gpu::head_rows<acc_t>(t.grad_v_acc)};
   gpu::launch_kernel(&attention_backward_kernel<scalar_t, kPerLane>, row_grid(p, launch), row_block(launch), 0, launch,
                      make_kernel_params(p, t.key_lengths), ptrs);
 }
@@ -117,28 +120,27 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_attention_backward(
       tile_warps = tile_warps_for<scalar_t>(p, launch, /*backward=*/true, /*return_probs=*/false, kernels);
     });
   }
+  // The inputs read through their strides (rows contiguous); each gradient laid out like its input (gradient_like).
   if (tile_warps > 0) {  // every gradient element is written once, in the input dtype
-    const BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(), out.contiguous(),
-                            lse.contiguous(), contiguous_or_undefined(key_lengths),
-                            at::empty_like(q, at::MemoryFormat::Contiguous),
-                            at::empty_like(k, at::MemoryFormat::Contiguous),
-                            at::empty_like(v, at::MemoryFormat::Contiguous)};
+    const BackwardTensors t{rows_contiguous(grad_out), rows_contiguous(q), rows_contiguous(k), rows_contiguous(v),
+                            rows_contiguous(out),      lse.contiguous(),   contiguous_or_undefined(key_lengths),
+                            gradient_like(q),          gradient_like(k),   gradient_like(v)};
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, q.scalar_type(), "mma_nmt::attention cuda backward", [&] {
       launch_tile_backward<scalar_t>(p, t, tile_warps, launch);
     });
     return {t.grad_q, t.grad_k_acc, t.grad_v_acc};
   }
   const at::ScalarType acc_type = at::toOpMathType(q.scalar_type());
-  const BackwardTensors t{grad_out.contiguous(),
-                          q.contiguous(),
-                          k.contiguous(),
-                          v.contiguous(),
-                          out.contiguous(),
+  const BackwardTensors t{rows_contiguous(grad_out),
+                          rows_contiguous(q),
+                          rows_contiguous(k),
+                          rows_contiguous(v),
+                          rows_contiguous(out),
                           lse.contiguous(),
                           contiguous_or_undefined(key_lengths),
-                          at::zeros_like(q, at::MemoryFormat::Contiguous),
-                          at::zeros(k.sizes(), k.options().dtype(acc_type)),
-                          at::zeros(v.sizes(), v.options().dtype(acc_type))};
+                          gradient_like(q).zero_(),
+                          gradient_like(k, acc_type).zero_(),
+                          gradient_like(v, acc_type).zero_()};
   if (any_work) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, q.scalar_type(), "mma_nmt::attention cuda backward", [&] {
       with_values_per_lane(p, [&](auto per_lane) {

@@ -19,6 +19,7 @@
 #include "attention/head_mask.h"  // kNumHeadKinds
 #include "attention/cuda/attention_cuda.h"
 #include "common/cuda_dispatch.h"
+#include "common/head_layout.h"
 
 namespace mma_nmt::attention::cuda {
 namespace {
@@ -82,7 +83,9 @@ const FlashKernels& torch_flash_kernels() {
       },
       [](const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
          const at::Tensor& out, const at::Tensor& lse, const FlashCall& c) {
-        const at::Tensor rng_state = at::zeros({2}, q.options().dtype(at::kLong));  // no dropout: not read
+        // Philox seed and offset: FA2 reads them only with dropout, which this path never has (torch's own SDPA passes
+        // uninitialised ones then), so no fill kernel for them either.
+        const at::Tensor rng_state = at::empty({2}, q.options().dtype(at::kLong));
         const at::Tensor unused = at::empty({0}, q.options().dtype(at::kLong));
         const auto r = at::_flash_attention_backward(grad_out, q, k, v, out, lse, c.cu_q, c.cu_k, c.max_q, c.max_k,
                                                      0.0, c.is_causal, rng_state, unused, c.scale, c.left, c.right);
@@ -136,13 +139,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
       check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> result;
   if (flash_takes(p, q, key_lengths, return_probs)) {
-    return attention_forward_per_kind(p, q, k, v, key_lengths, flash_or_handwritten_kernels());
+    result = attention_forward_per_kind(p, q, k, v, key_lengths, flash_or_handwritten_kernels());
+  } else if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type()) &&
+             splittable(p, return_probs)) {
+    result = attention_forward_by_kind(p, q, k, v, key_lengths, handwritten_kernels());
+  } else {
+    result = attention_forward(p, q, k, v, key_lengths, return_probs);
   }
-  if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type()) && splittable(p, return_probs)) {
-    return attention_forward_by_kind(p, q, k, v, key_lengths, handwritten_kernels());
-  }
-  return attention_forward(p, q, k, v, key_lengths, return_probs);
+  // Every path returns out position-major, as the CPU kernel and the fake kernel (common/head_layout.h): the
+  // hand-written kernels and FlashAttention write it so, the SDPA composition's is copied.
+  std::get<0>(result) = as_position_major(std::get<0>(result));
+  return result;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
@@ -156,14 +165,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
   // Either backend's lse serves either backward (attention_composition.h), so the choice is made again here.
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
   if (flash_takes(p, q, key_lengths, /*return_probs=*/false)) {
-    return attention_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths, flash_or_handwritten_kernels());
+    grads = attention_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths, flash_or_handwritten_kernels());
+  } else if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type()) &&
+             splittable(p, /*return_probs=*/false)) {
+    grads = attention_backward_by_kind(p, grad_out, q, k, v, out, lse, key_lengths, handwritten_kernels());
+  } else {
+    grads = attention_backward(p, grad_out, q, k, v, out, lse, key_lengths);
   }
-  if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type()) &&
-      splittable(p, /*return_probs=*/false)) {
-    return attention_backward_by_kind(p, grad_out, q, k, v, out, lse, key_lengths, handwritten_kernels());
-  }
-  return attention_backward(p, grad_out, q, k, v, out, lse, key_lengths);
+  // Each gradient laid out like its input (gradient_like), as on the CPU: a head view of a projection gets a
+  // position-major gradient, which the projection's backward takes without a copy.
+  auto& [grad_q, grad_k, grad_v] = grads;
+  grad_q = as_gradient_layout(grad_q, q);
+  grad_k = as_gradient_layout(grad_k, k);
+  grad_v = as_gradient_layout(grad_v, v);
+  return grads;
 }
 
 }  // namespace

@@ -12,9 +12,11 @@
 
 namespace mma_nmt::attention::cuda {
 
-// What the kernels read and write (run_attention_forward / run_attention_backward build them): contiguous (batch,
-// heads, len, dim) tensors on the kernels' device (CPU tensors under the emulator). `key_lengths` is undefined without
-// padding and `probs` unless weights were asked for (then zero-filled; only visible keys are written).
+// What the kernels read and write (run_attention_forward / run_attention_backward build them): (batch, heads, len,
+// dim) tensors on the kernels' device (CPU tensors under the emulator) with any strides but a contiguous last
+// dimension (common/head_rows.h): the inputs as they come (head views of projections), `out` position-major, each
+// gradient laid out like its input (common/head_layout.h); lse and probs contiguous. `key_lengths` is undefined
+// without padding and `probs` unless weights were asked for (then zero-filled; only visible keys are written).
 struct ForwardTensors {
   at::Tensor q, k, v, key_lengths;
   at::Tensor out, lse, probs;

@@ -91,16 +91,17 @@ __device__ TileViews<scalar_t, acc_t> tile_views(unsigned char* shared, const Ti
           accs + l.second, accs + l.lse, accs + l.delta, ranges,         ranges + l.tile};
 }
 
-// Copies rows first .. first + tile - 1 of a (rows, dim) matrix into a staged tile, zeros from row `limit` on: each
-// warp takes every warps-th row, its lanes consecutive elements (coalesced, no index division). All threads of the
-// block take part; the caller waits with __syncthreads.
+// Copies rows first .. first + tile - 1 of one head's (rows, dim) matrix (row i at matrix + i * row_stride, its
+// elements contiguous) into a staged tile, zeros from row `limit` on: each warp takes every warps-th row, its lanes
+// consecutive elements (coalesced, no index division). All threads of the block take part; the caller waits with
+// __syncthreads.
 template <typename scalar_t>
-__device__ void stage_rows(scalar_t* tile_rows, int64_t stride, const scalar_t* matrix, int64_t first, int64_t limit,
-                           int64_t tile, int64_t dim) {
+__device__ void stage_rows(scalar_t* tile_rows, int64_t stride, const scalar_t* matrix, int64_t row_stride,
+                           int64_t first, int64_t limit, int64_t tile, int64_t dim) {
   const int warps = blockDim.x / kWarpSize, warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   for (int64_t r = warp; r < tile; r += warps) {
     const bool real = first + r < limit;
-    const scalar_t* source = matrix + (first + r) * dim;
+    const scalar_t* source = matrix + (first + r) * row_stride;
     for (int d = lane; d < dim; d += kWarpSize) tile_rows[r * stride + d] = real ? source[d] : scalar_t(0);
   }
 }
@@ -163,30 +164,30 @@ __device__ __forceinline__ acc_t row_delta(const scalar_t* grad_out, const scala
   return valid ? tile_dot<acc_t>(grad_out, out, dim) : acc_t(0);
 }
 
-// What the tiled forward kernel reads and writes.
+// What the tiled forward kernel reads and writes: head tensors through their strides (common/head_rows.h).
 template <typename scalar_t>
 struct TileForwardPointers {
   using acc_t = at::opmath_type<scalar_t>;
-  const scalar_t* q;  // (B, H, T, D)
-  const scalar_t* k;  // (B, H, S, D)
-  const scalar_t* v;  // (B, H, S, Dv)
-  scalar_t* out;      // (B, H, T, Dv)
-  acc_t* lse;         // (B, H, T)
+  gpu::HeadRows<const scalar_t> q;  // (B, H, T, D)
+  gpu::HeadRows<const scalar_t> k;  // (B, H, S, D)
+  gpu::HeadRows<const scalar_t> v;  // (B, H, S, Dv)
+  gpu::HeadRows<scalar_t> out;      // (B, H, T, Dv)
+  acc_t* lse;                       // (B, H, T) contiguous
 };
 
 // What the tiled backward kernels read and write; the gradients are written once each, in the input dtype.
 template <typename scalar_t>
 struct TileBackwardPointers {
   using acc_t = at::opmath_type<scalar_t>;
-  const scalar_t* grad_out;  // (B, H, T, Dv)
-  const scalar_t* q;         // (B, H, T, D)
-  const scalar_t* k;         // (B, H, S, D)
-  const scalar_t* v;         // (B, H, S, Dv)
-  const scalar_t* out;       // (B, H, T, Dv)
-  const acc_t* lse;          // (B, H, T)
-  scalar_t* grad_q;          // (B, H, T, D)
-  scalar_t* grad_k;          // (B, H, S, D)
-  scalar_t* grad_v;          // (B, H, S, Dv)
+  gpu::HeadRows<const scalar_t> grad_out;  // (B, H, T, Dv)
+  gpu::HeadRows<const scalar_t> q;         // (B, H, T, D)
+  gpu::HeadRows<const scalar_t> k;         // (B, H, S, D)
+  gpu::HeadRows<const scalar_t> v;         // (B, H, S, Dv)
+  gpu::HeadRows<const scalar_t> out;       // (B, H, T, Dv)
+  const acc_t* lse;                        // (B, H, T) contiguous
+  gpu::HeadRows<scalar_t> grad_q;          // (B, H, T, D)
+  gpu::HeadRows<scalar_t> grad_k;          // (B, H, S, D)
+  gpu::HeadRows<scalar_t> grad_v;          // (B, H, S, Dv)
 };
 
 // Where a thread of a tiled kernel sits: its block's tile size, sentence, head (bh: both, as an index of (B, H)) and
@@ -205,10 +206,9 @@ __device__ inline TileThread tile_thread(const KernelParams& p) {
 // Stages a query tile's rows of q and their visible keys (the forward and dQ kernels; the caller waits).
 template <typename scalar_t, typename acc_t>
 __device__ void stage_query_tile(const KernelParams& p, const TileThread& w, const TileLayout<scalar_t, acc_t>& layout,
-                                 const TileViews<scalar_t, acc_t>& s, const scalar_t* q) {
-  const int64_t T = p.query_len, D = p.head_dim;
+                                 const TileViews<scalar_t, acc_t>& s, const gpu::HeadRows<const scalar_t>& q) {
   stage_row_ranges(p, w.h, w.first, w.tile, keys_of_sentence(p.key_lengths, w.b, p.key_len), s.begin, s.end);
-  stage_rows(s.q, layout.key_stride, q + w.bh * T * D, w.first, T, w.tile, D);
+  stage_rows(s.q, layout.key_stride, q.head(w.b, w.h), q.row_stride, w.first, p.query_len, w.tile, p.head_dim);
 }
 
 // Forward: block (query tile, head, sentence). kSlots: output elements per thread, kSlots * 4 >= value_dim.
@@ -222,8 +222,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   MMA_NMT_DYNAMIC_SHARED(unsigned char, shared);
   const TileViews<scalar_t, acc_t> s = tile_views(shared, layout);
   const int D = static_cast<int>(p.head_dim), Dv = static_cast<int>(p.value_dim);  // at most kTileMaxHeadDim
-  const int64_t S = p.key_len, T = p.query_len;
-  const int64_t i = first + r, row = bh * T + i;
+  const int64_t T = p.query_len;
+  const int64_t i = first + r, row = bh * T + i;  // row: the index of (b, h, i) in (B, H, T) tensors (lse, dropout)
   const bool row_valid = i < T;
 
   stage_query_tile(p, w, layout, s, t.q);
@@ -241,8 +241,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   for (int64_t j0 = hull.begin; j0 < hull.end; j0 += tile) {
     const int keys = static_cast<int>(min_of(tile, hull.end - j0));
     __syncthreads();  // every thread is done with the previous tile's keys, values and weights
-    stage_rows(s.k, layout.key_stride, t.k + bh * S * D, j0, hull.end, tile, D);
-    stage_rows(s.v, layout.value_stride, t.v + bh * S * Dv, j0, hull.end, tile, Dv);
+    stage_rows(s.k, layout.key_stride, t.k.head(b, h), t.k.row_stride, j0, hull.end, tile, D);
+    stage_rows(s.v, layout.value_stride, t.v.head(b, h), t.v.row_stride, j0, hull.end, tile, Dv);
     __syncthreads();
     acc_t logits[kMaxTileColumnsPerThread];
     acc_t tile_max = negative_infinity<acc_t>();
@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
 #pragma unroll
   for (int e = 0; e < kSlots; ++e) {
     const int64_t d = c + e * kThreadsPerRow;
-    if (d < Dv) t.out[row * Dv + d] = static_cast<scalar_t>(acc[e] * inverse_sum);
+    if (d < Dv) t.out.row(b, h, i)[d] = static_cast<scalar_t>(acc[e] * inverse_sum);
   }
   if (c == 0) t.lse[row] = state.log_sum_exp();
 }
@@ -307,8 +307,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   const int64_t n_keys = keys_of_sentence(p.key_lengths, b, S);
   const KeyRange rows = visible_queries(p.head_kinds[h], first_key, first_key + tile, p.window, p.query_offset, T,
                                         n_keys);
-  stage_rows(s.k, layout.key_stride, t.k + bh * S * D, first_key, S, tile, D);
-  stage_rows(s.v, layout.value_stride, t.v + bh * S * Dv, first_key, S, tile, Dv);
+  stage_rows(s.k, layout.key_stride, t.k.head(b, h), t.k.row_stride, first_key, S, tile, D);
+  stage_rows(s.v, layout.value_stride, t.v.head(b, h), t.v.row_stride, first_key, S, tile, Dv);
   const scalar_t* key = s.k + jj * layout.key_stride;
   const scalar_t* value = s.v + jj * layout.value_stride;
   acc_t* probs = s.first + jj * (tile + 1);  // this key's P_ij z_ij, by staged row
@@ -321,14 +321,14 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   for (int64_t i0 = rows.begin; i0 < rows.end; i0 += tile) {
     const int n_rows = static_cast<int>(min_of(tile, rows.end - i0));
     __syncthreads();  // every thread is done with the previous row tile
-    stage_rows(s.q, layout.key_stride, t.q + bh * T * D, i0, rows.end, tile, D);
-    stage_rows(s.dout, layout.value_stride, t.grad_out + bh * T * Dv, i0, rows.end, tile, Dv);
+    stage_rows(s.q, layout.key_stride, t.q.head(b, h), t.q.row_stride, i0, rows.end, tile, D);
+    stage_rows(s.dout, layout.value_stride, t.grad_out.head(b, h), t.grad_out.row_stride, i0, rows.end, tile, Dv);
     stage_row_ranges(p, h, i0, tile, n_keys, s.begin, s.end);
     if (c == 0) {  // the staged rows' lse and delta: thread (staged row jj, 0), as a tile has as many rows as keys
       const int64_t i = i0 + jj;
       const bool valid = i < rows.end;
       s.lse[jj] = valid ? t.lse[bh * T + i] : negative_infinity<acc_t>();
-      s.delta[jj] = row_delta<acc_t>(t.grad_out + (bh * T + i) * Dv, t.out + (bh * T + i) * Dv, valid, Dv);
+      s.delta[jj] = row_delta<acc_t>(t.grad_out.row(b, h, i), t.out.row(b, h, i), valid, Dv);
     }
     __syncthreads();
 #pragma unroll
@@ -364,8 +364,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
 #pragma unroll
   for (int e = 0; e < kSlots; ++e) {
     const int64_t d = c + e * kThreadsPerRow;
-    if (d < D) t.grad_k[(bh * S + j) * D + d] = static_cast<scalar_t>(grad_k[e]);
-    if (d < Dv) t.grad_v[(bh * S + j) * Dv + d] = static_cast<scalar_t>(grad_v[e]);
+    if (d < D) t.grad_k.row(b, h, j)[d] = static_cast<scalar_t>(grad_k[e]);
+    if (d < Dv) t.grad_v.row(b, h, j)[d] = static_cast<scalar_t>(grad_v[e]);
   }
 }
 
@@ -380,13 +380,13 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   MMA_NMT_DYNAMIC_SHARED(unsigned char, shared);
   const TileViews<scalar_t, acc_t> s = tile_views(shared, layout);
   const int D = static_cast<int>(p.head_dim), Dv = static_cast<int>(p.value_dim);  // at most kTileMaxHeadDim
-  const int64_t S = p.key_len, T = p.query_len;
-  const int64_t i = first + r, row = bh * T + i;
+  const int64_t T = p.query_len;
+  const int64_t i = first + r, row = bh * T + i;  // row: the index of (b, h, i) in (B, H, T) tensors (lse, dropout)
   const bool row_valid = i < T;
 
   stage_query_tile(p, w, layout, s, t.q);
-  stage_rows(s.dout, layout.value_stride, t.grad_out + bh * T * Dv, first, T, tile, Dv);
-  const acc_t delta = row_delta<acc_t>(t.grad_out + row * Dv, t.out + row * Dv, row_valid, Dv);
+  stage_rows(s.dout, layout.value_stride, t.grad_out.head(b, h), t.grad_out.row_stride, first, T, tile, Dv);
+  const acc_t delta = row_delta<acc_t>(t.grad_out.row(b, h, i), t.out.row(b, h, i), row_valid, Dv);
   const acc_t lse = row_valid ? t.lse[row] : negative_infinity<acc_t>();
   __syncthreads();
   const KeyRange hull = tile_hull(s.begin, s.end, tile);
@@ -402,8 +402,8 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   for (int64_t j0 = hull.begin; j0 < hull.end; j0 += tile) {
     const int keys = static_cast<int>(min_of(tile, hull.end - j0));
     __syncthreads();
-    stage_rows(s.k, layout.key_stride, t.k + bh * S * D, j0, hull.end, tile, D);
-    stage_rows(s.v, layout.value_stride, t.v + bh * S * Dv, j0, hull.end, tile, Dv);
+    stage_rows(s.k, layout.key_stride, t.k.head(b, h), t.k.row_stride, j0, hull.end, tile, D);
+    stage_rows(s.v, layout.value_stride, t.v.head(b, h), t.v.row_stride, j0, hull.end, tile, Dv);
     __syncthreads();
 #pragma unroll
     for (int m = 0; m < kMaxTileColumnsPerThread; ++m) {
@@ -432,7 +432,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
 #pragma unroll
   for (int e = 0; e < kSlots; ++e) {
     const int64_t d = c + e * kThreadsPerRow;
-    if (d < D) t.grad_q[row * D + d] = static_cast<scalar_t>(grad_q[e]);
+    if (d < D) t.grad_q.row(b, h, i)[d] = static_cast<scalar_t>(grad_q[e]);
   }
 }
 
@@ -498,8 +498,8 @@ inline dim3 tile_grid(const AttentionParams& p, int64_t len, int warps) {
 template <typename scalar_t>
 void launch_tile_forward(const AttentionParams& p, const ForwardTensors& t, int warps, const gpu::Launch& launch) {
   using acc_t = at::opmath_type<scalar_t>;
-  const TileForwardPointers<scalar_t> ptrs{t.q.data_ptr<scalar_t>(), t.k.data_ptr<scalar_t>(),
-                                           t.v.data_ptr<scalar_t>(), t.out.data_ptr<scalar_t>(),
+  const TileForwardPointers<scalar_t> ptrs{gpu::head_rows<const scalar_t>(t.q), gpu::head_rows<const scalar_t>(t.k),
+                                           gpu::head_rows<const scalar_t>(t.v), gpu::head_rows<scalar_t>(t.out),
                                            t.lse.data_ptr<acc_t>()};
   const int64_t tile = static_cast<int64_t>(warps) * kTileRowsPerWarp;
   const int64_t bytes = TileLayout<scalar_t, acc_t>(tile, p.head_dim, p.value_dim, TilePass::kForward).bytes;
@@ -515,9 +515,11 @@ template <typename scalar_t>
 void launch_tile_backward(const AttentionParams& p, const BackwardTensors& t, int warps, const gpu::Launch& launch) {
   using acc_t = at::opmath_type<scalar_t>;
   const TileBackwardPointers<scalar_t> ptrs{
-      t.grad_out.data_ptr<scalar_t>(), t.q.data_ptr<scalar_t>(),      t.k.data_ptr<scalar_t>(),
-      t.v.data_ptr<scalar_t>(),        t.out.data_ptr<scalar_t>(),    t.lse.data_ptr<acc_t>(),
-      t.grad_q.data_ptr<scalar_t>(),   t.grad_k_acc.data_ptr<scalar_t>(), t.grad_v_acc.data_ptr<scalar_t>()};
+      gpu::head_rows<const scalar_t>(t.grad_out), gpu::head_rows<const scalar_t>(t.q),
+      gpu::head_rows<const scalar_t>(t.k),        gpu::head_rows<const scalar_t>(t.v),
+      gpu::head_rows<const scalar_t>(t.out),      t.lse.data_ptr<acc_t>(),
+      gpu::head_rows<scalar_t>(t.grad_q),         gpu::head_rows<scalar_t>(t.grad_k_acc),
+      gpu::head_rows<scalar_t>(t.grad_v_acc)};
   const int64_t tile = static_cast<int64_t>(warps) * kTileRowsPerWarp;
   const KernelParams params = make_kernel_params(p, t.key_lengths);
   const dim3 block(warps * kWarpSize);

@@ -14,6 +14,7 @@
 #include "attention/cuda/attention_cuda.h"
 #include "attention/dropout_hash.h"
 #include "attention/head_mask.h"
+#include "common/head_rows.h"
 #include "common/warp.cuh"
 
 namespace mma_nmt::attention::cuda {

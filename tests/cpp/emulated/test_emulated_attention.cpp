@@ -7,6 +7,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -187,6 +188,62 @@ TEST(EmulatedAttentionTiles, AOneKeySentenceGetsExactlyZeroGradients) {
     EXPECT_EQ(at::count_nonzero(grad_q[1]).item<int64_t>(), 0) << name << ": " << grad_q[1].abs().max();
     EXPECT_EQ(at::count_nonzero(grad_k[1]).item<int64_t>(), 0) << name << ": " << grad_k[1].abs().max();
     EXPECT_GT(at::count_nonzero(grad_v[1].select(1, 0)).item<int64_t>(), 0) << name;  // the value keeps its gradient
+  }
+}
+
+// (B, H, L, D) values as the head view of a (B, L, sets * H * D) projection, taking set `which` (a fused k/v
+// projection has 2 sets: its head views are not dense, strides (L 2HD, D, 2HD, 1)); NaN in the other sets.
+at::Tensor head_view(const at::Tensor& x, int64_t sets, int64_t which) {
+  const int64_t batch = x.size(0), heads = x.size(1), len = x.size(2), dim = x.size(3);
+  at::Tensor projection = at::full({batch, len, sets * heads * dim}, std::nan(""), x.options());
+  at::Tensor view = projection.narrow(2, which * heads * dim, heads * dim)
+                        .view({batch, len, heads, dim})  // (B, L, H, D)
+                        .transpose(1, 2);                // (B, H, L, D) view
+  view.copy_(x);
+  return view;
+}
+
+bool is_position_major(const at::Tensor& x) { return x.transpose(1, 2).is_contiguous() && !x.is_contiguous(); }
+
+TEST(EmulatedAttentionLayouts, HeadViewsOfProjectionsGoInAsTheyAreAndResultsComeOutPositionMajor) {
+  // The models hand the kernels head views of their projections and read the results back as (B, T, H * Dv) views:
+  // the kernels address both through their strides (common/head_rows.h). The same values contiguous must give the
+  // same results bit for bit, whichever kernel runs.
+  at::manual_seed(13);
+  const int64_t batch = 2, heads = 4, query_len = 11, key_len = 13, dim = 9, value_dim = 7;
+  const at::Tensor q = at::randn({batch, heads, query_len, dim}), k = at::randn({batch, heads, key_len, dim});
+  const at::Tensor v = at::randn({batch, heads, key_len, value_dim});
+  const at::Tensor grad_out = at::randn({batch, heads, query_len, value_dim});
+  const at::Tensor lengths = at::tensor(std::vector<int64_t>{13, 5});
+  const std::vector<int64_t> kinds{kGlobal, kLocal, kForward, kCausal};
+  const attention::AttentionParams p =
+      attention::check_attention_args("emulated attention", q, k, v, lengths, kinds, 2, 0.3, 2, 0.0, 0);
+  // q from a (B, T, H D) projection, k and v from one fused (B, S, 2 H D) projection, grad_out as a merged-heads
+  // gradient (B, T, H Dv) arrives.
+  const at::Tensor q_view = head_view(q, 1, 0), k_view = head_view(k, 2, 0), v_view = head_view(v, 1, 0);
+  const at::Tensor grad_view = head_view(grad_out, 1, 0);
+  using attention::cuda::AttentionKernelSet;
+  for (const AttentionKernelSet kernels : {AttentionKernelSet::kTiles, AttentionKernelSet::kRowWarps}) {
+    SCOPED_TRACE(kernels == AttentionKernelSet::kTiles ? "tiles" : "row warps");
+    const gpu::Launch launch = kernels == AttentionKernelSet::kTiles ? gpu::Launch{nullptr, 4} : emulated_launch();
+    const auto [out, lse, probs] = attention::cuda::run_attention_forward(p, q, k, v, lengths, false, launch, kernels);
+    const auto [view_out, view_lse, view_probs] =
+        attention::cuda::run_attention_forward(p, q_view, k_view, v_view, lengths, false, launch, kernels);
+    EXPECT_TRUE(is_position_major(out) && is_position_major(view_out)) << out.strides() << view_out.strides();
+    EXPECT_TRUE(at::equal(view_out, out));
+    EXPECT_TRUE(at::equal(view_lse, lse));
+    const auto [grad_q, grad_k, grad_v] =
+        attention::cuda::run_attention_backward(p, grad_out, q, k, v, out, lse, lengths, launch, kernels);
+    const auto [view_grad_q, view_grad_k, view_grad_v] = attention::cuda::run_attention_backward(
+        p, grad_view, q_view, k_view, v_view, view_out, view_lse, lengths, launch, kernels);
+    EXPECT_TRUE(at::equal(view_grad_q, grad_q));
+    EXPECT_TRUE(at::equal(view_grad_k, grad_k));
+    EXPECT_TRUE(at::equal(view_grad_v, grad_v));
+    // Each gradient laid out like its input: contiguous for contiguous inputs, position-major for head views.
+    EXPECT_TRUE(grad_q.is_contiguous() && grad_k.is_contiguous() && grad_v.is_contiguous());
+    EXPECT_EQ(view_grad_q.strides(), q_view.strides());
+    EXPECT_EQ(view_grad_v.strides(), v_view.strides());
+    EXPECT_TRUE(is_position_major(view_grad_k)) << view_grad_k.strides();  // k's view is not dense: its order
   }
 }
 

@@ -147,3 +147,39 @@ def test_cuda_flash_opt_in_takes_padded_self_attention_per_kind(spec, dtype, mon
     assert_close_to_double(result.out * keep, ref_out * keep, double_out * keep, "out")
     for name, got, low, high in zip("qkv", grads, ref_grads, double_grads):
         assert_close_to_double(got, low, high, f"grad_{name}")
+
+
+@pytest.mark.parametrize("kernels", [None, "handwritten", "rows", "flash"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("spec, padded", [("GLFB", True), ("G", False), ("G", True), ("C", False)])
+def test_cuda_reads_head_views_in_place_and_returns_the_fake_kernels_layout(kernels, dtype, spec, padded, monkeypatch):
+    """Every CUDA path (the hand-written kernels, FlashAttention per kind, the float32 SDPA composition) takes head
+    views of a joint (B, L, 3 H D) projection as they are and returns what the fake kernel promises, as the CPU does:
+    out position-major, each gradient laid out like its input. A mismatch fails torch.compile at run time, or feeds the
+    next kernel a wrong layout; the same values as from contiguous copies."""
+    from mma_nmt.ops.fake_layout import position_major, projection_gradient_like
+
+    if kernels is not None:
+        monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", kernels)
+    torch.manual_seed(3)
+    batch, length, heads, dim = 3, 70, 4, 64
+    projection = torch.randn(batch, length, 3 * heads * dim, device="cuda", dtype=dtype)
+    views = [x.view(batch, length, heads, dim).transpose(1, 2).requires_grad_()  # (B, H, L, D) head views
+             for x in projection.split(heads * dim, -1)]
+    copies = [x.detach().contiguous().requires_grad_() for x in views]
+    options = dict(head_kinds=spec, window=2,
+                   key_lengths=padded_lengths(batch, length).to("cuda") if padded else None)
+    out, out_of_copies = (fused_attention(*qkv, **options).out for qkv in (views, copies))
+    assert out.stride() == position_major(views[0], dim, every_device=True).stride()
+    assert out_of_copies.stride() == out.stride()
+    # float atomics in some backward kernels add in any order: bfloat16 results may differ by a rounding step
+    close = dict(atol=2e-3, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out, out_of_copies, **close)
+    head_grad_out = torch.randn(batch, length, heads * dim, device="cuda", dtype=dtype).view(
+        batch, length, heads, dim).transpose(1, 2)  # the merged heads' gradient, as autograd hands it on
+    grads = torch.autograd.grad(out, views, head_grad_out)
+    grads_of_copies = torch.autograd.grad(out_of_copies, copies, head_grad_out.contiguous())
+    for name, x, grad, copy, grad_of_copy in zip("qkv", views, grads, copies, grads_of_copies):
+        assert grad.stride() == projection_gradient_like(x, every_device=True).stride(), f"grad_{name}"
+        assert grad_of_copy.stride() == projection_gradient_like(copy, every_device=True).stride(), f"grad_{name}"
+        torch.testing.assert_close(grad, grad_of_copy, **close, msg=f"grad_{name}")
