@@ -22,19 +22,9 @@
 
 namespace mma_nmt::attention::cuda {
 
+// dK and dV go to accumulators of the accumulation type (BackwardPointers: attention_tile_kernels.cuh).
 template <typename scalar_t>
-struct BackwardPointers {
-  using acc_t = at::opmath_type<scalar_t>;
-  gpu::HeadRows<const scalar_t> grad_out;  // (B, H, T, Dv), any strides over the first three (common/head_rows.h)
-  gpu::HeadRows<const scalar_t> q;         // (B, H, T, D)
-  gpu::HeadRows<const scalar_t> k;         // (B, H, S, D)
-  gpu::HeadRows<const scalar_t> v;         // (B, H, S, Dv)
-  gpu::HeadRows<const scalar_t> out;       // (B, H, T, Dv)
-  const acc_t* lse;                        // (B, H, T) contiguous
-  gpu::HeadRows<scalar_t> grad_q;          // (B, H, T, D)
-  gpu::HeadRows<acc_t> grad_k;             // (B, H, S, D) accumulator
-  gpu::HeadRows<acc_t> grad_v;             // (B, H, S, Dv) accumulator
-};
+using RowBackwardPointers = BackwardPointers<scalar_t, at::opmath_type<scalar_t>>;
 
 // dst[d] += factor * slice[e] for this lane's elements d = lane + 32 e.
 template <int kPerLane, typename acc_t>
@@ -49,7 +39,7 @@ __device__ __forceinline__ void atomic_add_slice(acc_t* dst, int64_t dim, const 
 
 template <typename scalar_t, int kPerLane>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
-    attention_backward_kernel(const KernelParams p, const BackwardPointers<scalar_t> t) {
+    attention_backward_kernel(const KernelParams p, const RowBackwardPointers<scalar_t> t) {
   using acc_t = at::opmath_type<scalar_t>;
   const RowCoordinates r = locate_row(p);
   if (!r.valid) return;  // the whole warp leaves together
@@ -96,12 +86,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
 template <typename scalar_t, int kPerLane>
 void launch_backward(const AttentionParams& p, const BackwardTensors& t, const gpu::Launch& launch) {
   using acc_t = at::opmath_type<scalar_t>;
-  const BackwardPointers<scalar_t> ptrs{
-      gpu::head_rows<const scalar_t>(t.grad_out), gpu::head_rows<const scalar_t>(t.q),
-      gpu::head_rows<const scalar_t>(t.k),        gpu::head_rows<const scalar_t>(t.v),
-      gpu::head_rows<const scalar_t>(t.out),      t.lse.data_ptr<acc_t>(),
-      gpu::head_rows<scalar_t>(t.grad_q),         gpu::head_rows<acc_t>(t.grad_k_acc),
-      gpu::head_rows<acc_t>(t.grad_v_acc)};
+  const RowBackwardPointers<scalar_t> ptrs = backward_pointers<scalar_t, acc_t>(t);
   gpu::launch_kernel(&attention_backward_kernel<scalar_t, kPerLane>, row_grid(p, launch), row_block(launch), 0, launch,
                      make_kernel_params(p, t.key_lengths), ptrs);
 }

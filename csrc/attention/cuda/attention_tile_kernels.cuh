@@ -175,9 +175,11 @@ struct TileForwardPointers {
   acc_t* lse;                       // (B, H, T) contiguous
 };
 
-// What the tiled backward kernels read and write; the gradients are written once each, in the input dtype.
-template <typename scalar_t>
-struct TileBackwardPointers {
+// What the backward kernels read and write, head tensors through their strides. The tiled kernels write each gradient
+// once, in the input dtype (grad_kv_t = scalar_t); the warp-per-row kernel adds dK and dV into accumulators of the
+// accumulation type (attention_backward_kernel.cuh).
+template <typename scalar_t, typename grad_kv_t = scalar_t>
+struct BackwardPointers {
   using acc_t = at::opmath_type<scalar_t>;
   gpu::HeadRows<const scalar_t> grad_out;  // (B, H, T, Dv)
   gpu::HeadRows<const scalar_t> q;         // (B, H, T, D)
@@ -186,9 +188,18 @@ struct TileBackwardPointers {
   gpu::HeadRows<const scalar_t> out;       // (B, H, T, Dv)
   const acc_t* lse;                        // (B, H, T) contiguous
   gpu::HeadRows<scalar_t> grad_q;          // (B, H, T, D)
-  gpu::HeadRows<scalar_t> grad_k;          // (B, H, S, D)
-  gpu::HeadRows<scalar_t> grad_v;          // (B, H, S, Dv)
+  gpu::HeadRows<grad_kv_t> grad_k;         // (B, H, S, D)
+  gpu::HeadRows<grad_kv_t> grad_v;         // (B, H, S, Dv)
 };
+
+template <typename scalar_t, typename grad_kv_t = scalar_t>
+BackwardPointers<scalar_t, grad_kv_t> backward_pointers(const BackwardTensors& t) {
+  return {gpu::head_rows<const scalar_t>(t.grad_out), gpu::head_rows<const scalar_t>(t.q),
+          gpu::head_rows<const scalar_t>(t.k),        gpu::head_rows<const scalar_t>(t.v),
+          gpu::head_rows<const scalar_t>(t.out),      t.lse.data_ptr<at::opmath_type<scalar_t>>(),
+          gpu::head_rows<scalar_t>(t.grad_q),         gpu::head_rows<grad_kv_t>(t.grad_k_acc),
+          gpu::head_rows<grad_kv_t>(t.grad_v_acc)};
+}
 
 // Where a thread of a tiled kernel sits: its block's tile size, sentence, head (bh: both, as an index of (B, H)) and
 // first row (or key), and the thread's row (or key) r within the tile and its column c among the row's 4 threads.
@@ -295,7 +306,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
 // P and dS of its key for every fourth staged row, then adds its elements c, c + 4, ... of dK_j and dV_j.
 template <typename scalar_t, int kSlots>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
-    attention_tile_key_grads_kernel(const KernelParams p, const TileBackwardPointers<scalar_t> t) {
+    attention_tile_key_grads_kernel(const KernelParams p, const BackwardPointers<scalar_t> t) {
   using acc_t = at::opmath_type<scalar_t>;
   const auto [tile, b, h, bh, first_key, jj, c] = tile_thread(p);  // jj: this thread's key within the tile
   const TileLayout<scalar_t, acc_t> layout(tile, p.head_dim, p.value_dim, TilePass::kKeyGrads);
@@ -372,7 +383,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
 // dQ: block (query tile, head, sentence) over its rows' key tiles, as the forward kernel.
 template <typename scalar_t, int kSlots>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
-    attention_tile_query_grads_kernel(const KernelParams p, const TileBackwardPointers<scalar_t> t) {
+    attention_tile_query_grads_kernel(const KernelParams p, const BackwardPointers<scalar_t> t) {
   using acc_t = at::opmath_type<scalar_t>;
   const TileThread w = tile_thread(p);
   const auto [tile, b, h, bh, first, r, c] = w;
@@ -514,12 +525,7 @@ void launch_tile_forward(const AttentionParams& p, const ForwardTensors& t, int 
 template <typename scalar_t>
 void launch_tile_backward(const AttentionParams& p, const BackwardTensors& t, int warps, const gpu::Launch& launch) {
   using acc_t = at::opmath_type<scalar_t>;
-  const TileBackwardPointers<scalar_t> ptrs{
-      gpu::head_rows<const scalar_t>(t.grad_out), gpu::head_rows<const scalar_t>(t.q),
-      gpu::head_rows<const scalar_t>(t.k),        gpu::head_rows<const scalar_t>(t.v),
-      gpu::head_rows<const scalar_t>(t.out),      t.lse.data_ptr<acc_t>(),
-      gpu::head_rows<scalar_t>(t.grad_q),         gpu::head_rows<scalar_t>(t.grad_k_acc),
-      gpu::head_rows<scalar_t>(t.grad_v_acc)};
+  const BackwardPointers<scalar_t> ptrs = backward_pointers<scalar_t>(t);
   const int64_t tile = static_cast<int64_t>(warps) * kTileRowsPerWarp;
   const KernelParams params = make_kernel_params(p, t.key_lengths);
   const dim3 block(warps * kWarpSize);
