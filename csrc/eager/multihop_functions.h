@@ -15,22 +15,19 @@
 #include <vector>
 
 #include "eager/first_order.h"
-#include "eager/kernel_grad_out.h"
 #include "eager/optional_tensor.h"
 
 namespace mma_nmt::eager::multihop {
 
 using Tensor = at::Tensor;
 
-// grad_out as the kernels take it (kernel_grad_out.h); zeros shaped like the gate plus `value_dim` when out got no
-// gradient.
-inline Tensor kernel_grad_out(const Tensor& grad_out, const Tensor& gate, int64_t value_dim) {
-  if (!grad_out.defined()) {
-    std::vector<int64_t> shape(gate.sizes().begin(), gate.sizes().end());
-    shape.push_back(value_dim);
-    return at::zeros(shape, gate.options());
-  }
-  return ::mma_nmt::eager::kernel_grad_out(grad_out);
+// grad_out as the kernels take it: as it comes (they read it through its strides), zeros shaped like the gate plus
+// `value_dim` when out got no gradient.
+inline Tensor grad_out_or_zeros(const Tensor& grad_out, const Tensor& gate, int64_t value_dim) {
+  if (grad_out.defined()) return grad_out;
+  std::vector<int64_t> shape(gate.sizes().begin(), gate.sizes().end());
+  shape.push_back(value_dim);
+  return at::zeros(shape, gate.options());
 }
 
 }  // namespace mma_nmt::eager::multihop
@@ -75,7 +72,7 @@ struct HeadGateFunction : torch::autograd::Function<HeadGateFunction> {
     const variable_list s = ctx->get_saved_variables();  // query_proj, head_proj, value_proj, v_b, gate
     refuse_second_order("mma_nmt.multihop_gate", s, grads);
     if (!grads[0].defined() && !grads[1].defined()) return variable_list(4);
-    const Tensor grad_out = multihop::kernel_grad_out(grads[0], s[4], s[2].size(3));
+    const Tensor grad_out = multihop::grad_out_or_zeros(grads[0], s[4], s[2].size(3));
     auto [grad_pre, grad_value_proj, grad_v_b] =
         backward_op().call(grad_out, optional_tensor(grads[1]), s[0], s[1], s[2], s[3], s[4]);
     return {grad_pre, grad_pre, grad_value_proj, grad_v_b};  // d(query_proj + head_proj) reaches both unchanged
@@ -127,7 +124,7 @@ struct SecondHopFunction : torch::autograd::Function<SecondHopFunction> {
     refuse_second_order("mma_nmt.multihop_second_hop", s, grads);
     if (!grads[0].defined() && !grads[1].defined()) return variable_list(6);
     const bool has_u_c = s[4].defined();
-    const Tensor grad_out = multihop::kernel_grad_out(grads[0], s[6], has_u_c ? s[4].size(1) : s[0].size(3));
+    const Tensor grad_out = multihop::grad_out_or_zeros(grads[0], s[6], has_u_c ? s[4].size(1) : s[0].size(3));
     auto [grad_q, grad_a, grad_w_b, grad_u_b, grad_u_c, grad_v_b] = backward_op().call(
         grad_out, optional_tensor(grads[1]), s[0], s[1], s[2], s[3], optional_tensor(s[4]), s[5], s[6], s[7]);
     return {grad_q, grad_a, grad_w_b, grad_u_b, has_u_c ? grad_u_c : Tensor(), grad_v_b};

@@ -19,8 +19,6 @@ struct Attention {
   static constexpr const char* kName = "mma_nmt.attention";
   static constexpr const char* kSchema = "mma_nmt::attention";
   static constexpr const char* kBackwardSchema = "mma_nmt::attention_backward";
-  // Its kernels read grad_out through its strides on every device (common/head_rows.h on CUDA).
-  static constexpr bool kStridedGradOut = true;
   // head_kinds, window, scale, query_offset, dropout_p, seed
   using Options = std::tuple<std::vector<int64_t>, int64_t, double, int64_t, double, int64_t>;
   using ForwardSignature = OutLse(const Tensor&, const Tensor&, const Tensor&, const OptionalTensor&, at::IntArrayRef,
@@ -34,7 +32,6 @@ struct SharedValueAttention {
   static constexpr const char* kName = "mma_nmt.shared_value_attention";
   static constexpr const char* kSchema = "mma_nmt::shared_value_attention";
   static constexpr const char* kBackwardSchema = "mma_nmt::shared_value_attention_backward";
-  static constexpr bool kStridedGradOut = false;  // contiguous on CUDA (kernel_grad_out.h)
   using Options = std::tuple<double>;  // scale
   using ForwardSignature = OutLse(const Tensor&, const Tensor&, const Tensor&, const OptionalTensor&, double, bool);
   using BackwardSignature = OutLse(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,

@@ -6,8 +6,7 @@
 //
 // `Op` names the operator (`static constexpr const char* kSchema = "mma_nmt::attention"`, `kName =
 // "mma_nmt.attention"` for messages) and its options (`using Options = std::tuple<...>`, the schema's arguments
-// between key_lengths and return_probs, as the unboxed kernel takes them), and whether its backward takes grad_out
-// as it comes on every device (`kStridedGradOut`), else as kernel_grad_out.h hands it on.
+// between key_lengths and return_probs, as the unboxed kernel takes them).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -19,7 +18,6 @@
 #include <utility>
 
 #include "eager/first_order.h"
-#include "eager/kernel_grad_out.h"
 #include "eager/optional_tensor.h"
 
 namespace mma_nmt::eager {
@@ -57,8 +55,8 @@ struct OutLseFunction : torch::autograd::Function<OutLseFunction<Op>> {
     const auto options = ctx->saved_data["options"].template to<Options>();
     auto [grad_q, grad_k, grad_v] = std::apply(
         [&](const auto&... option) {
-          const at::Tensor grad_out = Op::kStridedGradOut ? grads[0] : kernel_grad_out(grads[0]);
-          return backward_op().call(grad_out, saved[0], saved[1], saved[2], saved[3], saved[4],
+          // grad_out as it comes: the kernels read it through its strides or copy it themselves
+          return backward_op().call(grads[0], saved[0], saved[1], saved[2], saved[3], saved[4],
                                     optional_tensor(saved[5]), option...);
         },
         options);

@@ -13,7 +13,7 @@ import torch
 from mma_nmt.ops.argument_checks import check_int64
 from mma_nmt.ops.argument_defaults import default_scale, draw_dropout_seed
 from mma_nmt.ops.device_checks import check_same_device
-from mma_nmt.ops.fake_layout import kernel_grad_out, position_major, projection_gradient_like, statistics_dtype
+from mma_nmt.ops.fake_layout import position_major, projection_gradient_like, statistics_dtype
 from mma_nmt.ops.head_spec import parse_head_spec
 from mma_nmt.ops.padding import operator_key_lengths
 from mma_nmt.ops.registration import backward_operator, register_operator
@@ -103,7 +103,7 @@ def _attention_fake(q, k, v, key_lengths, head_kinds, window, scale, query_offse
     _check_fake_layout("mma_nmt.attention", q, k, v, key_lengths, head_kinds)
     batch, heads, query_len, _ = q.shape
     key_len, value_dim = k.shape[2], v.shape[3]
-    out = position_major(q, value_dim, every_device=True)
+    out = position_major(q, value_dim)
     lse = q.new_empty((batch, heads, query_len), dtype=statistics_dtype(q))
     probs = q.new_empty((batch, heads, query_len, key_len)) if return_probs else q.new_empty((0,))
     return out, lse, probs
@@ -116,7 +116,7 @@ def _attention_backward_fake(grad_out, q, k, v, out, lse, key_lengths, head_kind
     out_shape = lambda q, k, v: (q.shape[0], q.shape[1], q.shape[2], v.shape[3])  # noqa: E731
     _check_fake_layout("mma_nmt.attention_backward", q, k, v, key_lengths, head_kinds, grad_out=(grad_out, out_shape),
                        out=(out, out_shape), lse=(lse, lambda q, k, v: tuple(q.shape[:3])))
-    return tuple(projection_gradient_like(x, every_device=True) for x in (q, k, v))
+    return projection_gradient_like(q), projection_gradient_like(k), projection_gradient_like(v)
 
 
 def _setup_context(ctx, inputs, output):
@@ -129,7 +129,6 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad_out, _grad_lse, _grad_probs):
     q, k, v, out, lse, key_lengths = ctx.saved_tensors
-    grad_out = kernel_grad_out(grad_out, every_device=True)
     grad_q, grad_k, grad_v = _BACKWARD_OP(grad_out, q, k, v, out, lse, key_lengths, *ctx.options)
     return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None
 

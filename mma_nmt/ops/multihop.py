@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 
 from mma_nmt.ops.device_checks import check_same_device
-from mma_nmt.ops.fake_layout import contiguous_like, kernel_grad_out, position_major, projection_gradient_like
+from mma_nmt.ops.fake_layout import contiguous_like, position_major, projection_gradient_like
 from mma_nmt.ops.registration import backward_operator, register_operator
 
 _BACKWARD_OP = backward_operator("multihop_gate")
@@ -74,7 +74,6 @@ def _backward(ctx, grad_out, grad_gate):
     query_proj, head_proj, value_proj, v_b, gate = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(value_proj)
-    grad_out = kernel_grad_out(grad_out)
     grad_pre, grad_value_proj, grad_v_b = _BACKWARD_OP(grad_out, grad_gate, query_proj, head_proj, value_proj, v_b,
                                                        gate)
     # d(query_proj + head_proj) reaches both summands unchanged

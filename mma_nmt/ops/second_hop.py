@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 
 from mma_nmt.ops.device_checks import check_same_device
-from mma_nmt.ops.fake_layout import contiguous_like, kernel_grad_out, position_major, projection_gradient_like
+from mma_nmt.ops.fake_layout import contiguous_like, position_major, projection_gradient_like
 from mma_nmt.ops.registration import backward_operator, register_operator
 
 _BACKWARD_OP = backward_operator("multihop_second_hop")
@@ -76,7 +76,6 @@ def _backward(ctx, grad_out, grad_gate, _grad_hidden):
     q, a, w_b, u_b, u_c, v_b, gate, hidden = ctx.saved_tensors
     if grad_out is None:
         grad_out = q.new_zeros(gate.shape + (u_c.shape[1] if ctx.has_u_c else q.shape[3],))
-    grad_out = kernel_grad_out(grad_out)
     grad_q, grad_a, grad_w_b, grad_u_b, grad_u_c, grad_v_b = _BACKWARD_OP(grad_out, grad_gate, q, a, w_b, u_b, u_c,
                                                                           v_b, gate, hidden)
     return grad_q, grad_a, grad_w_b, grad_u_b, (grad_u_c if ctx.has_u_c else None), grad_v_b

@@ -3,7 +3,9 @@
 // a head's row is coalesced, and each head's score (forward) or dL/dbeta (backward) is a warp sum. The softmax over
 // the H heads runs on every lane with the arithmetic of multihop/head_gate.h. Backward writes each position's share
 // of grad_v_b to its own row, summed afterwards (no atomics: the same result on every run). Accumulates in float
-// (double for double); float32, float16, bfloat16 and float64 inputs.
+// (double for double); float32, float16, bfloat16 and float64 inputs. The (B, H, T, dim) tensors are read and written
+// through their strides (common/head_rows.h), as the CPU kernel does: the projections as they come, out position-major,
+// each gradient laid out like its input; gate and grad_gate (B, H, T) contiguous.
 //
 // Device source and device-agnostic launch code: compiled by nvcc (multihop_cuda.cu) and under the HIP CPU emulator
 // (tests/cpp/emulated).
@@ -18,6 +20,8 @@
 #include <optional>
 #include <tuple>
 
+#include "common/head_layout.h"
+#include "common/head_rows.h"
 #include "common/warp.cuh"
 #include "multihop/head_gate.h"
 #include "multihop/multihop_params.h"
@@ -26,62 +30,79 @@ namespace mma_nmt::multihop::cuda {
 
 using gpu::kWarpSize;
 
+template <typename scalar_t>
+struct HeadGateForwardPointers {
+  gpu::HeadRows<const scalar_t> wq, ua;  // (B, H, T, Db)
+  gpu::HeadRows<const scalar_t> uc;      // (B, H, T, Dc)
+  const scalar_t* v_b;                   // (Db,)
+  gpu::HeadRows<scalar_t> out;           // (B, H, T, Dc)
+  scalar_t* gate;                        // (B, H, T) contiguous
+};
+
 template <typename scalar_t, typename acc_t>
-__global__ void head_gate_forward_kernel(HeadGateParams p, const scalar_t* __restrict__ wq,
-                                         const scalar_t* __restrict__ ua, const scalar_t* __restrict__ uc,
-                                         const scalar_t* __restrict__ v_b, scalar_t* __restrict__ out,
-                                         scalar_t* __restrict__ gate) {
+__global__ void head_gate_forward_kernel(HeadGateParams p, const HeadGateForwardPointers<scalar_t> t) {
   const int64_t n = gpu::warp_index();
   if (n >= p.batch * p.query_len) return;  // the spare warps of the last block, whole warps
+  const int64_t b = n / p.query_len, i = n % p.query_len;
   const int lane = threadIdx.x % kWarpSize;
   acc_t beta[kMaxHeads];
   for (int64_t h = 0; h < p.heads; ++h) {
-    const int64_t row = head_row(n, h, p.heads, p.query_len);
-    beta[h] = gpu::warp_sum(head_score_part<scalar_t, acc_t>(wq + row * p.hop_dim, ua + row * p.hop_dim, v_b,
-                                                             p.hop_dim, lane, kWarpSize));
+    beta[h] = gpu::warp_sum(head_score_part<scalar_t, acc_t>(t.wq.row(b, h, i), t.ua.row(b, h, i), t.v_b, p.hop_dim,
+                                                             lane, kWarpSize));
   }
   softmax_over_heads(beta, p.heads);
   for (int64_t h = 0; h < p.heads; ++h) {
-    const int64_t row = head_row(n, h, p.heads, p.query_len);
-    if (lane == 0) gate[row] = static_cast<scalar_t>(beta[h]);
+    if (lane == 0) t.gate[head_row(n, h, p.heads, p.query_len)] = static_cast<scalar_t>(beta[h]);
+    const scalar_t* uc = t.uc.row(b, h, i);
+    scalar_t* out = t.out.row(b, h, i);
     for (int64_t c = lane; c < p.value_dim; c += kWarpSize) {
-      out[row * p.value_dim + c] = static_cast<scalar_t>(beta[h] * static_cast<acc_t>(uc[row * p.value_dim + c]));
+      out[c] = static_cast<scalar_t>(beta[h] * static_cast<acc_t>(uc[c]));
     }
   }
 }
 
+template <typename scalar_t, typename acc_t>
+struct HeadGateBackwardPointers {
+  gpu::HeadRows<const scalar_t> dout;  // (B, H, T, Dc)
+  const scalar_t* dgate;               // (B, H, T) contiguous, or nullptr
+  gpu::HeadRows<const scalar_t> wq, ua;  // (B, H, T, Db)
+  gpu::HeadRows<const scalar_t> uc;      // (B, H, T, Dc)
+  const scalar_t* v_b;                   // (Db,)
+  const scalar_t* gate;                  // (B, H, T) contiguous
+  gpu::HeadRows<scalar_t> dpre;          // (B, H, T, Db)
+  gpu::HeadRows<scalar_t> duc;           // (B, H, T, Dc)
+  acc_t* dv_b_rows;                      // (B * T, Db)
+};
+
 // dv_b_rows (B * T, Db): position n's share sum_h de_h tanh(pre_h), summed over the positions by the launcher.
 template <typename scalar_t, typename acc_t>
-__global__ void head_gate_backward_kernel(HeadGateParams p, const scalar_t* __restrict__ dout,
-                                          const scalar_t* __restrict__ dgate, const scalar_t* __restrict__ wq,
-                                          const scalar_t* __restrict__ ua, const scalar_t* __restrict__ uc,
-                                          const scalar_t* __restrict__ v_b, const scalar_t* __restrict__ gate,
-                                          scalar_t* __restrict__ dpre, scalar_t* __restrict__ duc,
-                                          acc_t* __restrict__ dv_b_rows) {
+__global__ void head_gate_backward_kernel(HeadGateParams p, const HeadGateBackwardPointers<scalar_t, acc_t> t) {
   const int64_t n = gpu::warp_index();
   if (n >= p.batch * p.query_len) return;  // the spare warps of the last block, whole warps
+  const int64_t b = n / p.query_len, i = n % p.query_len;
   const int lane = threadIdx.x % kWarpSize;
   acc_t beta[kMaxHeads], de[kMaxHeads];
   for (int64_t h = 0; h < p.heads; ++h) {
     const int64_t row = head_row(n, h, p.heads, p.query_len);
-    beta[h] = static_cast<acc_t>(gate[row]);
+    beta[h] = static_cast<acc_t>(t.gate[row]);
+    const scalar_t *dout = t.dout.row(b, h, i), *uc = t.uc.row(b, h, i);
+    scalar_t* duc = t.duc.row(b, h, i);
     acc_t part = 0;  // this lane's share of dL/dbeta_h = dgate + dout . uc
     for (int64_t c = lane; c < p.value_dim; c += kWarpSize) {
-      const acc_t d = static_cast<acc_t>(dout[row * p.value_dim + c]);
-      part += d * static_cast<acc_t>(uc[row * p.value_dim + c]);
-      duc[row * p.value_dim + c] = static_cast<scalar_t>(beta[h] * d);
+      const acc_t d = static_cast<acc_t>(dout[c]);
+      part += d * static_cast<acc_t>(uc[c]);
+      duc[c] = static_cast<scalar_t>(beta[h] * d);
     }
-    de[h] = gpu::warp_sum(part) + (dgate != nullptr ? static_cast<acc_t>(dgate[row]) : acc_t(0));
+    de[h] = gpu::warp_sum(part) + (t.dgate != nullptr ? static_cast<acc_t>(t.dgate[row]) : acc_t(0));
   }
   softmax_over_heads_backward(beta, de, p.heads);
-  acc_t* dv_b_row = dv_b_rows + n * p.hop_dim;
+  acc_t* dv_b_row = t.dv_b_rows + n * p.hop_dim;
   for (int64_t d = lane; d < p.hop_dim; d += kWarpSize) {
-    const acc_t v = static_cast<acc_t>(v_b[d]);
+    const acc_t v = static_cast<acc_t>(t.v_b[d]);
     acc_t share = 0;
     for (int64_t h = 0; h < p.heads; ++h) {
-      const int64_t i = head_row(n, h, p.heads, p.query_len) * p.hop_dim + d;
-      const acc_t u = tanh_of(static_cast<acc_t>(wq[i]) + static_cast<acc_t>(ua[i]));
-      dpre[i] = static_cast<scalar_t>(de[h] * v * (acc_t(1) - u * u));
+      const acc_t u = tanh_of(static_cast<acc_t>(t.wq.row(b, h, i)[d]) + static_cast<acc_t>(t.ua.row(b, h, i)[d]));
+      t.dpre.row(b, h, i)[d] = static_cast<scalar_t>(de[h] * v * (acc_t(1) - u * u));
       share += de[h] * u;
     }
     dv_b_row[d] = share;
@@ -98,17 +119,18 @@ inline std::tuple<at::Tensor, at::Tensor> run_head_gate_forward(const HeadGatePa
                                                                 const at::Tensor& head_proj,
                                                                 const at::Tensor& value_proj, const at::Tensor& v_b,
                                                                 const gpu::Launch& launch) {
-  const at::Tensor wq = query_proj.contiguous(), ua = head_proj.contiguous(), uc = value_proj.contiguous();
-  const at::Tensor vb = v_b.contiguous();
-  at::Tensor out = at::empty({p.batch, p.heads, p.query_len, p.value_dim}, query_proj.options());
+  const at::Tensor wq = rows_contiguous(query_proj), ua = rows_contiguous(head_proj);
+  const at::Tensor uc = rows_contiguous(value_proj), vb = v_b.contiguous();
+  at::Tensor out = position_major(p.batch, p.heads, p.query_len, p.value_dim, query_proj.options());
   at::Tensor gate = at::empty({p.batch, p.heads, p.query_len}, query_proj.options());
   if (p.positions() == 0) return {out, gate};
   const gpu::WarpGrid shape = position_grid(p, launch);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, wq.scalar_type(), "mma_nmt::multihop_gate cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
-    gpu::launch_kernel(&head_gate_forward_kernel<scalar_t, acc_t>, shape.grid, shape.block, 0, launch, p,
-                       wq.data_ptr<scalar_t>(), ua.data_ptr<scalar_t>(), uc.data_ptr<scalar_t>(),
-                       vb.data_ptr<scalar_t>(), out.data_ptr<scalar_t>(), gate.data_ptr<scalar_t>());
+    const HeadGateForwardPointers<scalar_t> ptrs{
+        gpu::head_rows<const scalar_t>(wq), gpu::head_rows<const scalar_t>(ua), gpu::head_rows<const scalar_t>(uc),
+        vb.data_ptr<scalar_t>(), gpu::head_rows<scalar_t>(out), gate.data_ptr<scalar_t>()};
+    gpu::launch_kernel(&head_gate_forward_kernel<scalar_t, acc_t>, shape.grid, shape.block, 0, launch, p, ptrs);
   });
   return {out, gate};
 }
@@ -118,10 +140,11 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_head_gate_backward(
     const HeadGateParams& p, const at::Tensor& grad_out, const std::optional<at::Tensor>& grad_gate,
     const at::Tensor& query_proj, const at::Tensor& head_proj, const at::Tensor& value_proj, const at::Tensor& v_b,
     const at::Tensor& gate, const gpu::Launch& launch) {
-  const at::Tensor dout = grad_out.contiguous(), wq = query_proj.contiguous(), ua = head_proj.contiguous();
-  const at::Tensor uc = value_proj.contiguous(), vb = v_b.contiguous(), beta = gate.contiguous();
-  const at::Tensor dgate = contiguous_or_undefined(grad_gate);
-  at::Tensor dpre = at::empty_like(wq), duc = at::empty_like(uc);
+  const at::Tensor dout = rows_contiguous(grad_out), wq = rows_contiguous(query_proj);
+  const at::Tensor ua = rows_contiguous(head_proj), uc = rows_contiguous(value_proj);
+  const at::Tensor vb = v_b.contiguous(), beta = gate.contiguous(), dgate = contiguous_or_undefined(grad_gate);
+  // grad_pre is also head_proj's gradient: laid out like query_proj, as on the CPU
+  at::Tensor dpre = gradient_like(query_proj), duc = gradient_like(value_proj);
   const at::ScalarType acc_type = at::toOpMathType(vb.scalar_type());
   at::Tensor dv_b_rows = at::empty({p.positions(), p.hop_dim}, vb.options().dtype(acc_type));  // (B * T, Db)
   if (p.positions() > 0) {
@@ -129,11 +152,13 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_head_gate_backward(
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, wq.scalar_type(), "mma_nmt::multihop_gate_backward cuda",
                                     [&] {
       using acc_t = at::opmath_type<scalar_t>;
-      gpu::launch_kernel(&head_gate_backward_kernel<scalar_t, acc_t>, shape.grid, shape.block, 0, launch, p,
-                         dout.data_ptr<scalar_t>(), dgate.defined() ? dgate.data_ptr<scalar_t>() : nullptr,
-                         wq.data_ptr<scalar_t>(), ua.data_ptr<scalar_t>(), uc.data_ptr<scalar_t>(),
-                         vb.data_ptr<scalar_t>(), beta.data_ptr<scalar_t>(), dpre.data_ptr<scalar_t>(),
-                         duc.data_ptr<scalar_t>(), dv_b_rows.data_ptr<acc_t>());
+      const HeadGateBackwardPointers<scalar_t, acc_t> ptrs{
+          gpu::head_rows<const scalar_t>(dout), dgate.defined() ? dgate.data_ptr<scalar_t>() : nullptr,
+          gpu::head_rows<const scalar_t>(wq),   gpu::head_rows<const scalar_t>(ua),
+          gpu::head_rows<const scalar_t>(uc),   vb.data_ptr<scalar_t>(),
+          beta.data_ptr<scalar_t>(),            gpu::head_rows<scalar_t>(dpre),
+          gpu::head_rows<scalar_t>(duc),        dv_b_rows.data_ptr<acc_t>()};
+      gpu::launch_kernel(&head_gate_backward_kernel<scalar_t, acc_t>, shape.grid, shape.block, 0, launch, p, ptrs);
     });
   }
   return {dpre, duc, dv_b_rows.sum(0).to(vb.scalar_type())};  // (B * T, Db) -> (Db,); zeros without positions

@@ -68,4 +68,14 @@ at::Tensor random_input(at::IntArrayRef shape, const DtypeCase& dtype) {
   return at::randn(shape, at::TensorOptions().dtype(at::kDouble)).to(dtype.dtype);
 }
 
+at::Tensor head_view(const at::Tensor& x, int64_t sets, int64_t which) {
+  const int64_t batch = x.size(0), heads = x.size(1), len = x.size(2), dim = x.size(3);
+  at::Tensor projection = at::full({batch, len, sets * heads * dim}, std::nan(""), x.options());
+  at::Tensor view = projection.narrow(2, which * heads * dim, heads * dim)
+                        .view({batch, len, heads, dim})  // (B, L, H, D)
+                        .transpose(1, 2);                // (B, H, L, D) view
+  view.copy_(x);
+  return view;
+}
+
 }  // namespace mma_nmt::emulated

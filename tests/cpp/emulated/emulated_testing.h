@@ -56,4 +56,12 @@ void expect_as_accurate_as_cpu(const at::Tensor& got, const at::Tensor& cpu, con
 // Random normal values of `shape`, rounded to the case's dtype.
 at::Tensor random_input(at::IntArrayRef shape, const DtypeCase& dtype);
 
+// (B, H, L, D) values as the head view of a (B, L, sets * H * D) projection, taking set `which`: what the models hand
+// the kernels. With 2 sets or more (a fused k/v projection) the view is not dense, strides (L sets HD, D, sets HD, 1);
+// the other sets hold NaN, so a kernel that reads past its rows fails the comparison.
+at::Tensor head_view(const at::Tensor& x, int64_t sets, int64_t which);
+
+// Whether a (B, H, L, D) tensor is stored (B, L, H, D) in memory, as the kernels store their results.
+inline bool is_position_major(const at::Tensor& x) { return x.transpose(1, 2).is_contiguous() && !x.is_contiguous(); }
+
 }  // namespace mma_nmt::emulated

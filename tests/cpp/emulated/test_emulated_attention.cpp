@@ -7,7 +7,6 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -190,20 +189,6 @@ TEST(EmulatedAttentionTiles, AOneKeySentenceGetsExactlyZeroGradients) {
     EXPECT_GT(at::count_nonzero(grad_v[1].select(1, 0)).item<int64_t>(), 0) << name;  // the value keeps its gradient
   }
 }
-
-// (B, H, L, D) values as the head view of a (B, L, sets * H * D) projection, taking set `which` (a fused k/v
-// projection has 2 sets: its head views are not dense, strides (L 2HD, D, 2HD, 1)); NaN in the other sets.
-at::Tensor head_view(const at::Tensor& x, int64_t sets, int64_t which) {
-  const int64_t batch = x.size(0), heads = x.size(1), len = x.size(2), dim = x.size(3);
-  at::Tensor projection = at::full({batch, len, sets * heads * dim}, std::nan(""), x.options());
-  at::Tensor view = projection.narrow(2, which * heads * dim, heads * dim)
-                        .view({batch, len, heads, dim})  // (B, L, H, D)
-                        .transpose(1, 2);                // (B, H, L, D) view
-  view.copy_(x);
-  return view;
-}
-
-bool is_position_major(const at::Tensor& x) { return x.transpose(1, 2).is_contiguous() && !x.is_contiguous(); }
 
 TEST(EmulatedAttentionLayouts, HeadViewsOfProjectionsGoInAsTheyAreAndResultsComeOutPositionMajor) {
   // The models hand the kernels head views of their projections and read the results back as (B, T, H * Dv) views:

@@ -86,6 +86,40 @@ TEST_P(EmulatedHeadGate, ForwardAndBackwardMatchCpuOperator) {
   }
 }
 
+TEST(EmulatedHeadGateLayouts, HeadViewsOfProjectionsGoInAsTheyAreAndResultsComeOutPositionMajor) {
+  // The module hands the gate head views of its projections (query and head projections fused here, as one
+  // (B, T, 2 H Db) tensor) and merges out's heads with a view: the kernels address every (B, H, T, dim) tensor
+  // through its strides. The same values contiguous give the same results bit for bit.
+  at::manual_seed(19);
+  const int64_t batch = 2, heads = 3, query_len = 5, hop_dim = 37, value_dim = 11;
+  const at::Tensor query_proj = at::randn({batch, heads, query_len, hop_dim});
+  const at::Tensor head_proj = at::randn({batch, heads, query_len, hop_dim});
+  const at::Tensor value_proj = at::randn({batch, heads, query_len, value_dim}), v_b = at::randn({hop_dim});
+  const at::Tensor grad_out = at::randn({batch, heads, query_len, value_dim});
+  const at::Tensor grad_gate = at::randn({batch, heads, query_len});
+  const at::Tensor query_view = head_view(query_proj, 2, 0), head_view_ = head_view(head_proj, 2, 1);
+  const at::Tensor value_view = head_view(value_proj, 1, 0), grad_view = head_view(grad_out, 1, 0);
+  const multihop::HeadGateParams p =
+      multihop::check_head_gate_args("emulated multihop_gate", query_proj, head_proj, value_proj, v_b);
+  const auto [out, gate] =
+      multihop::cuda::run_head_gate_forward(p, query_proj, head_proj, value_proj, v_b, emulated_launch());
+  const auto [view_out, view_gate] =
+      multihop::cuda::run_head_gate_forward(p, query_view, head_view_, value_view, v_b, emulated_launch());
+  EXPECT_TRUE(is_position_major(out) && is_position_major(view_out)) << out.strides();
+  EXPECT_TRUE(at::equal(view_out, out));
+  EXPECT_TRUE(at::equal(view_gate, gate));
+  const auto [grad_pre, grad_value, grad_v_b] = multihop::cuda::run_head_gate_backward(
+      p, grad_out, grad_gate, query_proj, head_proj, value_proj, v_b, gate, emulated_launch());
+  const auto [view_pre, view_value, view_v_b] = multihop::cuda::run_head_gate_backward(
+      p, grad_view, grad_gate, query_view, head_view_, value_view, v_b, view_gate, emulated_launch());
+  EXPECT_TRUE(at::equal(view_pre, grad_pre));
+  EXPECT_TRUE(at::equal(view_value, grad_value));
+  EXPECT_TRUE(at::equal(view_v_b, grad_v_b));
+  EXPECT_TRUE(grad_pre.is_contiguous() && grad_value.is_contiguous());  // laid out like their inputs
+  EXPECT_TRUE(is_position_major(view_pre)) << view_pre.strides();       // query_proj's view is not dense: its order
+  EXPECT_EQ(view_value.strides(), value_view.strides());
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, EmulatedHeadGate,
                          ::testing::Combine(::testing::ValuesIn(kHeadGateCases), ::testing::ValuesIn(kAllDtypes)),
                          [](const ::testing::TestParamInfo<std::tuple<HeadGateCase, DtypeCase>>& info) {

@@ -170,7 +170,7 @@ def test_cuda_reads_head_views_in_place_and_returns_the_fake_kernels_layout(kern
     options = dict(head_kinds=spec, window=2,
                    key_lengths=padded_lengths(batch, length).to("cuda") if padded else None)
     out, out_of_copies = (fused_attention(*qkv, **options).out for qkv in (views, copies))
-    assert out.stride() == position_major(views[0], dim, every_device=True).stride()
+    assert out.stride() == position_major(views[0], dim).stride()
     assert out_of_copies.stride() == out.stride()
     # float atomics in some backward kernels add in any order: bfloat16 results may differ by a rounding step
     close = dict(atol=2e-3, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=1e-4)
@@ -180,6 +180,6 @@ def test_cuda_reads_head_views_in_place_and_returns_the_fake_kernels_layout(kern
     grads = torch.autograd.grad(out, views, head_grad_out)
     grads_of_copies = torch.autograd.grad(out_of_copies, copies, head_grad_out.contiguous())
     for name, x, grad, copy, grad_of_copy in zip("qkv", views, grads, copies, grads_of_copies):
-        assert grad.stride() == projection_gradient_like(x, every_device=True).stride(), f"grad_{name}"
-        assert grad_of_copy.stride() == projection_gradient_like(copy, every_device=True).stride(), f"grad_{name}"
+        assert grad.stride() == projection_gradient_like(x).stride(), f"grad_{name}"
+        assert grad_of_copy.stride() == projection_gradient_like(copy).stride(), f"grad_{name}"
         torch.testing.assert_close(grad, grad_of_copy, **close, msg=f"grad_{name}")

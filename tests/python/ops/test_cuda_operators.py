@@ -69,3 +69,41 @@ def test_cuda_operator_low_precision_error_within_twice_plain_pytorch(case, dtyp
         torch_error = (p.double().cpu() - e).abs().max().item()
         assert kernel_error <= 2 * torch_error + FLOORS[dtype], (
             f"{case.name} {dtype} #{index}: kernel error {kernel_error:.3g} vs plain PyTorch {torch_error:.3g}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("with_u_c", [True, False])
+def test_cuda_multihop_operators_take_head_views_and_return_the_fake_kernels_layout(dtype, with_u_c):
+    """The multi-hop module hands the second hop head views of its query projection and the first hop's position-major
+    output: the CUDA operators (the gate kernel through its strides, the second hop's GEMMs on the rows as they lie)
+    return out and hidden position-major and gradients laid out like their inputs, what the fake kernels promise, with
+    the values of contiguous copies."""
+    from mma_nmt.ops.fake_layout import position_major, projection_gradient_like
+    from mma_nmt.ops.second_hop import multihop_second_hop
+
+    torch.manual_seed(4)
+    batch, heads, steps, dim, hop = 3, 4, 9, 16, 24
+
+    def head_view(width):  # (B, H, T, width) view of a (B, T, H width) tensor
+        return torch.randn(batch, steps, heads * width, device="cuda", dtype=dtype).view(
+            batch, steps, heads, width).transpose(1, 2).requires_grad_()
+
+    q, a = head_view(dim), head_view(dim)
+    w_b = torch.randn(hop, dim, device="cuda", dtype=dtype, requires_grad=True)
+    u_b = torch.randn(heads, hop, dim, device="cuda", dtype=dtype, requires_grad=True)
+    u_c = torch.randn(heads, dim, dim, device="cuda", dtype=dtype, requires_grad=True) if with_u_c else None
+    v_b = torch.randn(hop, device="cuda", dtype=dtype, requires_grad=True)
+    copies = [x.detach().contiguous().requires_grad_() for x in (q, a)]
+    out = multihop_second_hop(q, a, w_b, u_b, u_c, v_b).out
+    out_of_copies = multihop_second_hop(*copies, w_b, u_b, u_c, v_b).out
+    assert out.stride() == position_major(q, out.shape[3]).stride()
+    close = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out, out_of_copies, **close)
+    grad_out = torch.randn(batch, steps, heads * out.shape[3], device="cuda", dtype=dtype).view(
+        batch, steps, heads, out.shape[3]).transpose(1, 2)
+    grads = torch.autograd.grad(out, (q, a), grad_out)
+    grads_of_copies = torch.autograd.grad(out_of_copies, copies, grad_out.contiguous())
+    for name, x, grad, grad_of_copy in zip("qa", (q, a), grads, grads_of_copies):
+        assert grad.stride() == projection_gradient_like(x).stride(), f"grad_{name} {grad.stride()}"
+        torch.testing.assert_close(grad, grad_of_copy, **close, msg=f"grad_{name}")
