@@ -96,6 +96,17 @@ __device__ __forceinline__ acc_t warp_dot(const acc_t (&slice)[kPerLane], const 
   return warp_sum(part);
 }
 
+// Dot product of two rows of `dim` values in memory, returned to every lane: lane l sums elements l, l + 32, ... in
+// order (coalesced reads, any dim), then warp_sum adds the lanes. Two calls on equal rows give equal sums, bit for bit.
+template <typename acc_t, typename scalar_t>
+__device__ __forceinline__ acc_t warp_row_dot(const scalar_t* a, const scalar_t* b, int64_t dim) {
+  acc_t part = 0;
+  for (int64_t d = threadIdx.x % kWarpSize; d < dim; d += kWarpSize) {
+    part += static_cast<acc_t>(a[d]) * static_cast<acc_t>(b[d]);
+  }
+  return warp_sum(part);
+}
+
 // The GPU's launches (gpu::current_launch) take Launch's default rows per block: the most the kernels are built for.
 static_assert(Launch{}.warps_per_block == kMaxWarpsPerBlock, "gpu::Launch's default warps_per_block is the bound");
 

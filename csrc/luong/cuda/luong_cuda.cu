@@ -32,8 +32,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_backward_c
   const SharedValueParams p = check_shared_value_args(op, q, k, v, key_lengths, scale);
   check_shared_value_backward_extras(op, p, q, grad_out, out, lse);
   const c10::cuda::CUDAGuard guard(q.device());
-  // In every dtype: five GEMMs in the inputs' dtype beat the kernel's one block per sentence 8-10x in bfloat16 on an
-  // H200 (benchmarks/results/2026-11-29.nmt-sizes.notes.md).
+  // In every dtype: five GEMMs in the inputs' dtype beat the kernel of then, one block per sentence, 2.5-4x in bfloat16
+  // on an H200 (benchmarks/results/2026-11-29.nmt-sizes.notes.md). Its two-pass successor is not measured yet.
   if (!handwritten_cuda_kernels_only()) {
     return shared_value_backward_by_composition(p, grad_out, q, k, v, out, lse, key_lengths);
   }

@@ -6,6 +6,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <cmath>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -187,6 +188,31 @@ TEST_P(EmulatedSharedValue, ForwardAndBackwardMatchCpuOperator) {
   expect_close(emu_grad_q, grad_q, dtype, "shared_value_backward", "grad_q");
   expect_close(emu_grad_k, grad_k, dtype, "shared_value_backward", "grad_k");
   expect_close(emu_grad_v, grad_v, dtype, "shared_value_backward", "grad_v");
+}
+
+TEST(EmulatedSharedValueBackward, OneKeySentenceGetsExactZerosAndPaddingStaysUnread) {
+  // Sentence 1 has one key: every row puts its whole weight on it (out = v_0), so its query and key gradients are
+  // exactly 0, as plain PyTorch's are; the first pass sums dO . O and dO . v_0 alike. Sentence 0's padding keys and
+  // values hold NaN, which must not reach any gradient (they are never read), and get zero gradients.
+  at::manual_seed(29);
+  const int64_t batch = 2, heads = 3, query_len = 4, key_len = 9, dim = 40, value_dim = 70;
+  const at::Tensor q = at::randn({batch, heads, query_len, dim});
+  const at::Tensor grad_out = at::randn({batch, heads, query_len, value_dim});
+  at::Tensor k = at::randn({batch, heads, key_len, dim}), v = at::randn({batch, key_len, value_dim});
+  const at::Tensor lengths = at::tensor(std::vector<int64_t>{6, 1});
+  k.select(0, 0).narrow(1, 6, 3).fill_(std::nan(""));
+  v.select(0, 0).narrow(0, 6, 3).fill_(std::nan(""));
+  const luong::SharedValueParams p =
+      luong::check_shared_value_args("emulated shared_value_attention", q, k, v, lengths, kScale);
+  const auto [out, lse, probs] = luong::cuda::run_shared_value_forward(p, q, k, v, lengths, false, emulated_launch());
+  const auto [grad_q, grad_k, grad_v] =
+      luong::cuda::run_shared_value_backward(p, grad_out, q, k, v, out, lse, lengths, emulated_launch());
+  EXPECT_EQ(at::count_nonzero(grad_q[1]).item<int64_t>(), 0) << grad_q[1].abs().max();
+  EXPECT_EQ(at::count_nonzero(grad_k[1]).item<int64_t>(), 0) << grad_k[1].abs().max();
+  EXPECT_GT(at::count_nonzero(grad_v[1][0]).item<int64_t>(), 0);  // the key's value keeps its gradient
+  for (const at::Tensor& g : {grad_q, grad_k, grad_v}) EXPECT_TRUE(at::isfinite(g).all().item<bool>());
+  EXPECT_EQ(at::count_nonzero(grad_k[0].narrow(1, 6, 3)).item<int64_t>(), 0);
+  EXPECT_EQ(at::count_nonzero(grad_v[0].narrow(0, 6, 3)).item<int64_t>(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, EmulatedSharedValue,
