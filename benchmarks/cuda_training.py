@@ -2,10 +2,17 @@
 fixed batch of random sentences, in float32 and under autocast to float16 and bfloat16, fused operators against a
 baseline: Transformers with MMA encoder heads (GLFB) or all-global heads against the same model built from
 ``nn.MultiheadAttention`` (``implementation="torch"``; issue 48), and the GMM Transformer and the 4-head LSTM against
-their plain-PyTorch reference models (``implementation="reference"``, the same parameters; issue 49)."""
+their plain-PyTorch reference models (``implementation="reference"``, the same parameters; issue 49).
+
+Alone, with both models of each pair compiled as ``train.compile`` compiles them (``reduce-overhead``: the forward and
+backward replayed as CUDA graphs, issue 48's "also under CUDA graphs"):
+
+    python -m benchmarks.cuda_training [--quick] [--compile reduce-overhead] [--precision "autocast bfloat16"]
+        [--model "transformer_iwslt_small MMA"]"""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 from dataclasses import dataclass
 
@@ -14,10 +21,11 @@ import torch
 from benchmarks.profiles import TIMING
 from benchmarks.report import Section, Table
 from benchmarks.section_end_to_end import config_for_vocab
-from benchmarks.timing import time_interleaved
+from benchmarks.timing import markdown_table, time_interleaved
 from mma_nmt.data.batch import Batch, pad_sequences
 from mma_nmt.models import build_model, preset
 from mma_nmt.training.loss import label_smoothed_cross_entropy
+from mma_nmt.training.trainer import compiled
 
 VOCAB, PAD, BOS, EOS = 8000, 0, 1, 2
 PRECISIONS = {"float32": None, "autocast float16": torch.float16, "autocast bfloat16": torch.bfloat16}
@@ -77,10 +85,11 @@ def random_batch(sentences: int, length: int, *, seed: int = 0, device: str = "c
     return Batch(src_ids, src_lengths, tgt_in, tgt_out, tgt_lengths, torch.arange(sentences)).to(device)
 
 
-def train_step_fn(config, batch: Batch, precision: torch.dtype | None):
-    """One step of a fresh model on ``batch``'s device (as ``section_end_to_end.train_step_fn``)."""
+def train_step_fn(config, batch: Batch, precision: torch.dtype | None, compile_mode: bool | str = False):
+    """One step of a fresh model on ``batch``'s device (as ``section_end_to_end.train_step_fn``), the model compiled as
+    ``train.compile = compile_mode`` compiles it (false: eager)."""
     torch.manual_seed(0)
-    model = build_model(config).to(batch.src.device).train()
+    model = compiled(build_model(config).to(batch.src.device).train(), compile_mode)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     tokens = batch.num_tokens  # read once, outside the timed step: as in the trainer, the step reads no device value
 
@@ -97,18 +106,26 @@ def train_step_fn(config, batch: Batch, precision: torch.dtype | None):
     return step
 
 
-def run(profile: str) -> Section:
+def run(profile: str, *, compile_mode: bool | str = False, precisions: tuple[str, ...] | None = None,
+        models: tuple[str, ...] | None = None) -> Section:
+    """The section: every case of ``profile`` (or those whose label is in ``models``) in each of ``precisions``
+    (names of PRECISIONS; default all), both models compiled with ``compile_mode`` (default eager; compiled runs warm
+    up for 3 steps: compilation and, under reduce-overhead, the CUDA-graph recording)."""
     sizes = SIZES[profile]
-    timing = {**TIMING[profile].kwargs(), "min_seconds": 0.0, "warmup": 1, "repeat": sizes.turns}
+    warmup = 3 if compile_mode else 1
+    timing = {**TIMING[profile].kwargs(), "min_seconds": 0.0, "warmup": warmup, "repeat": sizes.turns}
     section = Section("training", "c. Training step: fused vs the nn.MultiheadAttention or reference model",
                       __doc__)
+    compiled_as = f" compiled {compile_mode}" if compile_mode else ""
     rows = []
-    for case in sizes.models:
+    for case in (c for c in sizes.models if models is None or c.label in models):
         batch = random_batch(case.sentences, case.length)
         configs = [case.config(implementation) for implementation in ("fused", case.baseline)]
-        for label, precision in PRECISIONS.items():
-            fused, baseline = time_interleaved([train_step_fn(c, batch, precision) for c in configs],
-                                               synchronize=torch.cuda.synchronize, **timing)
+        for name in precisions or tuple(PRECISIONS):
+            fused, baseline = time_interleaved(
+                [train_step_fn(c, batch, PRECISIONS[name], compile_mode) for c in configs],
+                synchronize=torch.cuda.synchronize, **timing)
+            label = name + compiled_as
             where = f"{case.label} {case.sentences}x{case.length} {label}"
             rows.append([case.label, f"{case.sentences} x {case.length}", label, case.baseline,
                          batch.num_tokens / fused, batch.num_tokens / baseline, baseline / fused])
@@ -117,3 +134,28 @@ def run(profile: str) -> Section:
     section.tables.append(Table("Training tokens/s", ["model", "batch (sentences x max len)", "precision", "baseline",
                                                       "fused tok/s", "baseline tok/s", "fused / baseline"], rows))
     return section
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description="the CUDA training section alone, optionally compiled")
+    parser.add_argument("--quick", action="store_true", help="the quick sizes (default: full)")
+    parser.add_argument("--compile", default=False, dest="compile_mode", metavar="MODE",
+                        help='compile both models as train.compile does, e.g. "reduce-overhead" (CUDA graphs)')
+    parser.add_argument("--precision", action="append", choices=list(PRECISIONS),
+                        help="precisions to time (repeatable; default all)")
+    parser.add_argument("--model", action="append", choices=sorted({c.label for s in SIZES.values() for c in s.models}),
+                        help="models to time, by label (repeatable; default all)")
+    args = parser.parse_args(argv)
+    from benchmarks.cuda_suite import gpu_info, require_cuda
+    require_cuda()
+    print(f"GPU: {gpu_info()}\n")
+    section = run("quick" if args.quick else "full", compile_mode=args.compile_mode,
+                  precisions=tuple(args.precision) if args.precision else None,
+                  models=tuple(args.model) if args.model else None)
+    for table in section.tables:
+        print(f"### {table.title}\n")
+        print(markdown_table(table.columns, table.rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,9 @@
 # A short follow-up lease, for the rest of a session's device time after scripts/gpu_nmt_sizes.sh: build, the CUDA
 # suite in both dispatch modes, then the NMT-size groups named in NMT_GROUPS (default: decoder attention), the training
 # steps (python -m benchmarks --only training) and the LSTM decoder step, each step cut off in time so that the whole
-# ends by LIMIT seconds (default 300). Everything lands in $OUT as in gpu_nmt_sizes.sh.
+# ends by LIMIT seconds (default 300). Everything lands in $OUT as in gpu_nmt_sizes.sh. COMPILED_STEPS="MODEL,..."
+# (labels of benchmarks.cuda_training, e.g. "transformer_iwslt_small MMA") also times those training steps with both
+# models compiled under reduce-overhead (CUDA graphs), in bfloat16: about a minute of compilation per model pair.
 #
 #   OUT=... LIMIT=300 NMT_GROUPS="decoder attention" bash scripts/gpu_recheck.sh      (carry .whl and runs/data/raw)
 set -uo pipefail
@@ -35,6 +37,14 @@ say "nmt sizes (${NMT_GROUPS:-decoder attention}): exit $?, $(wc -l < "$OUT/benc
 timeout "$(until_s $((limit - 20)))" python3 -m benchmarks --device cuda --quick --only training --out "$OUT/bench" \
   --name cuda-training > "$OUT/bench/training.log" 2>&1
 say "training steps: exit $?"
+if [ -n "${COMPILED_STEPS:-}" ]; then
+  models=()
+  IFS=',' read -ra labels <<< "$COMPILED_STEPS"
+  for label in "${labels[@]}"; do models+=(--model "$label"); done
+  timeout "$(until_s $((limit - 10)))" python3 -m benchmarks.cuda_training --quick --compile reduce-overhead \
+    --precision "autocast bfloat16" "${models[@]}" > "$OUT/bench/training_compiled.md" 2>&1
+  say "compiled training steps ($COMPILED_STEPS): exit $?"
+fi
 timeout "$(until_s "$limit")" python3 -m benchmarks.cuda_lstm_step --quick > "$OUT/bench/lstm_step.md" 2>&1
 say "LSTM step: exit $?"
 python3 -m benchmarks.cuda_nmt_sizes --out "$OUT/bench" --render 2>> "$OUT/session.log"

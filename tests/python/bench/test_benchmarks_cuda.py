@@ -68,6 +68,25 @@ def test_training_step_runs_both_models_on_a_random_batch():
             cuda_training.train_step_fn(case.config(implementation), batch, None)()
 
 
+def test_training_steps_take_the_trainers_compile_modes(monkeypatch):
+    """``python -m benchmarks.cuda_training --compile reduce-overhead`` compiles both models of a pair as
+    ``train.compile`` does (mma_nmt.training.trainer.compiled: the CUDA-graph replay on a GPU); eager by default."""
+    seen = []
+
+    def recording(model, mode):
+        seen.append(mode)
+        return model
+
+    monkeypatch.setattr(cuda_training, "compiled", recording)
+    batch = cuda_training.random_batch(2, 6, device="cpu")
+    case = cuda_training.SIZES["tiny"].models[0]
+    cuda_training.train_step_fn(case.config("fused"), batch, None, "reduce-overhead")()
+    cuda_training.train_step_fn(case.config(case.baseline), batch, None)()
+    assert seen == ["reduce-overhead", False]
+    with pytest.raises(SystemExit):  # a precision the section does not know is refused before any GPU work
+        cuda_training.main(["--precision", "float8"])
+
+
 def test_training_section_times_the_issues_systems_against_their_baselines():
     quick = {(case.preset, case.attention, case.baseline) for case in cuda_training.SIZES["quick"].models}
     assert quick == {("transformer_iwslt_small", "MMA", "torch"), ("transformer_iwslt_small", None, "torch"),

@@ -1,8 +1,8 @@
 """``scripts/gpu_nmt_sizes.sh`` and ``scripts/gpu_recheck.sh`` end to end with stand-ins for the GPU work, so that a
 here and not on a lent machine: the real script and ``gpu_build.sh`` (the build reused) run in a scratch repository
 where a stand-in ``python3`` runs pytest (prints a result), the benchmark (appends one row per call and records its
-arguments), the LSTM step benchmark (prints a table), the benchmark suite (echoes its arguments) and every ``-c``
-snippet (prints "stand-in")."""
+arguments), the LSTM step benchmark (prints a table), the benchmark suite and the training section alone (echo their
+arguments) and every ``-c`` snippet (prints "stand-in")."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_nmt_sizes ]; then
   echo '{"group": "x"}' >> "$OUT/bench/nmt_sizes.jsonl"; exit 0
 fi
 if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_lstm_step ]; then echo "| lstm |"; exit 0; fi
+if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_training ]; then shift 2; printf '%s|' "$@"; exit 0; fi
 if [ "$1" = -m ] && [ "$2" = benchmarks ]; then shift 2; echo "suite $*"; exit 0; fi
 exec REAL_PYTHON "$@"
 """
@@ -96,3 +97,21 @@ def test_the_follow_up_lease_runs_tests_the_named_groups_then_the_training_steps
     assert 0 < float(re.search(r"--deadline (\S+)", calls[0]).group(1)) < 300
     assert calls[1].endswith("--render") and len(calls) == 2
     assert (out / "bench" / "training.log").read_text().startswith("suite --device cuda --quick --only training")
+    assert "compiled training steps" not in session and not (out / "bench" / "training_compiled.md").exists()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_follow_up_lease_times_the_named_training_steps_compiled_when_asked(tmp_path):
+    root, out, env = _scratch_repository(tmp_path, "gpu_recheck.sh", LIMIT="300",
+                                         COMPILED_STEPS="transformer_iwslt_small MMA,lstm_iwslt15 own attention")
+
+    done = subprocess.run(["bash", "scripts/gpu_recheck.sh"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    session = (out / "session.log").read_text()
+    assert session.find("training steps: exit 0") < session.find("compiled training steps") < session.find(
+        "LSTM step: exit 0"), session
+    arguments = (out / "bench" / "training_compiled.md").read_text().split("|")
+    assert arguments[:5] == ["--quick", "--compile", "reduce-overhead", "--precision", "autocast bfloat16"]
+    assert arguments[5:9] == ["--model", "transformer_iwslt_small MMA", "--model", "lstm_iwslt15 own attention"]
