@@ -59,18 +59,30 @@ struct Packed {
   FlashCall call;
 };
 
-Packed packed_call(const AttentionParams& p, FlashPacking packing, const at::Tensor& key_lengths) {
+// `cache` (the call's, or null): the packing computed by an earlier group of the same call, filled in here if not.
+Packed packed_call(const AttentionParams& p, FlashPacking packing, const at::Tensor& key_lengths,
+                   FlashPackingCache* cache) {
+  FlashPackingCache own;
+  FlashPackingCache& shared = cache != nullptr ? *cache : own;
+  if (!shared.index.defined()) {
+    shared.index = packing_index(key_lengths, p.key_len);
+    shared.cu_keys = cumulative_lengths(key_lengths, p.key_len);
+  }
   Packed packed;
   packed.call = kind_call(p);
   packed.call.max_q = p.query_len;
   packed.call.max_k = p.key_len;
-  packed.index_k = packing_index(key_lengths, p.key_len);
-  packed.call.cu_k = cumulative_lengths(key_lengths, p.key_len);
+  packed.index_k = shared.index;
+  packed.call.cu_k = shared.cu_keys;
   if (packing == FlashPacking::kPackedBoth) {  // T = S: the queries are the keys' positions
     packed.index_q = packed.index_k;
     packed.call.cu_q = packed.call.cu_k;
   } else {  // every query row: sequences of T queries
-    packed.call.cu_q = at::arange(0, (p.batch + 1) * p.query_len, p.query_len, key_lengths.options().dtype(at::kInt));
+    if (!shared.cu_all_queries.defined()) {
+      shared.cu_all_queries =
+          at::arange(0, (p.batch + 1) * p.query_len, p.query_len, key_lengths.options().dtype(at::kInt));
+    }
+    packed.call.cu_q = shared.cu_all_queries;
   }
   return packed;
 }
@@ -114,7 +126,8 @@ std::optional<FlashPacking> flash_group_packing(const AttentionParams& p,
 }
 
 FlashTriple flash_group_forward(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                const std::optional<at::Tensor>& key_lengths, const FlashKernels& kernels) {
+                                const std::optional<at::Tensor>& key_lengths, const FlashKernels& kernels,
+                                FlashPackingCache* packing_cache) {
   const auto packing = flash_group_packing(p, key_lengths);
   TORCH_CHECK(packing.has_value(), "mma_nmt.attention: FlashAttention-2 cannot compute this call exactly");
   const at::ScalarType stats = stats_dtype(q.scalar_type());
@@ -125,7 +138,7 @@ FlashTriple flash_group_forward(const AttentionParams& p, const at::Tensor& q, c
     const auto [out, lse] = kernels.forward(as_bthd(q), as_bthd(k), as_bthd(v), call);  // (B, T, H, D), (B, H, T)
     return {out.transpose(1, 2), lse.to(stats).contiguous(), at::empty({0}, q.options())};  // out position-major
   }
-  const Packed packed = packed_call(p, *packing, *key_lengths);
+  const Packed packed = packed_call(p, *packing, *key_lengths, packing_cache);
   const at::Tensor q_rows = packed.index_q.defined() ? pack(q, packed.index_q) : as_rows(q);  // (B T, H, D)
   const auto [out, lse] = kernels.forward(q_rows, pack(k, packed.index_k), pack(v, packed.index_k), packed.call);
   const bool padded_queries = packed.index_q.defined();
@@ -135,7 +148,8 @@ FlashTriple flash_group_forward(const AttentionParams& p, const at::Tensor& q, c
 
 FlashTriple flash_group_backward(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
                                  const at::Tensor& k, const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                 const std::optional<at::Tensor>& key_lengths, const FlashKernels& kernels) {
+                                 const std::optional<at::Tensor>& key_lengths, const FlashKernels& kernels,
+                                 FlashPackingCache* packing_cache) {
   const auto packing = flash_group_packing(p, key_lengths);
   TORCH_CHECK(packing.has_value(), "mma_nmt.attention_backward: FlashAttention-2 cannot compute this call exactly");
   if (*packing == FlashPacking::kNone) {
@@ -146,7 +160,7 @@ FlashTriple flash_group_backward(const AttentionParams& p, const at::Tensor& gra
                                                            as_bthd(out), lse.contiguous(), call);
     return {grad_q.transpose(1, 2), grad_k.transpose(1, 2), grad_v.transpose(1, 2)};  // (B, T, H, D) -> (B, H, T, D)
   }
-  const Packed packed = packed_call(p, *packing, *key_lengths);
+  const Packed packed = packed_call(p, *packing, *key_lengths, packing_cache);
   const auto query_rows = [&](const at::Tensor& x) {  // (B, H, T, D) -> (B T, H, D), packed with the keys if so
     return packed.index_q.defined() ? pack(x, packed.index_q) : as_rows(x);
   };

@@ -47,15 +47,27 @@ struct FlashKernels {
       backward;
 };
 
+// The packing of one operator call's padded batch (packing_index, cumulative_lengths), which depends on the key
+// lengths alone: the first packed group of the call computes it, the call's other head-kind groups reuse it (a mixed
+// GLFB call packs its sentences once instead of four times, in each direction). One per call and never kept past it:
+// a packing reused by a later call, or recorded in a CUDA graph and replayed, would pack stale lengths.
+struct FlashPackingCache {
+  at::Tensor index, cu_keys;  // the keys' packing_index and cumulative lengths
+  at::Tensor cu_all_queries;  // (B + 1,): every query row, T per sentence (kPackedKeys)
+};
+
 // The packing through which FA2 computes this group exactly (flash_packing), or nullopt: a group of one kind with no
 // dropout and equal q/k and v head sizes. The device-side limits (dtype, head size, architecture) are the caller's.
 std::optional<FlashPacking> flash_group_packing(const AttentionParams& p, const std::optional<at::Tensor>& key_lengths);
 
-// (out, lse, probs = (0,)) and (grad_q, grad_k, grad_v) of a group flash_group_packing takes, through `kernels`.
+// (out, lse, probs = (0,)) and (grad_q, grad_k, grad_v) of a group flash_group_packing takes, through `kernels`;
+// `packing`: the call's FlashPackingCache, shared by its groups (or null: the group packs for itself).
 FlashTriple flash_group_forward(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                const std::optional<at::Tensor>& key_lengths, const FlashKernels& kernels);
+                                const std::optional<at::Tensor>& key_lengths, const FlashKernels& kernels,
+                                FlashPackingCache* packing = nullptr);
 FlashTriple flash_group_backward(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
                                  const at::Tensor& k, const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                 const std::optional<at::Tensor>& key_lengths, const FlashKernels& kernels);
+                                 const std::optional<at::Tensor>& key_lengths, const FlashKernels& kernels,
+                                 FlashPackingCache* packing = nullptr);
 
 }  // namespace mma_nmt::attention

@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <iostream>
 #include <limits>
 #include <optional>
 #include <ostream>
@@ -23,6 +24,7 @@
 #include "attention_op_types.h"
 #include "attention/flash_calls.h"
 #include "attention/head_mask.h"
+#include "dispatch_budget.h"
 
 namespace {
 
@@ -31,6 +33,9 @@ using mma_nmt::attention::AttentionParams;
 using mma_nmt::attention::FlashCall;
 using mma_nmt::attention::FlashKernels;
 using mma_nmt::attention::FlashPacking;
+using mma_nmt::attention::FlashPackingCache;
+using mma_nmt::testing::DispatchCount;
+using mma_nmt::testing::DispatchCounter;
 using Triple = mma_nmt::testing::AttentionTriple;
 using mma_nmt::testing::AttentionBackwardFn;
 using mma_nmt::testing::AttentionFn;
@@ -133,21 +138,23 @@ Triple cpu_backward(const AttentionParams& p, const at::Tensor& grad_out, const 
   return op.call(grad_out, q, k, v, out, lse, lengths, p.head_kinds, p.window, p.scale, p.query_offset, 0.0, 0);
 }
 
-// FA2 (the stand-ins) for each group it takes, the CPU kernel for the others; counts the groups FA2 took.
-AttentionKernels flash_or_cpu(int* flash_groups) {
-  return {[flash_groups](const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const std::optional<at::Tensor>& lengths) {
+// FA2 (the stand-ins) for each group it takes, the CPU kernel for the others; counts the groups FA2 took. `packing`:
+// the call's shared packing, as on the GPU (null: each group packs for itself).
+AttentionKernels flash_or_cpu(int* flash_groups, FlashPackingCache* packing = nullptr) {
+  return {[flash_groups, packing](const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
+                                  const at::Tensor& v, const std::optional<at::Tensor>& lengths) {
             if (!mma_nmt::attention::flash_group_packing(p, lengths)) return cpu_forward(p, q, k, v, lengths);
             ++*flash_groups;
-            return mma_nmt::attention::flash_group_forward(p, q, k, v, lengths, kStandins);
+            return mma_nmt::attention::flash_group_forward(p, q, k, v, lengths, kStandins, packing);
           },
-          [](const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
-             const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-             const std::optional<at::Tensor>& lengths) {
+          [packing](const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                    const std::optional<at::Tensor>& lengths) {
             if (!mma_nmt::attention::flash_group_packing(p, lengths)) {
               return cpu_backward(p, grad_out, q, k, v, out, lse, lengths);
             }
-            return mma_nmt::attention::flash_group_backward(p, grad_out, q, k, v, out, lse, lengths, kStandins);
+            return mma_nmt::attention::flash_group_backward(p, grad_out, q, k, v, out, lse, lengths, kStandins,
+                                                            packing);
           }};
 }
 
@@ -242,5 +249,56 @@ TEST_P(FlashCallsMatchCpuKernel, ForwardAndBackward) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, FlashCallsMatchCpuKernel, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+TEST(FlashPacking, TheGroupsOfOneCallShareThePackingOfItsBatch) {
+  // GLFB padded self-attention: four packed groups over the same sentences. Sharing the call's packing, they pack them
+  // once (packing_index and cumulative_lengths each sum the lengths with one cumsum) and compute the same results.
+  at::manual_seed(31);
+  const auto options = at::TensorOptions().dtype(at::kDouble);
+  const auto head_view = [&] { return at::randn({3, 7, 4, 8}, options).transpose(1, 2); };  // (B, H, T, D) views
+  const at::Tensor q = head_view(), k = head_view(), v = head_view(), grad_out = at::randn({3, 4, 7, 8}, options);
+  const std::optional<at::Tensor> lengths = at::tensor(std::vector<int64_t>{7, 1, 0});
+  const std::vector<int64_t> kinds{kind_of('G'), kind_of('L'), kind_of('F'), kind_of('B')};
+  const AttentionParams p =
+      mma_nmt::attention::check_attention_args("test", q, k, v, lengths, kinds, 1, 0.3, 0, 0.0, 0);
+  const auto cumsums = [](const DispatchCount& c) {
+    const auto it = c.by_name.find("aten::cumsum");
+    return it == c.by_name.end() ? int64_t{0} : it->second;
+  };
+  int groups = 0;
+  Triple results[2], grads[2];
+  int64_t forward_cumsums[2], backward_cumsums[2], forward_ops[2], backward_ops[2];
+  for (const int shared : {0, 1}) {
+    FlashPackingCache forward_packing, backward_packing;  // one per call, as attention_cuda.cpp makes them
+    DispatchCount forward, backward;
+    {
+      DispatchCounter counter(forward, int64_t{1} << 40);
+      results[shared] = mma_nmt::attention::attention_forward_per_kind(
+          p, q, k, v, lengths, flash_or_cpu(&groups, shared ? &forward_packing : nullptr));
+    }
+    const auto& [out, lse, probs] = results[shared];
+    {
+      DispatchCounter counter(backward, int64_t{1} << 40);
+      grads[shared] = mma_nmt::attention::attention_backward_per_kind(
+          p, grad_out, q, k, v, out, lse, lengths, flash_or_cpu(&groups, shared ? &backward_packing : nullptr));
+    }
+    forward_cumsums[shared] = cumsums(forward);
+    backward_cumsums[shared] = cumsums(backward);
+    forward_ops[shared] = forward.ops;
+    backward_ops[shared] = backward.ops;
+  }
+  EXPECT_EQ(groups, 8);  // FA2 took the 4 groups, in both runs
+  EXPECT_EQ(forward_cumsums[0], 8);
+  EXPECT_EQ(backward_cumsums[0], 8);
+  EXPECT_EQ(forward_cumsums[1], 2);
+  EXPECT_EQ(backward_cumsums[1], 2);
+  EXPECT_TRUE(at::equal(std::get<0>(results[0]), std::get<0>(results[1])));
+  EXPECT_TRUE(at::equal(std::get<1>(results[0]), std::get<1>(results[1])));
+  const auto& [own_q, own_k, own_v] = grads[0];
+  const auto& [shared_q, shared_k, shared_v] = grads[1];
+  EXPECT_TRUE(at::equal(own_q, shared_q) && at::equal(own_k, shared_k) && at::equal(own_v, shared_v));
+  std::cout << "[ packing  ] GLFB padded, 4 packed groups: forward " << forward_ops[0] << " -> " << forward_ops[1]
+            << " ops, backward " << backward_ops[0] << " -> " << backward_ops[1] << " (stand-ins for FA2)\n";
+}
 
 }  // namespace

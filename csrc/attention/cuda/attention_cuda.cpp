@@ -94,22 +94,24 @@ const FlashKernels& torch_flash_kernels() {
   return kernels;
 }
 
-// Each kind's group through FA2 where it takes the group, else through the hand-written kernel.
-const AttentionKernels& flash_or_handwritten_kernels() {
-  static const AttentionKernels kernels{
-      [](const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-         const std::optional<at::Tensor>& key_lengths) {
-        if (flash_group_packing(p, key_lengths)) return flash_group_forward(p, q, k, v, key_lengths, torch_flash_kernels());
-        return attention_forward(p, q, k, v, key_lengths, /*return_probs=*/false);
-      },
-      [](const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
-         const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths) {
-        if (flash_group_packing(p, key_lengths)) {
-          return flash_group_backward(p, grad_out, q, k, v, out, lse, key_lengths, torch_flash_kernels());
-        }
-        return attention_backward(p, grad_out, q, k, v, out, lse, key_lengths);
-      }};
-  return kernels;
+// Each kind's group through FA2 where it takes the group, else through the hand-written kernel; the groups of one call
+// share `packing` (flash_calls.h: the padded batch packed once per call).
+AttentionKernels flash_or_handwritten_kernels(FlashPackingCache& packing) {
+  return {[&packing](const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const std::optional<at::Tensor>& key_lengths) {
+            if (flash_group_packing(p, key_lengths)) {
+              return flash_group_forward(p, q, k, v, key_lengths, torch_flash_kernels(), &packing);
+            }
+            return attention_forward(p, q, k, v, key_lengths, /*return_probs=*/false);
+          },
+          [&packing](const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                     const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                     const std::optional<at::Tensor>& key_lengths) {
+            if (flash_group_packing(p, key_lengths)) {
+              return flash_group_backward(p, grad_out, q, k, v, out, lse, key_lengths, torch_flash_kernels(), &packing);
+            }
+            return attention_backward(p, grad_out, q, k, v, out, lse, key_lengths);
+          }};
 }
 
 // Whether FA2 takes some group of this call: the call is split by kind (a uniform call is one group).
@@ -141,7 +143,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
   const c10::cuda::OptionalCUDAGuard guard(q.device());
   std::tuple<at::Tensor, at::Tensor, at::Tensor> result;
   if (flash_takes(p, q, key_lengths, return_probs)) {
-    result = attention_forward_per_kind(p, q, k, v, key_lengths, flash_or_handwritten_kernels());
+    FlashPackingCache packing;  // this call's alone
+    result = attention_forward_per_kind(p, q, k, v, key_lengths, flash_or_handwritten_kernels(packing));
   } else if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type()) &&
              splittable(p, return_probs)) {
     result = attention_forward_by_kind(p, q, k, v, key_lengths, handwritten_kernels());
@@ -167,7 +170,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   // Either backend's lse serves either backward (attention_composition.h), so the choice is made again here.
   std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
   if (flash_takes(p, q, key_lengths, /*return_probs=*/false)) {
-    grads = attention_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths, flash_or_handwritten_kernels());
+    FlashPackingCache packing;  // this call's alone
+    grads = attention_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths,
+                                        flash_or_handwritten_kernels(packing));
   } else if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type()) &&
              splittable(p, /*return_probs=*/false)) {
     grads = attention_backward_by_kind(p, grad_out, q, k, v, out, lse, key_lengths, handwritten_kernels());
