@@ -93,10 +93,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> multihop_second_hop_by_compositio
     const std::optional<at::Tensor>& u_c, const at::Tensor& v_b) {
   const SecondHopParams p = check_second_hop_args("mma_nmt.multihop_second_hop", q, a, w_b, u_b, u_c, v_b);
   const Projections proj = project(q, a, w_b, u_b, u_c);
-  auto [out, gate] = head_gate(proj, v_b);  // out position-major, gate (B, H, T)
+  auto [out, gate] = head_gate(proj, v_b);  // out position-major (the gate kernels allocate it so), gate (B, H, T)
   at::Tensor hidden = position_major(p.batch, p.heads, p.query_len, p.hop_dim, q.options());
   at::add_out(hidden, proj.query, proj.head).tanh_();
-  return {as_position_major(out), gate, hidden};
+  return {out, gate, hidden};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>

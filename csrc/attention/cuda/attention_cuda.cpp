@@ -141,6 +141,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
       check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
+  // Every path returns out position-major, as the CPU kernel and the fake kernel (common/head_layout.h). The
+  // hand-written kernels allocate it so; FlashAttention's and the SDPA composition's results are laid out here (free
+  // where they already are: FA2's own output, transposed).
   std::tuple<at::Tensor, at::Tensor, at::Tensor> result;
   if (flash_takes(p, q, key_lengths, return_probs)) {
     FlashPackingCache packing;  // this call's alone
@@ -149,10 +152,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
              splittable(p, return_probs)) {
     result = attention_forward_by_kind(p, q, k, v, key_lengths, handwritten_kernels());
   } else {
-    result = attention_forward(p, q, k, v, key_lengths, return_probs);
+    return attention_forward(p, q, k, v, key_lengths, return_probs);
   }
-  // Every path returns out position-major, as the CPU kernel and the fake kernel (common/head_layout.h): the
-  // hand-written kernels and FlashAttention write it so, the SDPA composition's is copied.
   std::get<0>(result) = as_position_major(std::get<0>(result));
   return result;
 }
@@ -167,7 +168,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   check_backward_extras(op, p, q, grad_out, out, lse, stats_dtype(q.scalar_type()));
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
-  // Either backend's lse serves either backward (attention_composition.h), so the choice is made again here.
+  // Either backend's lse serves either backward (attention_composition.h), so the choice is made again here. Each
+  // gradient is laid out like its input (gradient_like), as on the CPU: a head view of a projection gets a
+  // position-major gradient, which the projection's backward takes without a copy. The hand-written kernels allocate
+  // them so; FlashAttention's and the SDPA composition's are laid out here.
   std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
   if (flash_takes(p, q, key_lengths, /*return_probs=*/false)) {
     FlashPackingCache packing;  // this call's alone
@@ -177,10 +181,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
              splittable(p, /*return_probs=*/false)) {
     grads = attention_backward_by_kind(p, grad_out, q, k, v, out, lse, key_lengths, handwritten_kernels());
   } else {
-    grads = attention_backward(p, grad_out, q, k, v, out, lse, key_lengths);
+    return attention_backward(p, grad_out, q, k, v, out, lse, key_lengths);
   }
-  // Each gradient laid out like its input (gradient_like), as on the CPU: a head view of a projection gets a
-  // position-major gradient, which the projection's backward takes without a copy.
   auto& [grad_q, grad_k, grad_v] = grads;
   grad_q = as_gradient_layout(grad_q, q);
   grad_k = as_gradient_layout(grad_k, k);
