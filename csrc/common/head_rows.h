@@ -23,6 +23,8 @@ struct HeadRows {
   // Row 0 of head h of sentence b; its row i lies i * row_stride elements further.
   MMA_HOST_DEVICE T* head(int64_t b, int64_t h) const { return data + b * batch_stride + h * head_stride; }
   MMA_HOST_DEVICE T* row(int64_t b, int64_t h, int64_t i) const { return head(b, h) + i * row_stride; }
+  // Row i of head bh = b * heads + h, for kernels that number the (sentence, head) pairs.
+  MMA_HOST_DEVICE T* row_of(int64_t bh, int64_t heads, int64_t i) const { return row(bh / heads, bh % heads, i); }
 };
 
 // The rows of a 4-d tensor whose last dimension is contiguous (callers pass rows_contiguous(x) or tensors they

@@ -68,7 +68,7 @@ struct GmmFunction : torch::autograd::Function<GmmFunction> {
     const auto [scale, normalization, sigma_floor] =
         ctx->saved_data["options"].to<std::tuple<double, int64_t, double>>();
     auto [grad_q, grad_k, grad_v, grad_omega, grad_mu, grad_sigma, grad_gate, grad_center, grad_width] =
-        backward_op().call(grads[0].contiguous(), s[0], s[1], s[2], optional_tensor(s[3]), s[4], s[5], s[6], s[7],
+        backward_op().call(grads[0], s[0], s[1], s[2], optional_tensor(s[3]), s[4], s[5], s[6], s[7],
                            optional_tensor(s[8]), optional_tensor(s[9]), s[10], s[11], s[12], s[13], scale,
                            normalization, sigma_floor);
     const bool has_local = s[8].defined();  // without the bias its gradients are (0,) placeholders

@@ -7,6 +7,7 @@
 
 #include "attention/attention_composition.h"
 #include "attention/head_mask.h"
+#include "common/head_layout.h"
 #include "common/key_padding.h"
 #include "gmm/gmm_math.h"
 
@@ -197,12 +198,19 @@ std::optional<GmmForwardResult> gmm_forward_by_composition(const GmmParams& p, c
   // (B, H, T, S) @ (B, H, S, Dv); padding values zeroed, as beta's 0 there times a NaN would be NaN
   const at::Tensor beta_context = at::matmul(m.beta, without_padding_keys(v, key_lengths).to(acc));
   const at::Tensor g = gate.to(acc).unsqueeze(-1);                 // (B, H, T, 1)
-  const at::Tensor out = (1.0 - g) * alpha_context + g * beta_context;
+  // out = (1 - g) A + g B = lerp(A, B, g), written position-major as the kernels write it (gmm_outputs.h): in place
+  // when the statistics' dtype is q's, else converted once
+  at::Tensor out = position_major(p.batch, p.heads, p.query_len, p.value_dim, q.options());
+  if (acc == q.scalar_type()) {
+    at::lerp_out(out, alpha_context, beta_context, g);
+  } else {
+    out.copy_(at::lerp(alpha_context, beta_context, g));
+  }
   // log sum_j of the unshifted mixture: shift + log(mass), -inf without mass
   const at::Tensor log_mass =
       at::where(m.mass.gt(0.0), m.comps.shift + m.mass.log(), at::full_like(m.mass, -kInfinity));
   const at::Tensor no_weights = at::zeros({0}, q.options());
-  return GmmForwardResult{as_type(out, q.scalar_type()),
+  return GmmForwardResult{out,
                           std::get<1>(*dot),
                           as_type(log_mass, acc),
                           as_type(alpha_context, acc),
@@ -242,9 +250,9 @@ std::optional<GmmBackwardResult> gmm_backward_by_composition(
   const MixtureGrads grad_mixture = mixture_grads(m.comps, m.keys, grad_u);
 
   const at::Tensor no_bias = at::empty({0}, q.options());
-  return GmmBackwardResult{as_type(grad_q, dtype),
-                           as_type(grad_k, dtype),
-                           as_type(grad_v, dtype),
+  return GmmBackwardResult{as_gradient_layout(grad_q.to(dtype), q),  // laid out as the kernels' (gmm_outputs.h)
+                           as_gradient_layout(grad_k.to(dtype), k),
+                           as_gradient_layout(grad_v.to(dtype), v),
                            as_type(grad_mixture.omega, dtype),
                            as_type(grad_mixture.mu, dtype),
                            as_type(grad_mixture.sigma, dtype),

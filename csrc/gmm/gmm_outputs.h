@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/head_layout.h"
 #include "gmm/gmm_params.h"
 
 namespace mma_nmt::gmm {
@@ -16,7 +17,7 @@ using GmmBackwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Ten
                                      at::Tensor, at::Tensor>;
 
 struct ForwardOutputs {
-  at::Tensor out;            // (B, H, T, Dv), q's dtype
+  at::Tensor out;            // (B, H, T, Dv), q's dtype, position-major (common/head_layout.h)
   at::Tensor lse;            // (B, H, T), stats dtype: log-sum-exp of the logits (with the local bias)
   at::Tensor log_mass;       // (B, H, T), stats dtype: log sum_{j<J} of the unnormalised mixture
   at::Tensor alpha_context;  // (B, H, T, Dv), stats dtype: alpha v
@@ -29,7 +30,7 @@ struct ForwardOutputs {
 inline ForwardOutputs allocate_forward_outputs(const GmmParams& p, const at::Tensor& q, bool return_weights) {
   const auto stats = q.options().dtype(stats_dtype(q.scalar_type()));
   ForwardOutputs o;
-  o.out = at::empty({p.batch, p.heads, p.query_len, p.value_dim}, q.options());
+  o.out = position_major(p.batch, p.heads, p.query_len, p.value_dim, q.options());
   o.lse = at::empty({p.batch, p.heads, p.query_len}, stats);
   o.log_mass = at::empty({p.batch, p.heads, p.query_len}, stats);
   o.alpha_context = at::empty({p.batch, p.heads, p.query_len, p.value_dim}, stats);
@@ -57,22 +58,25 @@ struct BackwardGrads {
   GmmBackwardResult as_tuple() const { return {q, k, v, omega, mu, sigma, gate, local_center, local_width}; }
 };
 
-// Contiguous. grad_k and grad_v are zero (kernels add into them) unless `key_rows_written` (the CPU kernel zeroes each
-// head's slice itself, while it is in cache); the per-row gradients, which a kernel writes in full, are zero only when
-// `rows_written` is false (an empty call). Local-bias gradients are (B, H, T) with the bias, else (0,).
-inline BackwardGrads allocate_backward_grads(const GmmParams& p, const at::Tensor& q, bool rows_written,
-                                             bool key_rows_written = false) {
+// grad_q, grad_k and grad_v are laid out like their inputs (gradient_like: a head view of a projection gets a
+// position-major gradient), the others contiguous. grad_k and grad_v are zero (kernels add into them) unless
+// `key_rows_written` (the CPU kernel zeroes each head's padding rows itself); the per-row gradients, which a kernel
+// writes in full, are zero only when `rows_written` is false (an empty call). Local-bias gradients are (B, H, T) with
+// the bias, else (0,).
+inline BackwardGrads allocate_backward_grads(const GmmParams& p, const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, bool rows_written, bool key_rows_written = false) {
   const auto alloc = [&](std::vector<int64_t> shape) {
     return rows_written ? at::empty(shape, q.options()) : at::zeros(shape, q.options());
   };
+  const auto like = [](const at::Tensor& input, bool written) {
+    at::Tensor grad = gradient_like(input);
+    return written ? grad : grad.zero_();
+  };
   const int64_t B = p.batch, H = p.heads, T = p.query_len;
   BackwardGrads g;
-  g.q = alloc({B, H, T, p.head_dim});
-  const auto alloc_keys = [&](std::vector<int64_t> shape) {
-    return rows_written && key_rows_written ? at::empty(shape, q.options()) : at::zeros(shape, q.options());
-  };
-  g.k = alloc_keys({B, H, p.key_len, p.head_dim});
-  g.v = alloc_keys({B, H, p.key_len, p.value_dim});
+  g.q = like(q, rows_written);
+  g.k = like(k, rows_written && key_rows_written);
+  g.v = like(v, rows_written && key_rows_written);
   g.omega = alloc({B, H, T, p.components});
   g.mu = alloc({B, H, T, p.components});
   g.sigma = alloc({B, H, T, p.components});

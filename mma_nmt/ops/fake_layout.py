@@ -7,10 +7,10 @@ next kernel a wrong layout. Every fake kernel therefore builds its results with 
 of the allocation its C++ kernel makes:
 
 - :func:`contiguous_like`: ``at::empty_like(x, at::MemoryFormat::Contiguous)`` (or ``at::zeros(x.sizes(), ...)``), the
-  gradients of GMM, shared-value and multi-layer attention (CPU and CUDA) and the weight gradients of the multi-hop
-  operators;
-- :func:`position_major` and :func:`projection_gradient_like`: ``attention``'s and the multi-hop operators' results and
-  their projections' gradients, on every device (``position_major`` and ``gradient_like`` in
+  gradients of shared-value and multi-layer attention (CPU and CUDA), of the GMM's mixture and gate, and the weight
+  gradients of the multi-hop operators;
+- :func:`position_major` and :func:`projection_gradient_like`: ``attention``'s, ``gmm_attention``'s and the multi-hop
+  operators' results and their projections' gradients, on every device (``position_major`` and ``gradient_like`` in
   csrc/common/head_layout.h; the CUDA kernels address head tensors through their strides, csrc/common/head_rows.h).
 
 Forward results made with ``new_empty(shape)`` are contiguous, as the kernels' ``at::empty(shape)``. Statistics saved
@@ -36,15 +36,16 @@ def contiguous_like(x: torch.Tensor) -> torch.Tensor:
 
 
 def position_major(like: torch.Tensor, dim: int) -> torch.Tensor:
-    """A (B, H, T, dim) result laid out as the attention and multi-hop kernels store it (``like`` is (B, H, T, ·)):
+    """A (B, H, T, dim) result laid out as the attention, GMM and multi-hop kernels store it (``like`` is (B, H, T, ·)):
     (B, T, H, dim) in memory, so that merging the heads is a view."""
     batch, heads, query_len, _ = like.shape
     return like.new_empty((batch, query_len, heads, dim)).transpose(1, 2)
 
 
 def projection_gradient_like(projection: torch.Tensor) -> torch.Tensor:
-    """The gradient of a (B, H, L, dim) input of ``attention`` or a multi-hop operator as the kernels store it: laid
-    out like the input when that keeps the last dimension contiguous (a head view of a projection gets a position-major
-    gradient, which the projection's backward reads without a copy), else position-major."""
+    """The gradient of a (B, H, L, dim) input of ``attention``, ``gmm_attention`` or a multi-hop operator as the
+    kernels store it: laid out like the input when that keeps the last dimension contiguous (a head view of a
+    projection gets a position-major gradient, which the projection's backward reads without a copy), else
+    position-major."""
     grad = torch.empty_like(projection)
     return grad if grad.stride(3) == 1 or grad.shape[3] <= 1 else position_major(projection, projection.shape[3])

@@ -29,7 +29,7 @@ import torch
 
 from mma_nmt.ops.argument_defaults import default_scale
 from mma_nmt.ops.device_checks import check_same_device
-from mma_nmt.ops.fake_layout import contiguous_like, statistics_dtype
+from mma_nmt.ops.fake_layout import contiguous_like, position_major, projection_gradient_like, statistics_dtype
 from mma_nmt.ops.gmm_normalization import GmmNormalization, normalization_code
 from mma_nmt.ops.padding import operator_key_lengths
 from mma_nmt.ops.registration import backward_operator, register_operator
@@ -99,7 +99,7 @@ def _gmm_attention_fake(q, k, v, key_lengths, omega, mu, sigma, gate, local_cent
     batch, heads, query_len, _ = q.shape
     key_len, value_dim = k.shape[2], v.shape[3]
     stats = statistics_dtype(q)
-    out = q.new_empty((batch, heads, query_len, value_dim))
+    out = position_major(q, value_dim)  # (B, T, H, Dv) in memory: merging the heads is a view
     lse = q.new_empty((batch, heads, query_len), dtype=stats)
     log_mass = q.new_empty((batch, heads, query_len), dtype=stats)
     alpha_context = q.new_empty((batch, heads, query_len, value_dim), dtype=stats)
@@ -114,8 +114,10 @@ def _gmm_attention_backward_fake(grad_out, q, k, v, key_lengths, omega, mu, sigm
                       omega=omega, mu=mu, sigma=sigma, gate=gate, local_center=local_center, local_width=local_width,
                       lse=lse, log_mass=log_mass, alpha_context=alpha_context, beta_context=beta_context)
     local_shape = gate.shape if local_center is not None else (0,)
-    return (contiguous_like(q), contiguous_like(k), contiguous_like(v), contiguous_like(omega), contiguous_like(mu),
-            contiguous_like(sigma), contiguous_like(gate), gate.new_empty(local_shape), gate.new_empty(local_shape))
+    # q, k and v's gradients laid out like them (a head view of a projection gets a position-major gradient)
+    return (projection_gradient_like(q), projection_gradient_like(k), projection_gradient_like(v),
+            contiguous_like(omega), contiguous_like(mu), contiguous_like(sigma), contiguous_like(gate),
+            gate.new_empty(local_shape), gate.new_empty(local_shape))
 
 
 def _setup_context(ctx, inputs, output):
@@ -130,7 +132,7 @@ def _setup_context(ctx, inputs, output):
 
 def _backward(ctx, grad_out, *_unused_grads):
     saved = ctx.saved_tensors
-    grads = _BACKWARD_OP(grad_out.contiguous(), *saved, *ctx.options)
+    grads = _BACKWARD_OP(grad_out, *saved, *ctx.options)  # the kernels read it through its strides
     grad_q, grad_k, grad_v, grad_omega, grad_mu, grad_sigma, grad_gate, grad_center, grad_width = grads
     has_local = saved[8] is not None
     return (grad_q, grad_k, grad_v, None, grad_omega, grad_mu, grad_sigma, grad_gate,

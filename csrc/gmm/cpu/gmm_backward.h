@@ -6,21 +6,33 @@
 //   dL/du_j = g (x_j - [strict] dO . B) / U                          (U = 1 unless strict),
 // and the mixture parameters' gradients follow from dL/du_j through gmm_math.h's component_grads.
 
-// Pointers of one (sentence, head) slice of the backward tensors.
+// Pointers of one (sentence, head) slice of the backward tensors: dout, q, k, v and their gradients through their row
+// strides, the others contiguous.
 template <typename T>
 struct BackwardHead {
   const T *dout, *q, *k, *v, *omega, *mu, *sigma, *gate, *center, *width, *lse, *log_mass, *ctx_a, *ctx_b;
   T *dq, *dk, *dv, *domega, *dmu, *dsigma, *dgate, *dcenter, *dwidth;
+  int64_t dout_stride, q_stride, k_stride, v_stride, dq_stride, dk_stride, dv_stride;  // row strides
 };
 
 template <typename T>
 BackwardHead<T> backward_head_slice(const GmmParams& p, const BackwardTensors& t, int64_t bh) {
-  const int64_t T_len = p.query_len, S = p.key_len, D = p.head_dim, Dv = p.value_dim, K = p.components;
+  const int64_t T_len = p.query_len, Dv = p.value_dim, K = p.components, H = p.heads;
   BackwardHead<T> h;
-  h.dout = t.grad_out.data_ptr<T>() + bh * T_len * Dv;
-  h.q = t.q.data_ptr<T>() + bh * T_len * D;
-  h.k = t.k.data_ptr<T>() + bh * S * D;
-  h.v = t.v.data_ptr<T>() + bh * S * Dv;
+  h.dout = head_start<T>(t.grad_out, H, bh);
+  h.q = head_start<T>(t.q, H, bh);
+  h.k = head_start<T>(t.k, H, bh);
+  h.v = head_start<T>(t.v, H, bh);
+  h.dq = head_start<T>(t.grad_q, H, bh);
+  h.dk = head_start<T>(t.grad_k, H, bh);
+  h.dv = head_start<T>(t.grad_v, H, bh);
+  h.dout_stride = t.grad_out.stride(2);
+  h.q_stride = t.q.stride(2);
+  h.k_stride = t.k.stride(2);
+  h.v_stride = t.v.stride(2);
+  h.dq_stride = t.grad_q.stride(2);
+  h.dk_stride = t.grad_k.stride(2);
+  h.dv_stride = t.grad_v.stride(2);
   h.omega = t.omega.data_ptr<T>() + bh * T_len * K;
   h.mu = t.mu.data_ptr<T>() + bh * T_len * K;
   h.sigma = t.sigma.data_ptr<T>() + bh * T_len * K;
@@ -31,9 +43,6 @@ BackwardHead<T> backward_head_slice(const GmmParams& p, const BackwardTensors& t
   h.log_mass = t.log_mass.data_ptr<T>() + bh * T_len;
   h.ctx_a = t.alpha_context.data_ptr<T>() + bh * T_len * Dv;
   h.ctx_b = t.beta_context.data_ptr<T>() + bh * T_len * Dv;
-  h.dq = t.grad_q.data_ptr<T>() + bh * T_len * D;
-  h.dk = t.grad_k.data_ptr<T>() + bh * S * D;
-  h.dv = t.grad_v.data_ptr<T>() + bh * S * Dv;
   h.domega = t.grad_omega.data_ptr<T>() + bh * T_len * K;
   h.dmu = t.grad_mu.data_ptr<T>() + bh * T_len * K;
   h.dsigma = t.grad_sigma.data_ptr<T>() + bh * T_len * K;
@@ -135,26 +144,31 @@ void backward_block(const GmmParams& p, const BackwardHead<T>& h, const T* pos, 
     }
     w.setup.beta_scale[r] = beta_scale(p, mass);
   }
-  T* dq = h.dq + first_row * D;  // (n_rows, D): written by the first key tile, then accumulated in place
-  if (n_keys == 0) store_zeros(dq, n_rows * D);
+  T* dq = h.dq + first_row * h.dq_stride;  // (n_rows, D): written by the first key tile, then accumulated in place
+  if (n_keys == 0) {
+    for (int64_t r = 0; r < n_rows; ++r) store_zeros(dq + r * h.dq_stride, D);
+  }
   std::fill(w.moments.begin(), w.moments.begin() + n_rows * 3 * K, T(0));
   std::fill(w.local_moments.begin(), w.local_moments.begin() + n_rows * 2, T(0));
   const bool first_block = first_row == 0;  // it writes grad_k and grad_v rows [0, n_keys), not reads them
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, n_keys - j0), n_pad = padded<T>(n);
-    tile_product<T>(h.q + first_row * D, D, n_rows, w.kt.data() + j0, w.ld, n_pad, D, T(p.scale), w.probs.data(),
+    const T* q_block = h.q + first_row * h.q_stride;
+    const T* dout_block = h.dout + first_row * h.dout_stride;
+    tile_product<T>(q_block, h.q_stride, n_rows, w.kt.data() + j0, w.ld, n_pad, D, T(p.scale), w.probs.data(),
                     kKeyTile);
-    tile_product<T>(h.dout + first_row * Dv, Dv, n_rows, w.vt.data() + j0, w.ld, n_pad, Dv, T(1),
-                    w.grad_logits.data(), kKeyTile);
+    tile_product<T>(dout_block, h.dout_stride, n_rows, w.vt.data() + j0, w.ld, n_pad, Dv, T(1), w.grad_logits.data(),
+                    kKeyTile);
     for (int64_t r = 0; r < n_rows; ++r) backward_row(p, h, pos + j0, first_row + r, r, n, w);
     // grad_v[j0:j0+n] (n, Dv) += gamma^T (n, n_rows) @ dO_block (n_rows, Dv)
-    accumulate_products<T>(w.gamma.data(), 1, kKeyTile, n, n_rows, h.dout + first_row * Dv, Dv, Dv, h.dv + j0 * Dv, Dv,
-                           first_block);
+    accumulate_products<T>(w.gamma.data(), 1, kKeyTile, n, n_rows, dout_block, h.dout_stride, Dv,
+                           h.dv + j0 * h.dv_stride, h.dv_stride, first_block);
     // grad_k[j0:j0+n] (n, D) += dS^T (n, n_rows) @ q_block (n_rows, D)
-    accumulate_products<T>(w.grad_logits.data(), 1, kKeyTile, n, n_rows, h.q + first_row * D, D, D, h.dk + j0 * D, D,
-                           first_block);
+    accumulate_products<T>(w.grad_logits.data(), 1, kKeyTile, n, n_rows, q_block, h.q_stride, D,
+                           h.dk + j0 * h.dk_stride, h.dk_stride, first_block);
     // grad_q_block (n_rows, D) += dS (n_rows, n) @ k[j0:j0+n] (n, D)
-    accumulate_products<T>(w.grad_logits.data(), kKeyTile, 1, n_rows, n, h.k + j0 * D, D, D, dq, D, j0 == 0);
+    accumulate_products<T>(w.grad_logits.data(), kKeyTile, 1, n_rows, n, h.k + j0 * h.k_stride, h.k_stride, D, dq,
+                           h.dq_stride, j0 == 0);
   }
   write_row_grads(p, h, first_row, n_rows, w);
 }
@@ -169,16 +183,18 @@ void backward_typed(const GmmParams& p, BackwardTensors& t) {
     for (int64_t bh = begin; bh < end; ++bh) {
       const BackwardHead<T> h = backward_head_slice<T>(p, t, bh);
       for (int64_t i = 0; i < T_len; ++i) {
-        w.delta_a[i] = dot(h.dout + i * Dv, h.ctx_a + i * Dv, Dv);  // dO . A
-        w.delta_b[i] = dot(h.dout + i * Dv, h.ctx_b + i * Dv, Dv);  // dO . B
+        w.delta_a[i] = dot(h.dout + i * h.dout_stride, h.ctx_a + i * Dv, Dv);  // dO . A
+        w.delta_b[i] = dot(h.dout + i * h.dout_stride, h.ctx_b + i * Dv, Dv);  // dO . B
         h.dgate[i] = w.delta_b[i] - w.delta_a[i];
       }
       // grad_k and grad_v come uninitialised: the first query block writes the real keys' rows; the padding rows are 0.
       const int64_t n_keys = keys_of_sentence(lengths, bh / p.heads, p.key_len);
-      store_zeros(h.dk + n_keys * p.head_dim, (p.key_len - n_keys) * p.head_dim);
-      store_zeros(h.dv + n_keys * Dv, (p.key_len - n_keys) * Dv);
-      transpose_padded(h.k, n_keys, p.head_dim, w.kt.data(), w.ld);
-      transpose_padded(h.v, n_keys, Dv, w.vt.data(), w.ld);
+      for (int64_t j = n_keys; j < p.key_len; ++j) {
+        store_zeros(h.dk + j * h.dk_stride, p.head_dim);
+        store_zeros(h.dv + j * h.dv_stride, Dv);
+      }
+      transpose_padded(h.k, h.k_stride, n_keys, p.head_dim, w.kt.data(), w.ld);
+      transpose_padded(h.v, h.v_stride, n_keys, Dv, w.vt.data(), w.ld);
       for (int64_t first_row = 0; first_row < T_len; first_row += kQueryBlock) {
         backward_block<T>(p, h, pos.data(), first_row, std::min(kQueryBlock, T_len - first_row), n_keys, w);
       }

@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "common/cpu_isa.h"
+#include "common/head_layout.h"
 #include "gmm/cpu/kernel_api.h"
 #include "gmm/gmm_outputs.h"
 
@@ -27,7 +28,7 @@ GmmForwardResult gmm_attention_cpu(const at::Tensor& q, const at::Tensor& k, con
   ForwardOutputs o = allocate_forward_outputs(p, q, return_weights);
   // A zero head or value dim still has weights, lse and log_mass: only no query row or no key leaves nothing to do.
   if (p.batch * p.heads * p.query_len == 0 || p.key_len == 0) return empty_forward(o);
-  ForwardTensors t{q.contiguous(), k.contiguous(), v.contiguous(), contiguous_or_undefined(key_lengths),
+  ForwardTensors t{rows_contiguous(q), rows_contiguous(k), rows_contiguous(v), contiguous_or_undefined(key_lengths),
                    omega.contiguous(), mu.contiguous(), sigma.contiguous(), gate.contiguous(),
                    contiguous_or_undefined(local_center), contiguous_or_undefined(local_width),
                    o.out, o.lse, o.log_mass, o.alpha_context, o.beta_context,
@@ -50,8 +51,9 @@ GmmBackwardResult gmm_attention_backward_cpu(
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
   // With head dim 0 the dot-product weights are uniform, and v, the mixture and the gate still get gradients.
   const bool run = p.batch * p.heads * p.query_len > 0 && p.key_len > 0;
-  BackwardGrads g = allocate_backward_grads(p, q, run, /*key_rows_written=*/true);  // the kernel zeroes them
-  BackwardTensors t{grad_out.contiguous(), q.contiguous(), k.contiguous(), v.contiguous(),
+  // the kernel zeroes the padding keys' rows of grad_k and grad_v
+  BackwardGrads g = allocate_backward_grads(p, q, k, v, run, /*key_rows_written=*/true);
+  BackwardTensors t{rows_contiguous(grad_out), rows_contiguous(q), rows_contiguous(k), rows_contiguous(v),
                     contiguous_or_undefined(key_lengths), omega.contiguous(), mu.contiguous(), sigma.contiguous(),
                     gate.contiguous(), contiguous_or_undefined(local_center), contiguous_or_undefined(local_width),
                     lse.contiguous(), log_mass.contiguous(), alpha_context.contiguous(), beta_context.contiguous(),

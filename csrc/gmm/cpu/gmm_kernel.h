@@ -27,11 +27,19 @@ constexpr int64_t kKeyTile = 128;    // keys scored at once
 
 #include "gmm/cpu/gmm_rows.h"
 
-// Pointers of one (sentence, head) slice of the forward tensors.
+// Row 0 of head bh = (sentence, head) of a (B, H, len, dim) tensor whose rows are contiguous (rows x.stride(2) apart).
+template <typename T>
+T* head_start(const at::Tensor& x, int64_t heads, int64_t bh) {
+  return x.data_ptr<T>() + (bh / heads) * x.stride(0) + (bh % heads) * x.stride(1);
+}
+
+// Pointers of one (sentence, head) slice of the forward tensors. q, k, v and out are read and written through their
+// row strides (head views of projections, a position-major out); the others are contiguous.
 template <typename T>
 struct ForwardHead {
   const T *q, *k, *v, *omega, *mu, *sigma, *gate, *center, *width;
   T *out, *lse, *log_mass, *ctx_a, *ctx_b, *alpha, *beta;
+  int64_t q_stride, k_stride, v_stride, out_stride;  // row strides
 };
 
 // Start of an optional tensor's slice, or null when the tensor is absent.
@@ -42,18 +50,22 @@ T* slice_or_null(const at::Tensor& t, int64_t offset) {
 
 template <typename T>
 ForwardHead<T> forward_head(const GmmParams& p, const ForwardTensors& t, int64_t bh) {
-  const int64_t T_len = p.query_len, S = p.key_len, K = p.components;
+  const int64_t T_len = p.query_len, S = p.key_len, K = p.components, H = p.heads;
   ForwardHead<T> h;
-  h.q = t.q.data_ptr<T>() + bh * T_len * p.head_dim;
-  h.k = t.k.data_ptr<T>() + bh * S * p.head_dim;
-  h.v = t.v.data_ptr<T>() + bh * S * p.value_dim;
+  h.q = head_start<T>(t.q, H, bh);
+  h.k = head_start<T>(t.k, H, bh);
+  h.v = head_start<T>(t.v, H, bh);
+  h.q_stride = t.q.stride(2);
+  h.k_stride = t.k.stride(2);
+  h.v_stride = t.v.stride(2);
   h.omega = t.omega.data_ptr<T>() + bh * T_len * K;
   h.mu = t.mu.data_ptr<T>() + bh * T_len * K;
   h.sigma = t.sigma.data_ptr<T>() + bh * T_len * K;
   h.gate = t.gate.data_ptr<T>() + bh * T_len;
   h.center = slice_or_null<T>(t.local_center, bh * T_len);
   h.width = slice_or_null<T>(t.local_width, bh * T_len);
-  h.out = t.out.data_ptr<T>() + bh * T_len * p.value_dim;
+  h.out = head_start<T>(t.out, H, bh);
+  h.out_stride = t.out.stride(2);
   h.lse = t.lse.data_ptr<T>() + bh * T_len;
   h.log_mass = t.log_mass.data_ptr<T>() + bh * T_len;
   h.ctx_a = t.alpha_context.data_ptr<T>() + bh * T_len * p.value_dim;
@@ -77,7 +89,7 @@ struct ForwardScratch {
 
   // The transposed keys of head bh (tasks of one thread take a head's query blocks in turn: one copy per head).
   const T* keys_of(const GmmParams& p, const ForwardHead<T>& h, int64_t bh, int64_t n_keys) {
-    if (kt_head != bh) transpose_padded(h.k, n_keys, p.head_dim, kt.data(), ld);
+    if (kt_head != bh) transpose_padded(h.k, h.k_stride, n_keys, p.head_dim, kt.data(), ld);
     kt_head = bh;
     return kt.data();
   }
@@ -110,13 +122,13 @@ void finish_block(const GmmParams& p, const ForwardHead<T>& h, int64_t first_row
       const Vec ca = Vec::loadu(&w.acc_a[r * Dv + c]) * Vec(inv_a), cb = Vec::loadu(&w.acc_b[r * Dv + c]) * Vec(inv_b);
       ca.store(h.ctx_a + i * Dv + c);
       cb.store(h.ctx_b + i * Dv + c);
-      (Vec(T(1) - g) * ca + Vec(g) * cb).store(h.out + i * Dv + c);
+      (Vec(T(1) - g) * ca + Vec(g) * cb).store(h.out + i * h.out_stride + c);
     }
     for (; c < Dv; ++c) {
       const T ca = w.acc_a[r * Dv + c] * inv_a, cb = w.acc_b[r * Dv + c] * inv_b;
       h.ctx_a[i * Dv + c] = ca;
       h.ctx_b[i * Dv + c] = cb;
-      h.out[i * Dv + c] = (T(1) - g) * ca + g * cb;
+      h.out[i * h.out_stride + c] = (T(1) - g) * ca + g * cb;
     }
     h.lse[i] = state[r].sum > T(0) ? state[r].max + log_sum[r] : negative_infinity<T>();  // OnlineSoftmax::log_sum_exp
     h.log_mass[i] = mass[r] > T(0) ? w.setup.shift[r] + log_mass[r] : negative_infinity<T>();
@@ -131,8 +143,8 @@ void write_weights(const GmmParams& p, const ForwardHead<T>& h, const T* pos, in
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, n_keys - j0);
     const int64_t n_pad = padded<T>(n);
-    tile_product<T>(h.q + first_row * D, D, n_rows, w.kt.data() + j0, w.ld, n_pad, D, T(p.scale), w.scores.data(),
-                    kKeyTile);
+    tile_product<T>(h.q + first_row * h.q_stride, h.q_stride, n_rows, w.kt.data() + j0, w.ld, n_pad, D, T(p.scale),
+                    w.scores.data(), kKeyTile);
     for (int64_t r = 0; r < n_rows; ++r) {
       const int64_t i = first_row + r;
       T* s = w.scores.data() + r * kKeyTile;
@@ -164,7 +176,8 @@ void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* kt, con
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyTile) {
     const int64_t n = std::min(kKeyTile, n_keys - j0), n_pad = padded<T>(n);
     // (n_rows, n_pad) = q_block (n_rows, D) @ kt[:, j0:j0+n_pad] (D, n_pad); columns from n on are zero keys
-    tile_product<T>(h.q + first_row * D, D, n_rows, kt + j0, w.ld, n_pad, D, T(p.scale), w.scores.data(), kKeyTile);
+    tile_product<T>(h.q + first_row * h.q_stride, h.q_stride, n_rows, kt + j0, w.ld, n_pad, D, T(p.scale),
+                    w.scores.data(), kKeyTile);
     for (int64_t r = 0; r < n_rows; ++r) {
       T* s = w.scores.data() + r * kKeyTile;
       if (p.has_local_bias) add_local_bias(w.setup.local[r], pos + j0, n_pad, s);
@@ -175,8 +188,8 @@ void forward_block(const GmmParams& p, const ForwardHead<T>& h, const T* kt, con
       mass[r] += mixture_row(w.setup.comps.data() + r * K, K, pos + j0, n, w.betas.data() + r * kKeyTile);
     }
     // acc (n_rows, Dv) += weights (n_rows, n) @ v[j0:j0+n] (n, Dv), for both attentions
-    accumulate_pair<T>(w.scores.data(), w.betas.data(), kKeyTile, n_rows, n, h.v + j0 * Dv, Dv, w.acc_a.data(),
-                       w.acc_b.data(), j0 == 0);
+    accumulate_pair<T>(w.scores.data(), w.betas.data(), kKeyTile, n_rows, n, h.v + j0 * h.v_stride, h.v_stride, Dv,
+                       w.acc_a.data(), w.acc_b.data(), j0 == 0);
   }
   finish_block(p, h, first_row, n_rows, state, mass, w);
   if (h.alpha != nullptr) write_weights(p, h, pos, first_row, n_rows, n_keys, state, w);

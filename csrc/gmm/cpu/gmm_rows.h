@@ -19,18 +19,21 @@ std::vector<T> key_positions(int64_t key_len) {
   return pos;
 }
 
-// dst (depth, ld) = src (n, depth) transposed, for the first n columns; columns [n, padded(n)) are zero.
+// dst (depth, ld) = src (n, depth; rows src_stride apart) transposed, for the first n columns; columns [n, padded(n))
+// are zero.
 // One head's keys (or values) at a time, into a task's scratch: cheaper than a transposed copy of the whole tensor.
 template <typename T>
-void transpose_padded(const T* src, int64_t n, int64_t depth, T* dst, int64_t ld) {
+void transpose_padded(const T* src, int64_t src_stride, int64_t n, int64_t depth, T* dst, int64_t ld) {
   const int64_t width = padded<T>(n);
   constexpr int64_t B = 8;  // ATen's 8 x 8 register transpose (AVX2 float; a scalar loop for other types and builds)
   int64_t j = 0;
   for (; j + B <= n; j += B) {
     int64_t d = 0;
-    for (; d + B <= depth; d += B) at::vec::transpose_mxn<T, B, B>(src + j * depth + d, depth, dst + d * ld + j, ld);
+    for (; d + B <= depth; d += B) {
+      at::vec::transpose_mxn<T, B, B>(src + j * src_stride + d, src_stride, dst + d * ld + j, ld);
+    }
     for (; d < depth; ++d) {
-      for (int64_t x = j; x < j + B; ++x) dst[d * ld + x] = src[x * depth + d];
+      for (int64_t x = j; x < j + B; ++x) dst[d * ld + x] = src[x * src_stride + d];
     }
   }
   if (j < n && j + B <= width) {
@@ -42,16 +45,18 @@ void transpose_padded(const T* src, int64_t n, int64_t depth, T* dst, int64_t ld
     const int64_t rows = n - j;
     int64_t d = 0;
     for (; d + B <= depth; d += B) {
-      for (int64_t x = 0; x < rows; ++x) std::copy(src + (j + x) * depth + d, src + (j + x) * depth + d + B, block + x * B);
+      for (int64_t x = 0; x < rows; ++x) {
+        std::copy(src + (j + x) * src_stride + d, src + (j + x) * src_stride + d + B, block + x * B);
+      }
       at::vec::transpose_mxn<T, B, B>(block, B, dst + d * ld + j, ld);
     }
     for (; d < depth; ++d) {
-      for (int64_t x = 0; x < B; ++x) dst[d * ld + j + x] = x < rows ? src[(j + x) * depth + d] : T(0);
+      for (int64_t x = 0; x < B; ++x) dst[d * ld + j + x] = x < rows ? src[(j + x) * src_stride + d] : T(0);
     }
     j += B;
   }
   for (; j < n; ++j) {
-    const T* row = src + j * depth;
+    const T* row = src + j * src_stride;
     for (int64_t d = 0; d < depth; ++d) dst[d * ld + j] = row[d];
   }
   for (; j < width; ++j) {  // at most a vector's width of columns: strided stores, not a memset per row
@@ -132,13 +137,14 @@ T mixture_row(const Component<T>* comps, int64_t K, const T* pos, int64_t n, T* 
   return at::vec::vec_reduce_all<T>([](Vec& a, Vec& b) { return a + b; }, total);
 }
 
-// acc_a[x][:] += sum_y wa[x][y] mat[y][:] and acc_b[x][:] += sum_y wb[x][y] mat[y][:] (weights with row stride ld;
-// acc rows `width` apart): tile_math's accumulate_products for two weight tiles over the same values, which loads each
-// vector of mat once for both (the forward's alpha v and beta v). With `first`, acc_a and acc_b are written, not read
-// (their previous contents are ignored: no zeroing pass before a sentence's first key tile).
+// acc_a[x][:] += sum_y wa[x][y] mat[y][:] and acc_b[x][:] += sum_y wb[x][y] mat[y][:] (weights with row stride ld,
+// mat rows mat_stride apart, acc rows `width` apart): tile_math's accumulate_products for two weight tiles over the
+// same values, which loads each vector of mat once for both (the forward's alpha v and beta v). With `first`, acc_a
+// and acc_b are written, not read (their previous contents are ignored: no zeroing pass before a sentence's first key
+// tile).
 template <typename T>
-void accumulate_pair(const T* wa, const T* wb, int64_t ld, int64_t nx, int64_t ny, const T* mat, int64_t width,
-                     T* acc_a, T* acc_b, bool first) {
+void accumulate_pair(const T* wa, const T* wb, int64_t ld, int64_t nx, int64_t ny, const T* mat, int64_t mat_stride,
+                     int64_t width, T* acc_a, T* acc_b, bool first) {
   using Vec = Vectorized<T>;
   constexpr int64_t V = Vec::size();
   for (int64_t x = 0; x < nx; ++x) {
@@ -156,7 +162,7 @@ void accumulate_pair(const T* wa, const T* wb, int64_t ld, int64_t nx, int64_t n
         b2 = Vec::loadu(b_row + c + 2 * V), b3 = Vec::loadu(b_row + c + 3 * V);
       }
       for (int64_t y = 0; y < ny; ++y) {
-        const T* m = mat + y * width + c;
+        const T* m = mat + y * mat_stride + c;
         const Vec m0 = Vec::loadu(m), m1 = Vec::loadu(m + V), m2 = Vec::loadu(m + 2 * V), m3 = Vec::loadu(m + 3 * V);
         const Vec wa_y(wa_row[y]), wb_y(wb_row[y]);
         a0 = at::vec::fmadd(wa_y, m0, a0);
@@ -181,7 +187,7 @@ void accumulate_pair(const T* wa, const T* wb, int64_t ld, int64_t nx, int64_t n
       const int64_t count = std::min<int64_t>(V, width - c);
       Vec a = first ? Vec(T(0)) : Vec::loadu(a_row + c, count), b = first ? Vec(T(0)) : Vec::loadu(b_row + c, count);
       for (int64_t y = 0; y < ny; ++y) {
-        const Vec m = Vec::loadu(mat + y * width + c, count);
+        const Vec m = Vec::loadu(mat + y * mat_stride + c, count);
         a = at::vec::fmadd(Vec(wa_row[y]), m, a);
         b = at::vec::fmadd(Vec(wb_row[y]), m, b);
       }

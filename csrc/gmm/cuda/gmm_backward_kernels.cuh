@@ -12,7 +12,8 @@ template <typename scalar_t, typename acc_t>
 struct GmmGrads {
   const acc_t *lse, *log_mass, *ctx_a, *ctx_b;
   acc_t* row_stats;  // (B, H, T, kRowStats)
-  scalar_t *dq, *dk, *dv, *domega, *dmu, *dsigma, *dgate, *dcenter, *dwidth;
+  gpu::HeadRows<scalar_t> dq, dk, dv;  // laid out like q, k and v (gmm_outputs.h)
+  scalar_t *domega, *dmu, *dsigma, *dgate, *dcenter, *dwidth;
 };
 
 // Writes row statistics and dgate; returns them through the references.
@@ -42,10 +43,11 @@ __global__ void gmm_backward_rows_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
   const int lane = threadIdx.x % kWarp;
   const int64_t row = warp_index();
   if (row >= a.batch * a.heads * a.query_len) return;
-  const int64_t bh = row / a.query_len, n_keys = keys_of(a, row), D = a.head_dim, K = a.components;
+  const int64_t bh = row / a.query_len, i = row % a.query_len, n_keys = keys_of(a, row), D = a.head_dim;
+  const int64_t K = a.components;
   acc_t q[kMaxPerLane], dout[kMaxPerLane], dq[kMaxPerLane] = {};
-  load_slice(a.q + row * D, D, q);
-  load_slice(a.dout + row * a.value_dim, a.value_dim, dout);
+  load_slice(a.q.row_of(bh, a.heads, i), D, q);
+  load_slice(a.dout.row_of(bh, a.heads, i), a.value_dim, dout);
   const RowMixture<scalar_t, acc_t> mix = row_mixture(a, row, n_keys);
   acc_t delta_a, delta_b, beta_scale;
   row_statistics(a, gr, row, dout, mix.shift, lane, delta_a, delta_b, beta_scale);
@@ -54,10 +56,10 @@ __global__ void gmm_backward_rows_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
   const acc_t center = a.center != nullptr ? static_cast<acc_t>(a.center[row]) : acc_t(0);
   acc_t m0[kMaxComponents] = {}, m1[kMaxComponents] = {}, m2[kMaxComponents] = {}, n1 = 0, n2 = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
-    const scalar_t* key = a.k + (bh * a.key_len + j) * D;
+    const scalar_t* key = a.k.row_of(bh, a.heads, j);
     const acc_t logit = warp_dot(q, key, D) * a.scale + logit_bias(a, row, acc_t(j));
     const acc_t p = exp_of(logit - lse);
-    const acc_t dov = warp_dot(dout, a.v + (bh * a.key_len + j) * a.value_dim, a.value_dim);
+    const acc_t dov = warp_dot(dout, a.v.row_of(bh, a.heads, j), a.value_dim);
     const acc_t ds = (acc_t(1) - g) * p * (dov - delta_a);
     n1 += ds * (acc_t(j) - center);
     n2 += ds * (acc_t(j) - center) * (acc_t(j) - center);
@@ -75,10 +77,11 @@ __global__ void gmm_backward_rows_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
       m2[k] += we * dist * dist;
     }
   }
+  scalar_t* dq_row = gr.dq.row_of(bh, a.heads, i);
 #pragma unroll
   for (int s = 0; s < kMaxPerLane; ++s) {
     const int64_t d = lane + s * kWarp;
-    if (d < D) gr.dq[row * D + d] = static_cast<scalar_t>(dq[s]);
+    if (d < D) dq_row[d] = static_cast<scalar_t>(dq[s]);
   }
   if (lane != 0) return;
   for (int64_t k = 0; k < K; ++k) {
@@ -102,13 +105,13 @@ __global__ void gmm_backward_keys_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
   const int64_t bh = key_index / a.key_len, j = key_index % a.key_len, D = a.head_dim, Dv = a.value_dim;
   if (j >= keys_of(a, bh * a.query_len)) return;  // padding keys keep their zero gradients
   acc_t key[kMaxPerLane], value[kMaxPerLane], dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
-  load_slice(a.k + key_index * D, D, key);
-  load_slice(a.v + key_index * Dv, Dv, value);
+  load_slice(a.k.row_of(bh, a.heads, j), D, key);
+  load_slice(a.v.row_of(bh, a.heads, j), Dv, value);
   for (int64_t i = 0; i < a.query_len; ++i) {
     const int64_t row = bh * a.query_len + i;
     const acc_t* stats = gr.row_stats + row * kRowStats;
-    const scalar_t* q = a.q + row * D;
-    const scalar_t* dout = a.dout + row * Dv;
+    const scalar_t* q = a.q.row_of(bh, a.heads, i);
+    const scalar_t* dout = a.dout.row_of(bh, a.heads, i);
     const acc_t logit = warp_dot(key, q, D) * a.scale + logit_bias(a, row, acc_t(j));
     const acc_t p = exp_of(logit - gr.lse[row]);
     const acc_t dov = warp_dot(value, dout, Dv);
@@ -124,11 +127,13 @@ __global__ void gmm_backward_keys_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
       if (d < Dv) dv[s] += gamma * static_cast<acc_t>(dout[d]);
     }
   }
+  scalar_t* dk_row = gr.dk.row_of(bh, a.heads, j);
+  scalar_t* dv_row = gr.dv.row_of(bh, a.heads, j);
 #pragma unroll
   for (int s = 0; s < kMaxPerLane; ++s) {
     const int64_t d = lane + s * kWarp;
-    if (d < D) gr.dk[key_index * D + d] = static_cast<scalar_t>(dk[s]);
-    if (d < Dv) gr.dv[key_index * Dv + d] = static_cast<scalar_t>(dv[s]);
+    if (d < D) dk_row[d] = static_cast<scalar_t>(dk[s]);
+    if (d < Dv) dv_row[d] = static_cast<scalar_t>(dv[s]);
   }
 }
 

@@ -62,24 +62,27 @@ __device__ void stage_keys_values(const GmmArgs<scalar_t, acc_t>& a, const Block
                                   int64_t bh, int64_t n_keys, scalar_t* keys, scalar_t* values) {
   const int64_t D = a.head_dim, Dv = a.value_dim;
   for (int64_t e = threadIdx.x; e < n_keys * D; e += blockDim.x) {
-    keys[(e / D) * layout.key_stride + e % D] = a.k[bh * a.key_len * D + e];
+    keys[(e / D) * layout.key_stride + e % D] = a.k.row_of(bh, a.heads, e / D)[e % D];
   }
   for (int64_t e = threadIdx.x; e < n_keys * Dv; e += blockDim.x) {
-    values[(e / Dv) * layout.value_stride + e % Dv] = a.v[bh * a.key_len * Dv + e];
+    values[(e / Dv) * layout.value_stride + e % Dv] = a.v.row_of(bh, a.heads, e / Dv)[e % Dv];
   }
   __syncthreads();
 }
 
-// Loads row `row`'s query (and, when given, its output gradient) and components into the warp's buffers: lane k
-// builds component k; in strict mode the shift is the largest of the components' strict_shift values. Returns the
-// shift.
+// Loads query row i of head bh (row = bh * query_len + i of the per-row inputs), in backward also its output
+// gradient, and its components into the warp's buffers: lane k builds component k; in strict mode the shift is the
+// largest of the components' strict_shift values. Returns the shift.
 template <typename scalar_t, typename acc_t>
-__device__ acc_t load_row(const GmmArgs<scalar_t, acc_t>& a, const WarpBuffers<acc_t>& w, int64_t row,
-                          int64_t n_keys, const scalar_t* dout) {
+__device__ acc_t load_row(const GmmArgs<scalar_t, acc_t>& a, const WarpBuffers<acc_t>& w, int64_t bh, int64_t i,
+                          int64_t n_keys, bool backward) {
   const int lane = threadIdx.x % kWarp;
-  for (int64_t d = lane; d < a.head_dim; d += kWarp) w.query[d] = static_cast<acc_t>(a.q[row * a.head_dim + d]);
-  if (dout != nullptr) {
-    for (int64_t d = lane; d < a.value_dim; d += kWarp) w.dout[d] = static_cast<acc_t>(dout[row * a.value_dim + d]);
+  const int64_t row = bh * a.query_len + i;
+  const scalar_t* query = a.q.row_of(bh, a.heads, i);
+  for (int64_t d = lane; d < a.head_dim; d += kWarp) w.query[d] = static_cast<acc_t>(query[d]);
+  if (backward) {
+    const scalar_t* dout = a.dout.row_of(bh, a.heads, i);
+    for (int64_t d = lane; d < a.value_dim; d += kWarp) w.dout[d] = static_cast<acc_t>(dout[d]);
   }
   Component<acc_t> c{};
   acc_t best = negative_infinity<acc_t>();
@@ -135,7 +138,7 @@ __global__ void gmm_forward_block_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<
     const int64_t i = (static_cast<int64_t>(blockIdx.y) * kBlockRowsPerWarp + r) * warps + warp;
     if (i >= a.query_len) break;
     const int64_t row = bh * a.query_len + i;
-    const acc_t shift = load_row(a, w, row, n_keys, static_cast<const scalar_t*>(nullptr));
+    const acc_t shift = load_row(a, w, bh, i, n_keys, /*backward=*/false);
     acc_t top = negative_infinity<acc_t>();
     for (int64_t j = lane; j < n_keys; j += kWarp) {
       const acc_t logit = staged_logit(a, w, keys + j * layout.key_stride, row, j);
@@ -157,6 +160,7 @@ __global__ void gmm_forward_block_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<
     const acc_t inv_a = sum > acc_t(0) ? acc_t(1) / sum : acc_t(0);
     const acc_t inv_b = a.normalization == kStrict ? (mass > acc_t(0) ? acc_t(1) / mass : acc_t(0)) : acc_t(1);
     const acc_t g = static_cast<acc_t>(a.gate[row]);
+    scalar_t* out_row = o.out.row_of(bh, a.heads, i);
     for (int64_t d = lane; d < Dv; d += kWarp) {
       acc_t acc_a = 0, acc_b = 0;
       for (int64_t j = 0; j < n_keys; ++j) {
@@ -166,7 +170,7 @@ __global__ void gmm_forward_block_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<
       }
       o.ctx_a[row * Dv + d] = acc_a * inv_a;
       o.ctx_b[row * Dv + d] = acc_b * inv_b;
-      o.out[row * Dv + d] = static_cast<scalar_t>((acc_t(1) - g) * acc_a * inv_a + g * acc_b * inv_b);
+      out_row[d] = static_cast<scalar_t>((acc_t(1) - g) * acc_a * inv_a + g * acc_b * inv_b);
     }
     if (lane == 0) {
       o.lse[row] = sum > acc_t(0) ? top + log_of(sum) : negative_infinity<acc_t>();
@@ -204,7 +208,7 @@ __global__ void gmm_backward_block_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<s
     const int64_t i = (static_cast<int64_t>(blockIdx.y) * kBlockRowsPerWarp + r) * warps + warp;
     if (i >= a.query_len) break;
     const int64_t row = bh * a.query_len + i;
-    const acc_t shift = load_row(a, w, row, n_keys, a.dout);
+    const acc_t shift = load_row(a, w, bh, i, n_keys, /*backward=*/true);
     // Row statistics, as row_statistics() of the one-warp-per-row kernel.
     acc_t delta_a = 0, delta_b = 0;
     for (int64_t d = lane; d < Dv; d += kWarp) {
@@ -241,10 +245,11 @@ __global__ void gmm_backward_block_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<s
       pairs.gamma[row * a.key_len + j] = static_cast<scalar_t>(gamma);
     }
     gpu::warp_sync();
+    scalar_t* dq_row = gr.dq.row_of(bh, a.heads, i);
     for (int64_t d = lane; d < D; d += kWarp) {
       acc_t dq = 0;
       for (int64_t j = 0; j < n_keys; ++j) dq += w.first[j] * static_cast<acc_t>(keys[j * layout.key_stride + d]);
-      gr.dq[row * D + d] = static_cast<scalar_t>(dq);
+      dq_row[d] = static_cast<scalar_t>(dq);
     }
     // Component gradients from the three sums of gmm_math.h, each a lane reduction over the keys.
     for (int64_t k = 0; k < K; ++k) {

@@ -40,7 +40,7 @@ GmmForwardResult gmm_attention_cuda(const at::Tensor& q, const at::Tensor& k, co
       return *result;
     }
   }
-  return run_gmm_forward(p, contiguous_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local), return_weights,
+  return run_gmm_forward(p, kernel_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local), return_weights,
                          gpu::current_launch());
 }
 
@@ -65,8 +65,8 @@ GmmBackwardResult gmm_attention_backward_cuda(
       return *grads;
     }
   }
-  Inputs in = contiguous_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local);
-  in.dout = grad_out.contiguous();
+  Inputs in = kernel_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local);
+  in.dout = rows_contiguous(grad_out);
   return run_gmm_backward(p, in, {lse, log_mass, alpha_context, beta_context}, gpu::current_launch());
 }
 

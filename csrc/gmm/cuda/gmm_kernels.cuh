@@ -9,6 +9,7 @@
 
 #include "common/cuda_compat.h"  // first: under the emulator torch's headers must precede HIP's
 
+#include "common/head_rows.h"
 #include "common/key_lengths.h"
 #include "common/online_softmax.h"
 #include "common/warp.cuh"
@@ -27,10 +28,12 @@ using gpu::warp_sum;
 using gpu::load_slice;
 using gpu::warp_dot;
 
-// Row-major views and sizes every kernel needs; pointers are at the start of the whole tensor.
+// Views and sizes every kernel needs. q, k, v and dout (backward only) are read through their strides (head views of
+// projections, common/head_rows.h); the per-row inputs are contiguous, their pointers at the start of the tensor.
 template <typename scalar_t, typename acc_t>
 struct GmmArgs {
-  const scalar_t *q, *k, *v, *omega, *mu, *sigma, *gate, *center, *width, *dout;
+  gpu::HeadRows<const scalar_t> q, k, v, dout;  // (B, H, T, D), (B, H, S, D), (B, H, S, Dv), (B, H, T, Dv)
+  const scalar_t *omega, *mu, *sigma, *gate, *center, *width;
   const int64_t* lengths;
   int64_t batch, heads, query_len, key_len, head_dim, value_dim, components, normalization;
   acc_t scale, floor;
@@ -92,7 +95,8 @@ __device__ acc_t logit_bias(const GmmArgs<scalar_t, acc_t>& a, int64_t row, acc_
 // Outputs of the forward kernel (stats in acc_t), and the backward kernels' saved statistics.
 template <typename scalar_t, typename acc_t>
 struct GmmOutputs {
-  scalar_t *out, *alpha, *beta;
+  gpu::HeadRows<scalar_t> out;  // (B, H, T, Dv), position-major as allocated (gmm_outputs.h)
+  scalar_t *alpha, *beta;
   acc_t *lse, *log_mass, *ctx_a, *ctx_b;
 };
 
@@ -100,9 +104,9 @@ template <typename scalar_t, typename acc_t>
 __device__ void write_row_weights(const GmmArgs<scalar_t, acc_t>& a, GmmOutputs<scalar_t, acc_t> o, int64_t row,
                                   int64_t n_keys, const acc_t (&q)[kMaxPerLane],
                                   const RowMixture<scalar_t, acc_t>& mix, acc_t lse, acc_t beta_scale, int lane) {
-  const scalar_t* keys = a.k + (row / a.query_len) * a.key_len * a.head_dim;
+  const int64_t bh = row / a.query_len;
   for (int64_t j = 0; j < n_keys; ++j) {
-    const acc_t logit = warp_dot(q, keys + j * a.head_dim, a.head_dim) * a.scale + logit_bias(a, row, acc_t(j));
+    const acc_t logit = warp_dot(q, a.k.row_of(bh, a.heads, j), a.head_dim) * a.scale + logit_bias(a, row, acc_t(j));
     if (lane == 0) {
       o.alpha[row * a.key_len + j] = static_cast<scalar_t>(exp_of(logit - lse));
       o.beta[row * a.key_len + j] = static_cast<scalar_t>(mix.u(acc_t(j)) * beta_scale);
@@ -115,25 +119,24 @@ __global__ void gmm_forward_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<scalar
   const int lane = threadIdx.x % kWarp;
   const int64_t row = warp_index();
   if (row >= a.batch * a.heads * a.query_len) return;
-  const int64_t bh = row / a.query_len, n_keys = keys_of(a, row), Dv = a.value_dim;
-  const scalar_t* keys = a.k + bh * a.key_len * a.head_dim;
-  const scalar_t* values = a.v + bh * a.key_len * Dv;
+  const int64_t bh = row / a.query_len, i = row % a.query_len, n_keys = keys_of(a, row), Dv = a.value_dim;
   acc_t q[kMaxPerLane], acc_a[kMaxPerLane] = {}, acc_b[kMaxPerLane] = {};
-  load_slice(a.q + row * a.head_dim, a.head_dim, q);
+  load_slice(a.q.row_of(bh, a.heads, i), a.head_dim, q);
   const RowMixture<scalar_t, acc_t> mix = row_mixture(a, row, n_keys);
   OnlineSoftmax<acc_t> state;
   acc_t mass = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
-    const acc_t logit = warp_dot(q, keys + j * a.head_dim, a.head_dim) * a.scale + logit_bias(a, row, acc_t(j));
+    const acc_t logit = warp_dot(q, a.k.row_of(bh, a.heads, j), a.head_dim) * a.scale + logit_bias(a, row, acc_t(j));
     const acc_t factor = state.raise_max(logit);
     const acc_t p = state.weight(logit);
     state.add(p);
     const acc_t u = mix.u(acc_t(j));
     mass += u;
+    const scalar_t* value_row = a.v.row_of(bh, a.heads, j);
 #pragma unroll
     for (int s = 0; s < kMaxPerLane; ++s) {
       const int64_t d = lane + s * kWarp;
-      const acc_t value = d < Dv ? static_cast<acc_t>(values[j * Dv + d]) : acc_t(0);
+      const acc_t value = d < Dv ? static_cast<acc_t>(value_row[d]) : acc_t(0);
       acc_a[s] = acc_a[s] * factor + p * value;
       acc_b[s] += u * value;
     }
@@ -141,13 +144,14 @@ __global__ void gmm_forward_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<scalar
   const acc_t inv_a = state.inverse_sum();
   const acc_t inv_b = a.normalization == kStrict ? (mass > acc_t(0) ? acc_t(1) / mass : acc_t(0)) : acc_t(1);
   const acc_t g = static_cast<acc_t>(a.gate[row]);
+  scalar_t* out_row = o.out.row_of(bh, a.heads, i);
 #pragma unroll
   for (int s = 0; s < kMaxPerLane; ++s) {
     const int64_t d = lane + s * kWarp;
     if (d >= Dv) continue;
     o.ctx_a[row * Dv + d] = acc_a[s] * inv_a;
     o.ctx_b[row * Dv + d] = acc_b[s] * inv_b;
-    o.out[row * Dv + d] = static_cast<scalar_t>((acc_t(1) - g) * acc_a[s] * inv_a + g * acc_b[s] * inv_b);
+    out_row[d] = static_cast<scalar_t>((acc_t(1) - g) * acc_a[s] * inv_a + g * acc_b[s] * inv_b);
   }
   const acc_t lse = state.log_sum_exp();
   if (lane == 0) {

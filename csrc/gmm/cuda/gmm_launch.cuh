@@ -21,28 +21,49 @@ T* ptr_or_null(const at::Tensor& t) {
   return t.defined() && t.numel() > 0 ? t.data_ptr<T>() : nullptr;
 }
 
-// Contiguous inputs of one call; optional ones are undefined when absent, dout only in backward.
+// Inputs of one call as the kernels read them: q, k, v and dout with contiguous rows (head views as they are), the
+// others contiguous; optional ones are undefined when absent, dout only in backward.
 struct Inputs {
   at::Tensor q, k, v, lengths, omega, mu, sigma, gate, center, width, dout;
 };
 
-inline Inputs contiguous_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+inline Inputs kernel_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const std::optional<at::Tensor>& lengths, const at::Tensor& omega,
                                 const at::Tensor& mu, const at::Tensor& sigma, const at::Tensor& gate,
                                 const LocalBias& local) {
-  return {q.contiguous(),     k.contiguous(),  v.contiguous(),     contiguous_or_undefined(lengths),
+  return {rows_contiguous(q), rows_contiguous(k), rows_contiguous(v), contiguous_or_undefined(lengths),
           omega.contiguous(), mu.contiguous(), sigma.contiguous(), gate.contiguous(),
           contiguous_or_undefined(local.center),  contiguous_or_undefined(local.width), at::Tensor()};
 }
 
 template <typename scalar_t, typename acc_t>
 GmmArgs<scalar_t, acc_t> make_args(const GmmParams& p, const Inputs& in) {
-  return {in.q.data_ptr<scalar_t>(), in.k.data_ptr<scalar_t>(), in.v.data_ptr<scalar_t>(),
+  const gpu::HeadRows<const scalar_t> no_dout{nullptr, 0, 0, 0};
+  return {gpu::head_rows<const scalar_t>(in.q), gpu::head_rows<const scalar_t>(in.k),
+          gpu::head_rows<const scalar_t>(in.v), in.dout.defined() ? gpu::head_rows<const scalar_t>(in.dout) : no_dout,
           in.omega.data_ptr<scalar_t>(), in.mu.data_ptr<scalar_t>(), in.sigma.data_ptr<scalar_t>(),
           in.gate.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(in.center), ptr_or_null<scalar_t>(in.width),
-          ptr_or_null<scalar_t>(in.dout), in.lengths.defined() ? in.lengths.data_ptr<int64_t>() : nullptr,
+          in.lengths.defined() ? in.lengths.data_ptr<int64_t>() : nullptr,
           p.batch, p.heads, p.query_len, p.key_len, p.head_dim, p.value_dim, p.components, p.normalization,
           static_cast<acc_t>(p.scale), static_cast<acc_t>(p.sigma_floor)};
+}
+
+// grad (B, H, S, dim) = pair^T @ rows for each (sentence, head), where pair is (B H, T, S) and rows (B, H, T, dim):
+// one batched GEMM over the B H heads, written in place where grad and rows fold into (B H, len, dim) (contiguous
+// heads); head views of projections and their position-major gradients do not fold, so the product is formed by
+// at::matmul (which gathers such rows) and copied into grad.
+inline void key_gradient_product(at::Tensor& grad, const at::Tensor& pair, const at::Tensor& rows) {
+  const auto folds = [](const at::Tensor& x) {
+    return x.size(0) <= 1 || x.size(1) <= 1 || x.stride(0) == x.size(1) * x.stride(1);
+  };
+  const int64_t B = rows.size(0), H = rows.size(1), T = rows.size(2), S = grad.size(2), dim = rows.size(3);
+  const at::Tensor pair_t = pair.transpose(1, 2);  // (B H, S, T)
+  if (folds(grad) && folds(rows)) {
+    at::Tensor out = grad.view({B * H, S, dim});
+    at::bmm_out(out, pair_t, rows.reshape({B * H, T, dim}));
+    return;
+  }
+  grad.copy_(at::matmul(pair_t.view({B, H, S, T}), rows));
 }
 
 // One warp per row (or key): `warps` of them in blocks of launch.warps_per_block.
@@ -86,7 +107,7 @@ inline GmmForwardResult run_gmm_forward(const GmmParams& p, const Inputs& in, bo
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.q.scalar_type(), "mma_nmt::gmm_attention cuda", [&] {
     using acc_t = at::opmath_type<scalar_t>;
     const GmmOutputs<scalar_t, acc_t> out{
-        o.out.data_ptr<scalar_t>(),           return_weights ? o.alpha.data_ptr<scalar_t>() : nullptr,
+        gpu::head_rows<scalar_t>(o.out),      return_weights ? o.alpha.data_ptr<scalar_t>() : nullptr,
         return_weights ? o.beta.data_ptr<scalar_t>() : nullptr, o.lse.data_ptr<acc_t>(),
         o.log_mass.data_ptr<acc_t>(),         o.alpha_context.data_ptr<acc_t>(),
         o.beta_context.data_ptr<acc_t>()};
@@ -112,7 +133,7 @@ struct SavedStatistics {
 inline GmmBackwardResult run_gmm_backward(const GmmParams& p, const Inputs& in, const SavedStatistics& saved,
                                           const gpu::Launch& launch, GmmKernels kernels = GmmKernels::kAuto) {
   const bool run = p.batch * p.heads * p.query_len > 0 && p.key_len > 0;  // as on the CPU
-  BackwardGrads g = allocate_backward_grads(p, in.q, run);
+  BackwardGrads g = allocate_backward_grads(p, in.q, in.k, in.v, run);
   if (!run) return g.as_tuple();
   const at::Tensor lse = saved.lse.contiguous(), log_mass = saved.log_mass.contiguous();
   const at::Tensor ctx_a = saved.alpha_context.contiguous(), ctx_b = saved.beta_context.contiguous();
@@ -128,8 +149,8 @@ inline GmmBackwardResult run_gmm_backward(const GmmParams& p, const Inputs& in, 
     acc_t* stats = head_blocks ? nullptr : row_stats.data_ptr<acc_t>();
     const GmmGrads<scalar_t, acc_t> grads{
         lse.data_ptr<acc_t>(),          log_mass.data_ptr<acc_t>(),        ctx_a.data_ptr<acc_t>(),
-        ctx_b.data_ptr<acc_t>(),        stats,                             g.q.data_ptr<scalar_t>(),
-        g.k.data_ptr<scalar_t>(),       g.v.data_ptr<scalar_t>(),          g.omega.data_ptr<scalar_t>(),
+        ctx_b.data_ptr<acc_t>(),        stats,                             gpu::head_rows<scalar_t>(g.q),
+        gpu::head_rows<scalar_t>(g.k),  gpu::head_rows<scalar_t>(g.v),     g.omega.data_ptr<scalar_t>(),
         g.mu.data_ptr<scalar_t>(),      g.sigma.data_ptr<scalar_t>(),      g.gate.data_ptr<scalar_t>(),
         ptr_or_null<scalar_t>(g.local_center), ptr_or_null<scalar_t>(g.local_width)};
     const GmmArgs<scalar_t, acc_t> args = make_args<scalar_t, acc_t>(p, in);
@@ -142,10 +163,8 @@ inline GmmBackwardResult run_gmm_backward(const GmmParams& p, const Inputs& in, 
       gpu::launch_kernel(&gmm_backward_block_kernel<scalar_t, acc_t>, blocks.grid, blocks.block,
                          layout.bytes(launch.warps_per_block), launch, args, grads,
                          PairGrads<scalar_t>{ds.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>()});
-      const int64_t heads = p.batch * p.heads;
-      at::Tensor dk = g.k.view({heads, p.key_len, p.head_dim}), dv = g.v.view({heads, p.key_len, p.value_dim});
-      at::bmm_out(dk, ds.transpose(1, 2), in.q.view({heads, p.query_len, p.head_dim}));        // (BH, S, D)
-      at::bmm_out(dv, gamma.transpose(1, 2), in.dout.view({heads, p.query_len, p.value_dim}));  // (BH, S, Dv)
+      key_gradient_product(g.k, ds, in.q);      // (B, H, S, D)
+      key_gradient_product(g.v, gamma, in.dout);  // (B, H, S, Dv)
       return;
     }
     // The key kernel reads the row statistics the row kernel leaves: launched in this order on one stream.

@@ -2,7 +2,7 @@
 // under the HIP CPU emulator against the CPU operator: every normalisation, with and without the localness bias,
 // padding with a length-1 and an empty sentence (fully masked rows), T = 1 and T != S, odd head sizes, more keys than
 // lanes and more rows than a block takes, all dtypes; each case through the one-warp-per-row kernels and through the
-// block-per-head kernels (gmm_block_kernels.cuh).
+// block-per-head kernels (gmm_block_kernels.cuh); and head views of projections read in place.
 #include "emulated_testing.h"  // first: torch's headers before HIP's
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -144,7 +144,7 @@ TEST_P(EmulatedGmm, ForwardAndBackwardMatchCpuOperator) {
   const gmm::LocalBias local{m.center, m.width};
   const gmm::GmmParams p = gmm::check_gmm_args("emulated gmm", q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate,
                                                local, kScale, c.normalization, kSigmaFloor);
-  gmm::cuda::Inputs in = gmm::cuda::contiguous_inputs(q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, local);
+  gmm::cuda::Inputs in = gmm::cuda::kernel_inputs(q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, local);
   const GmmForwardResult emu = gmm::cuda::run_gmm_forward(p, in, true, emulated_launch(), kernels);
   const auto cpu_outputs = as_vector(cpu, std::make_index_sequence<7>());
   const auto emu_outputs = as_vector(emu, std::make_index_sequence<7>());
@@ -191,7 +191,7 @@ TEST(EmulatedGmmHeadBlocks, FourWarpsPerBlockMatchCpuOperator) {
   const gmm::LocalBias local{m.center, m.width};
   const gmm::GmmParams p = gmm::check_gmm_args("emulated gmm", q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate,
                                                local, kScale, c.normalization, kSigmaFloor);
-  gmm::cuda::Inputs in = gmm::cuda::contiguous_inputs(q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, local);
+  gmm::cuda::Inputs in = gmm::cuda::kernel_inputs(q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, local);
   const gpu::Launch four_warps{nullptr, 4};
   const GmmForwardResult one = gmm::cuda::run_gmm_forward(p, in, true, emulated_launch(), GmmKernels::kHeadBlocks);
   const GmmForwardResult four = gmm::cuda::run_gmm_forward(p, in, true, four_warps, GmmKernels::kHeadBlocks);
@@ -212,6 +212,54 @@ TEST(EmulatedGmmHeadBlocks, FourWarpsPerBlockMatchCpuOperator) {
     expect_close(four_grads[i], one_grads[i], dtype, "gmm_backward 4 warps", kBackwardOutputs[i]);
   }
 }
+
+// Head views of projections, as the GMM module passes them (q alone, k and v from one fused projection, NaN in the
+// other set), give bit for bit the results of contiguous inputs; out comes back position-major and the gradients of
+// q, k and v laid out like their inputs, which the fake kernel promises (mma_nmt/ops/gmm_attention.py).
+class EmulatedGmmHeadViews : public ::testing::TestWithParam<GmmKernels> {};
+
+TEST_P(EmulatedGmmHeadViews, ReadHeadViewsInPlaceAndReturnTheFakeKernelsLayouts) {
+  const GmmCase c{"HeadViews", 2, 3, 5, 9, 8, 8, 3, gmm::kStrict, true, {9, 4}};
+  const DtypeCase dtype = kFloat64;
+  at::manual_seed(23);
+  const auto [q, k, v, grad_out, m, lengths] = random_inputs(c, dtype);
+  const at::Tensor q_view = head_view(q, 1, 0), k_view = head_view(k, 2, 0), v_view = head_view(v, 2, 1);
+  const at::Tensor grad_view = head_view(grad_out, 1, 0);
+  ASSERT_FALSE(k_view.is_contiguous() || q_view.is_contiguous() || grad_view.is_contiguous());
+  const gmm::LocalBias local{m.center, m.width};
+  const gmm::GmmParams p = gmm::check_gmm_args("emulated gmm", q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate,
+                                               local, kScale, c.normalization, kSigmaFloor);
+  const GmmKernels kernels = GetParam();
+  gmm::cuda::Inputs dense = gmm::cuda::kernel_inputs(q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, local);
+  gmm::cuda::Inputs views =
+      gmm::cuda::kernel_inputs(q_view, k_view, v_view, lengths, m.omega, m.mu, m.sigma, m.gate, local);
+  EXPECT_EQ(views.k.data_ptr(), k_view.data_ptr());  // read in place, no copy
+  const auto dense_out = as_vector(gmm::cuda::run_gmm_forward(p, dense, false, emulated_launch(), kernels),
+                                   std::make_index_sequence<7>());
+  const auto view_out = as_vector(gmm::cuda::run_gmm_forward(p, views, false, emulated_launch(), kernels),
+                                  std::make_index_sequence<7>());
+  for (size_t i = 0; i < 5; ++i) EXPECT_TRUE(at::equal(view_out[i], dense_out[i])) << kForwardOutputs[i];
+  EXPECT_TRUE(is_position_major(view_out[0]) && is_position_major(dense_out[0])) << view_out[0].strides();
+  dense.dout = grad_out;
+  views.dout = grad_view;
+  const gmm::cuda::SavedStatistics saved{dense_out[1], dense_out[2], dense_out[3], dense_out[4]};
+  const auto dense_grads = as_vector(gmm::cuda::run_gmm_backward(p, dense, saved, emulated_launch(), kernels),
+                                     std::make_index_sequence<9>());
+  const auto view_grads = as_vector(gmm::cuda::run_gmm_backward(p, views, saved, emulated_launch(), kernels),
+                                    std::make_index_sequence<9>());
+  for (size_t i = 0; i < view_grads.size(); ++i) {
+    EXPECT_TRUE(at::equal(view_grads[i], dense_grads[i])) << kBackwardOutputs[i];
+  }
+  EXPECT_TRUE(dense_grads[0].is_contiguous() && dense_grads[1].is_contiguous() && dense_grads[2].is_contiguous());
+  EXPECT_EQ(view_grads[0].strides(), q_view.strides());  // q's view is dense: its own strides
+  EXPECT_TRUE(is_position_major(view_grads[1]) && is_position_major(view_grads[2])) << view_grads[1].strides();
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, EmulatedGmmHeadViews,
+                         ::testing::Values(GmmKernels::kRowWarps, GmmKernels::kHeadBlocks),
+                         [](const ::testing::TestParamInfo<GmmKernels>& info) {
+                           return info.param == GmmKernels::kHeadBlocks ? "HeadBlocks" : "RowWarps";
+                         });
 
 std::string case_name(const ::testing::TestParamInfo<std::tuple<GmmCase, DtypeCase, GmmKernels>>& info) {
   const char* kernels = std::get<2>(info.param) == GmmKernels::kHeadBlocks ? "HeadBlocks" : "RowWarps";

@@ -107,3 +107,41 @@ def test_cuda_multihop_operators_take_head_views_and_return_the_fake_kernels_lay
     for name, x, grad, grad_of_copy in zip("qa", (q, a), grads, grads_of_copies):
         assert grad.stride() == projection_gradient_like(x).stride(), f"grad_{name} {grad.stride()}"
         torch.testing.assert_close(grad, grad_of_copy, **close, msg=f"grad_{name}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("key_len", [9, 200])  # the block-per-head kernels, and keys that do not fit in their staging
+def test_cuda_gmm_takes_head_views_and_returns_the_fake_kernels_layout(dtype, key_len):
+    """The GMM module hands the operator head views of its query projection and of one fused key/value projection: on
+    CUDA (the composition for float32, the hand-written kernels for bfloat16, or those in every dtype under
+    MMA_NMT_CUDA_KERNELS=handwritten) out comes back position-major and the gradients of q, k and v laid out like
+    them, what the fake kernel promises, with the values of contiguous copies."""
+    from mma_nmt.ops import gmm_attention
+    from mma_nmt.ops.fake_layout import position_major, projection_gradient_like
+
+    torch.manual_seed(6)
+    batch, heads, steps, dim, components = 3, 4, 7, 16, 3
+    query = torch.randn(batch, steps, heads * dim, device="cuda", dtype=dtype)
+    memory = torch.randn(batch, key_len, 2 * heads * dim, device="cuda", dtype=dtype)
+    q = query.view(batch, steps, heads, dim).transpose(1, 2).requires_grad_()  # (B, H, T, D) views
+    k = memory[..., :heads * dim].view(batch, key_len, heads, dim).transpose(1, 2).detach().requires_grad_()
+    v = memory[..., heads * dim:].view(batch, key_len, heads, dim).transpose(1, 2).detach().requires_grad_()
+    lengths = torch.tensor([key_len, 1, key_len - 3], device="cuda")
+    mixture = dict(omega=torch.softmax(torch.randn(batch, heads, steps, components, device="cuda"), -1).to(dtype),
+                   mu=(torch.rand(batch, heads, steps, components, device="cuda") * key_len).to(dtype),
+                   sigma=(torch.rand(batch, heads, steps, components, device="cuda") * 3 + 0.5).to(dtype),
+                   gate=torch.rand(batch, heads, steps, device="cuda").to(dtype), key_lengths=lengths)
+    copies = [x.detach().contiguous().requires_grad_() for x in (q, k, v)]
+    out = gmm_attention(q, k, v, **mixture).out
+    out_of_copies = gmm_attention(*copies, **mixture).out
+    assert out.stride() == position_major(q, out.shape[3]).stride()
+    close = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(out, out_of_copies, **close)
+    grad_out = torch.randn(batch, steps, heads * dim, device="cuda", dtype=dtype).view(
+        batch, steps, heads, dim).transpose(1, 2)
+    grads = torch.autograd.grad(out, (q, k, v), grad_out)
+    grads_of_copies = torch.autograd.grad(out_of_copies, copies, grad_out.contiguous())
+    for name, x, grad, grad_of_copy in zip("qkv", (q, k, v), grads, grads_of_copies):
+        assert grad.stride() == projection_gradient_like(x).stride(), f"grad_{name} {grad.stride()}"
+        torch.testing.assert_close(grad, grad_of_copy, **close, msg=f"grad_{name}")
