@@ -35,10 +35,13 @@ inline ForwardOutputs allocate_forward_outputs(const GmmParams& p, const at::Ten
   o.log_mass = at::empty({p.batch, p.heads, p.query_len}, stats);
   o.alpha_context = at::empty({p.batch, p.heads, p.query_len, p.value_dim}, stats);
   o.beta_context = at::empty({p.batch, p.heads, p.query_len, p.value_dim}, stats);
-  const std::vector<int64_t> weights_shape =
-      return_weights ? std::vector<int64_t>{p.batch, p.heads, p.query_len, p.key_len} : std::vector<int64_t>{0};
-  o.alpha = at::zeros(weights_shape, q.options());
-  o.beta = at::zeros(weights_shape, q.options());
+  if (return_weights) {  // zero-filled: the kernels leave the padding keys' weights 0
+    o.alpha = at::zeros({p.batch, p.heads, p.query_len, p.key_len}, q.options());
+    o.beta = at::zeros({p.batch, p.heads, p.query_len, p.key_len}, q.options());
+  } else {  // (0,) placeholders
+    o.alpha = at::empty({0}, q.options());
+    o.beta = at::empty({0}, q.options());
+  }
   return o;
 }
 
@@ -59,24 +62,23 @@ struct BackwardGrads {
 };
 
 // grad_q, grad_k and grad_v are laid out like their inputs (gradient_like: a head view of a projection gets a
-// position-major gradient), the others contiguous. grad_k and grad_v are zero (kernels add into them) unless
-// `key_rows_written` (the CPU kernel zeroes each head's padding rows itself); the per-row gradients, which a kernel
-// writes in full, are zero only when `rows_written` is false (an empty call). Local-bias gradients are (B, H, T) with
+// position-major gradient), the others contiguous. Uninitialised when `written` (the kernels write every element,
+// the padding keys' zero gradients included), zero when not (an empty call). Local-bias gradients are (B, H, T) with
 // the bias, else (0,).
 inline BackwardGrads allocate_backward_grads(const GmmParams& p, const at::Tensor& q, const at::Tensor& k,
-                                             const at::Tensor& v, bool rows_written, bool key_rows_written = false) {
+                                             const at::Tensor& v, bool written) {
   const auto alloc = [&](std::vector<int64_t> shape) {
-    return rows_written ? at::empty(shape, q.options()) : at::zeros(shape, q.options());
+    return written ? at::empty(shape, q.options()) : at::zeros(shape, q.options());
   };
-  const auto like = [](const at::Tensor& input, bool written) {
+  const auto like = [&](const at::Tensor& input) {
     at::Tensor grad = gradient_like(input);
     return written ? grad : grad.zero_();
   };
   const int64_t B = p.batch, H = p.heads, T = p.query_len;
   BackwardGrads g;
-  g.q = like(q, rows_written);
-  g.k = like(k, rows_written && key_rows_written);
-  g.v = like(v, rows_written && key_rows_written);
+  g.q = like(q);
+  g.k = like(k);
+  g.v = like(v);
   g.omega = alloc({B, H, T, p.components});
   g.mu = alloc({B, H, T, p.components});
   g.sigma = alloc({B, H, T, p.components});

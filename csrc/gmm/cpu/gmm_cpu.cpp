@@ -51,8 +51,7 @@ GmmBackwardResult gmm_attention_backward_cpu(
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
   // With head dim 0 the dot-product weights are uniform, and v, the mixture and the gate still get gradients.
   const bool run = p.batch * p.heads * p.query_len > 0 && p.key_len > 0;
-  // the kernel zeroes the padding keys' rows of grad_k and grad_v
-  BackwardGrads g = allocate_backward_grads(p, q, k, v, run, /*key_rows_written=*/true);
+  BackwardGrads g = allocate_backward_grads(p, q, k, v, run);  // the kernel zeroes the padding keys' rows itself
   BackwardTensors t{rows_contiguous(grad_out), rows_contiguous(q), rows_contiguous(k), rows_contiguous(v),
                     contiguous_or_undefined(key_lengths), omega.contiguous(), mu.contiguous(), sigma.contiguous(),
                     gate.contiguous(), contiguous_or_undefined(local_center), contiguous_or_undefined(local_width),

@@ -103,11 +103,14 @@ __global__ void gmm_backward_keys_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
   const int64_t key_index = warp_index();
   if (key_index >= a.batch * a.heads * a.key_len) return;
   const int64_t bh = key_index / a.key_len, j = key_index % a.key_len, D = a.head_dim, Dv = a.value_dim;
-  if (j >= keys_of(a, bh * a.query_len)) return;  // padding keys keep their zero gradients
-  acc_t key[kMaxPerLane], value[kMaxPerLane], dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
-  load_slice(a.k.row_of(bh, a.heads, j), D, key);
-  load_slice(a.v.row_of(bh, a.heads, j), Dv, value);
-  for (int64_t i = 0; i < a.query_len; ++i) {
+  // Padding keys get zero gradients, written here (the gradients come uninitialised), and are never read.
+  const int64_t n_queries = j < keys_of(a, bh * a.query_len) ? a.query_len : 0;
+  acc_t key[kMaxPerLane] = {}, value[kMaxPerLane] = {}, dk[kMaxPerLane] = {}, dv[kMaxPerLane] = {};
+  if (n_queries > 0) {
+    load_slice(a.k.row_of(bh, a.heads, j), D, key);
+    load_slice(a.v.row_of(bh, a.heads, j), Dv, value);
+  }
+  for (int64_t i = 0; i < n_queries; ++i) {
     const int64_t row = bh * a.query_len + i;
     const acc_t* stats = gr.row_stats + row * kRowStats;
     const scalar_t* q = a.q.row_of(bh, a.heads, i);

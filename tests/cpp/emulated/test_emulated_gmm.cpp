@@ -7,12 +7,14 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "../dispatch_budget.h"
 #include "gmm/cuda/gmm_launch.cuh"
 #include "gmm/gmm_math.h"
 
@@ -260,6 +262,39 @@ INSTANTIATE_TEST_SUITE_P(Kernels, EmulatedGmmHeadViews,
                          [](const ::testing::TestParamInfo<GmmKernels>& info) {
                            return info.param == GmmKernels::kHeadBlocks ? "HeadBlocks" : "RowWarps";
                          });
+
+// The ATen work each kernel family dispatches around its launches (issue 49: at most 3 launches a direction on the
+// fast path), counted as test_dispatch_budget.cpp counts (dispatch_budget.h: allocations and views are free): with
+// contiguous inputs the forward adds nothing to its one kernel, the block-per-head backward its two batched GEMMs (so
+// 3 launches) and the one-warp-per-row backward nothing to its two kernels; no zero fill anywhere, as the kernels
+// write every element of their results, the padding keys' zero gradients included.
+TEST(EmulatedGmmLaunches, NoAtenWorkBesideTheKernelsButTheBlockBackwardsGemms) {
+  const GmmCase c{"Launches", 2, 2, 6, 9, 8, 8, 2, gmm::kApproximate, false, {9, 4}};
+  at::manual_seed(3);
+  const auto [q, k, v, grad_out, m, lengths] = random_inputs(c, kFloat64);
+  const gmm::GmmParams p = gmm::check_gmm_args("emulated gmm", q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, {},
+                                               kScale, c.normalization, kSigmaFloor);
+  gmm::cuda::Inputs in = gmm::cuda::kernel_inputs(q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, {});
+  in.dout = grad_out;
+  const std::map<std::string, int64_t> gemms{{"aten::bmm", 2}}, nothing;
+  for (const GmmKernels kernels : {GmmKernels::kHeadBlocks, GmmKernels::kRowWarps}) {
+    testing::DispatchCount forward, backward;
+    std::optional<GmmForwardResult> outputs;
+    {
+      testing::DispatchCounter counter(forward, 1 << 30);
+      outputs = gmm::cuda::run_gmm_forward(p, in, false, emulated_launch(), kernels);
+    }
+    const auto& [out, lse, log_mass, ctx_a, ctx_b, alpha, beta] = *outputs;
+    {
+      testing::DispatchCounter counter(backward, 1 << 30);
+      (void)gmm::cuda::run_gmm_backward(p, in, {lse, log_mass, ctx_a, ctx_b}, emulated_launch(), kernels);
+    }
+    const bool blocks = kernels == GmmKernels::kHeadBlocks;
+    EXPECT_EQ(forward.ops, 0) << (blocks ? "head blocks" : "row warps");
+    EXPECT_EQ(backward.by_name, blocks ? gemms : nothing)
+        << (blocks ? "head blocks" : "row warps") << ": " << backward.ops << " ops";
+  }
+}
 
 std::string case_name(const ::testing::TestParamInfo<std::tuple<GmmCase, DtypeCase, GmmKernels>>& info) {
   const char* kernels = std::get<2>(info.param) == GmmKernels::kHeadBlocks ? "HeadBlocks" : "RowWarps";
