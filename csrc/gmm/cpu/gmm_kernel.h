@@ -27,10 +27,12 @@ constexpr int64_t kKeyTile = 128;    // keys scored at once
 
 #include "gmm/cpu/gmm_rows.h"
 
-// Row 0 of head bh = (sentence, head) of a (B, H, len, dim) tensor whose rows are contiguous (rows x.stride(2) apart).
-template <typename T>
-T* head_start(const at::Tensor& x, int64_t heads, int64_t bh) {
-  return x.data_ptr<T>() + (bh / heads) * x.stride(0) + (bh % heads) * x.stride(1);
+// Points `rows` at row 0 of head bh = (sentence, head) of x, a (B, H, len, dim) tensor whose rows are contiguous, and
+// `row_stride` at the distance between its rows.
+template <typename T, typename P>
+void point_at_rows(const at::Tensor& x, int64_t heads, int64_t bh, P& rows, int64_t& row_stride) {
+  rows = x.data_ptr<T>() + (bh / heads) * x.stride(0) + (bh % heads) * x.stride(1);
+  row_stride = x.stride(2);
 }
 
 // Pointers of one (sentence, head) slice of the forward tensors. q, k, v and out are read and written through their
@@ -48,24 +50,27 @@ T* slice_or_null(const at::Tensor& t, int64_t offset) {
   return t.defined() ? t.data_ptr<T>() + offset : nullptr;
 }
 
-template <typename T>
-ForwardHead<T> forward_head(const GmmParams& p, const ForwardTensors& t, int64_t bh) {
-  const int64_t T_len = p.query_len, S = p.key_len, K = p.components, H = p.heads;
-  ForwardHead<T> h;
-  h.q = head_start<T>(t.q, H, bh);
-  h.k = head_start<T>(t.k, H, bh);
-  h.v = head_start<T>(t.v, H, bh);
-  h.q_stride = t.q.stride(2);
-  h.k_stride = t.k.stride(2);
-  h.v_stride = t.v.stride(2);
-  h.omega = t.omega.data_ptr<T>() + bh * T_len * K;
-  h.mu = t.mu.data_ptr<T>() + bh * T_len * K;
-  h.sigma = t.sigma.data_ptr<T>() + bh * T_len * K;
-  h.gate = t.gate.data_ptr<T>() + bh * T_len;
+// The inputs both directions read, for head bh: q, k and v with their row strides, the per-row mixture (contiguous).
+template <typename T, typename Head, typename Tensors>
+void point_at_inputs(const GmmParams& p, const Tensors& t, int64_t bh, Head& h) {
+  const int64_t T_len = p.query_len, K = p.components, H = p.heads;
+  point_at_rows<T>(t.q, H, bh, h.q, h.q_stride);
+  point_at_rows<T>(t.k, H, bh, h.k, h.k_stride);
+  point_at_rows<T>(t.v, H, bh, h.v, h.v_stride);
+  h.omega = t.omega.template data_ptr<T>() + bh * T_len * K;
+  h.mu = t.mu.template data_ptr<T>() + bh * T_len * K;
+  h.sigma = t.sigma.template data_ptr<T>() + bh * T_len * K;
+  h.gate = t.gate.template data_ptr<T>() + bh * T_len;
   h.center = slice_or_null<T>(t.local_center, bh * T_len);
   h.width = slice_or_null<T>(t.local_width, bh * T_len);
-  h.out = head_start<T>(t.out, H, bh);
-  h.out_stride = t.out.stride(2);
+}
+
+template <typename T>
+ForwardHead<T> forward_head(const GmmParams& p, const ForwardTensors& t, int64_t bh) {
+  const int64_t T_len = p.query_len, S = p.key_len, H = p.heads;
+  ForwardHead<T> h;
+  point_at_inputs<T>(p, t, bh, h);
+  point_at_rows<T>(t.out, H, bh, h.out, h.out_stride);
   h.lse = t.lse.data_ptr<T>() + bh * T_len;
   h.log_mass = t.log_mass.data_ptr<T>() + bh * T_len;
   h.ctx_a = t.alpha_context.data_ptr<T>() + bh * T_len * p.value_dim;
