@@ -190,6 +190,9 @@ __global__ void gmm_forward_block_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<
 template <typename scalar_t>
 struct PairGrads {
   scalar_t *ds, *gamma;  // d loss / d logit times the scale; total weight (1 - g) alpha + g beta; 0 at padding keys
+  // (B H, T, D) and (B H, T, Dv), each null unless q (dout) is a head view: its rows copied there as they are read,
+  // for the launcher's GEMMs (which need heads that fold into one batch dimension)
+  scalar_t *q_rows, *dout_rows;
 };
 
 template <typename scalar_t, typename acc_t>
@@ -209,6 +212,13 @@ __global__ void gmm_backward_block_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<s
     if (i >= a.query_len) break;
     const int64_t row = bh * a.query_len + i;
     const acc_t shift = load_row(a, w, bh, i, n_keys, /*backward=*/true);
+    // Copies for the launcher's GEMMs, exact: the buffers hold scalar_t values widened to acc_t.
+    if (pairs.q_rows != nullptr) {
+      for (int64_t d = lane; d < D; d += kWarp) pairs.q_rows[row * D + d] = static_cast<scalar_t>(w.query[d]);
+    }
+    if (pairs.dout_rows != nullptr) {
+      for (int64_t d = lane; d < Dv; d += kWarp) pairs.dout_rows[row * Dv + d] = static_cast<scalar_t>(w.dout[d]);
+    }
     // Row statistics, as row_statistics() of the one-warp-per-row kernel.
     acc_t delta_a = 0, delta_b = 0;
     for (int64_t d = lane; d < Dv; d += kWarp) {

@@ -48,22 +48,29 @@ GmmArgs<scalar_t, acc_t> make_args(const GmmParams& p, const Inputs& in) {
           static_cast<acc_t>(p.scale), static_cast<acc_t>(p.sigma_floor)};
 }
 
-// grad (B, H, S, dim) = pair^T @ rows for each (sentence, head), where pair is (B H, T, S) and rows (B, H, T, dim):
-// one batched GEMM over the B H heads, written in place where grad and rows fold into (B H, len, dim) (contiguous
-// heads); head views of projections and their position-major gradients do not fold, so the product is formed by
-// at::matmul (which gathers such rows) and copied into grad.
+// Whether the (B, H) heads of a (B, H, len, dim) tensor fold into one batch dimension, (B H, len, dim), as a view:
+// true of contiguous heads, false of head views of projections and of their position-major gradients.
+inline bool heads_fold(const at::Tensor& x) {
+  return x.size(0) <= 1 || x.size(1) <= 1 || x.stride(0) == x.size(1) * x.stride(1);
+}
+
+// grad (B, H, S, dim) = pair^T @ rows for each (sentence, head), where pair is (B H, T, S) and rows (B H, T, dim):
+// one batched GEMM over the B H heads, written in place where grad's heads fold, else into a buffer copied into grad.
 inline void key_gradient_product(at::Tensor& grad, const at::Tensor& pair, const at::Tensor& rows) {
-  const auto folds = [](const at::Tensor& x) {
-    return x.size(0) <= 1 || x.size(1) <= 1 || x.stride(0) == x.size(1) * x.stride(1);
-  };
-  const int64_t B = rows.size(0), H = rows.size(1), T = rows.size(2), S = grad.size(2), dim = rows.size(3);
+  const int64_t heads = rows.size(0), S = grad.size(2), dim = rows.size(2);
   const at::Tensor pair_t = pair.transpose(1, 2);  // (B H, S, T)
-  if (folds(grad) && folds(rows)) {
-    at::Tensor out = grad.view({B * H, S, dim});
-    at::bmm_out(out, pair_t, rows.reshape({B * H, T, dim}));
+  if (heads_fold(grad)) {
+    at::Tensor out = grad.view({heads, S, dim});
+    at::bmm_out(out, pair_t, rows);
     return;
   }
-  grad.copy_(at::matmul(pair_t.view({B, H, S, T}), rows));
+  grad.copy_(at::bmm(pair_t, rows).view(grad.sizes()));
+}
+
+// (B H, len, dim) rows of `x` for key_gradient_product: a view where its heads fold, else `copied` (the rows the block
+// kernel copied there as it read them, so no gather runs).
+inline at::Tensor folded_rows(const at::Tensor& x, const at::Tensor& copied) {
+  return heads_fold(x) ? x.reshape({x.size(0) * x.size(1), x.size(2), x.size(3)}) : copied;
 }
 
 // One warp per row (or key): `warps` of them in blocks of launch.warps_per_block.
@@ -155,16 +162,23 @@ inline GmmBackwardResult run_gmm_backward(const GmmParams& p, const Inputs& in, 
         ptr_or_null<scalar_t>(g.local_center), ptr_or_null<scalar_t>(g.local_width)};
     const GmmArgs<scalar_t, acc_t> args = make_args<scalar_t, acc_t>(p, in);
     if (head_blocks) {
-      // One kernel, then dk = ds^T q and dv = gamma^T dout as two batched GEMMs over the (B H) heads.
+      // One kernel, then dk = ds^T q and dv = gamma^T dout as two batched GEMMs over the (B H) heads: 3 launches,
+      // and a copy of each gradient where k and v are head views (their gradients' heads do not fold).
       const at::Tensor ds = at::empty({p.batch * p.heads, p.query_len, p.key_len}, in.q.options());
       const at::Tensor gamma = at::empty_like(ds);
+      // Where q or grad_out is a head view, the kernel leaves its rows contiguous for the GEMMs.
+      const auto rows_buffer = [&](const at::Tensor& x) {
+        return heads_fold(x) ? at::Tensor() : at::empty({p.batch * p.heads, p.query_len, x.size(3)}, x.options());
+      };
+      const at::Tensor q_rows = rows_buffer(in.q), dout_rows = rows_buffer(in.dout);
       const WarpGrid blocks = head_block_grid(p, launch);
       const BlockLayout<scalar_t, acc_t> layout(p.key_len, p.head_dim, p.value_dim, p.components, true);
       gpu::launch_kernel(&gmm_backward_block_kernel<scalar_t, acc_t>, blocks.grid, blocks.block,
                          layout.bytes(launch.warps_per_block), launch, args, grads,
-                         PairGrads<scalar_t>{ds.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>()});
-      key_gradient_product(g.k, ds, in.q);      // (B, H, S, D)
-      key_gradient_product(g.v, gamma, in.dout);  // (B, H, S, Dv)
+                         PairGrads<scalar_t>{ds.data_ptr<scalar_t>(), gamma.data_ptr<scalar_t>(),
+                                             ptr_or_null<scalar_t>(q_rows), ptr_or_null<scalar_t>(dout_rows)});
+      key_gradient_product(g.k, ds, folded_rows(in.q, q_rows));           // (B, H, S, D)
+      key_gradient_product(g.v, gamma, folded_rows(in.dout, dout_rows));  // (B, H, S, Dv)
       return;
     }
     // The key kernel reads the row statistics the row kernel leaves: launched in this order on one stream.

@@ -264,35 +264,44 @@ INSTANTIATE_TEST_SUITE_P(Kernels, EmulatedGmmHeadViews,
                          });
 
 // The ATen work each kernel family dispatches around its launches (issue 49: at most 3 launches a direction on the
-// fast path), counted as test_dispatch_budget.cpp counts (dispatch_budget.h: allocations and views are free): with
-// contiguous inputs the forward adds nothing to its one kernel, the block-per-head backward its two batched GEMMs (so
-// 3 launches) and the one-warp-per-row backward nothing to its two kernels; no zero fill anywhere, as the kernels
-// write every element of their results, the padding keys' zero gradients included.
+// fast path), counted as test_dispatch_budget.cpp counts (dispatch_budget.h: allocations and views are free). The
+// forward adds nothing to its one kernel and the one-warp-per-row backward nothing to its two; the block-per-head
+// backward adds its two batched GEMMs (3 launches), and with the module's head views one copy per GEMM into the
+// gradient of k and of v, whose heads do not fold into a GEMM's batch (the kernel itself leaves q's and grad_out's
+// rows for the GEMMs, so nothing gathers them). No zero fill anywhere: the kernels write every element of their
+// results, the padding keys' zero gradients included.
 TEST(EmulatedGmmLaunches, NoAtenWorkBesideTheKernelsButTheBlockBackwardsGemms) {
   const GmmCase c{"Launches", 2, 2, 6, 9, 8, 8, 2, gmm::kApproximate, false, {9, 4}};
   at::manual_seed(3);
   const auto [q, k, v, grad_out, m, lengths] = random_inputs(c, kFloat64);
   const gmm::GmmParams p = gmm::check_gmm_args("emulated gmm", q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, {},
                                                kScale, c.normalization, kSigmaFloor);
-  gmm::cuda::Inputs in = gmm::cuda::kernel_inputs(q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, {});
-  in.dout = grad_out;
-  const std::map<std::string, int64_t> gemms{{"aten::bmm", 2}}, nothing;
-  for (const GmmKernels kernels : {GmmKernels::kHeadBlocks, GmmKernels::kRowWarps}) {
-    testing::DispatchCount forward, backward;
-    std::optional<GmmForwardResult> outputs;
-    {
-      testing::DispatchCounter counter(forward, 1 << 30);
-      outputs = gmm::cuda::run_gmm_forward(p, in, false, emulated_launch(), kernels);
+  const std::map<std::string, int64_t> nothing, gemms{{"aten::bmm", 2}}, gemms_and_copies{{"aten::bmm", 2},
+                                                                                          {"aten::copy_", 2}};
+  for (const bool views : {false, true}) {
+    gmm::cuda::Inputs in =
+        views ? gmm::cuda::kernel_inputs(head_view(q, 1, 0), head_view(k, 2, 0), head_view(v, 2, 1), lengths,
+                                         m.omega, m.mu, m.sigma, m.gate, {})
+              : gmm::cuda::kernel_inputs(q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, {});
+    in.dout = views ? head_view(grad_out, 1, 0) : grad_out;
+    for (const GmmKernels kernels : {GmmKernels::kHeadBlocks, GmmKernels::kRowWarps}) {
+      const bool blocks = kernels == GmmKernels::kHeadBlocks;
+      const std::string what = std::string(blocks ? "head blocks" : "row warps") + (views ? ", head views" : "");
+      testing::DispatchCount forward, backward;
+      std::optional<GmmForwardResult> outputs;
+      {
+        testing::DispatchCounter counter(forward, 1 << 30);
+        outputs = gmm::cuda::run_gmm_forward(p, in, false, emulated_launch(), kernels);
+      }
+      const auto& [out, lse, log_mass, ctx_a, ctx_b, alpha, beta] = *outputs;
+      {
+        testing::DispatchCounter counter(backward, 1 << 30);
+        (void)gmm::cuda::run_gmm_backward(p, in, {lse, log_mass, ctx_a, ctx_b}, emulated_launch(), kernels);
+      }
+      EXPECT_EQ(forward.ops, 0) << what;
+      EXPECT_EQ(backward.by_name, blocks ? (views ? gemms_and_copies : gemms) : nothing)
+          << what << ": " << backward.ops << " ops";
     }
-    const auto& [out, lse, log_mass, ctx_a, ctx_b, alpha, beta] = *outputs;
-    {
-      testing::DispatchCounter counter(backward, 1 << 30);
-      (void)gmm::cuda::run_gmm_backward(p, in, {lse, log_mass, ctx_a, ctx_b}, emulated_launch(), kernels);
-    }
-    const bool blocks = kernels == GmmKernels::kHeadBlocks;
-    EXPECT_EQ(forward.ops, 0) << (blocks ? "head blocks" : "row warps");
-    EXPECT_EQ(backward.by_name, blocks ? gemms : nothing)
-        << (blocks ? "head blocks" : "row warps") << ": " << backward.ops << " ops";
   }
 }
 
