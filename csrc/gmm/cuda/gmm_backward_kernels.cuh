@@ -46,6 +46,8 @@ __global__ void gmm_backward_rows_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
   const int64_t bh = row / a.query_len, i = row % a.query_len, n_keys = keys_of(a, row), D = a.head_dim;
   const int64_t K = a.components;
   acc_t q[kMaxPerLane], dout[kMaxPerLane], dq[kMaxPerLane] = {};
+  const scalar_t* keys = a.k.row_of(bh, a.heads, 0);  // rows a.k.row_stride apart, as the values'
+  const scalar_t* values = a.v.row_of(bh, a.heads, 0);
   load_slice(a.q.row_of(bh, a.heads, i), D, q);
   load_slice(a.dout.row_of(bh, a.heads, i), a.value_dim, dout);
   const RowMixture<scalar_t, acc_t> mix = row_mixture(a, row, n_keys);
@@ -56,10 +58,10 @@ __global__ void gmm_backward_rows_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
   const acc_t center = a.center != nullptr ? static_cast<acc_t>(a.center[row]) : acc_t(0);
   acc_t m0[kMaxComponents] = {}, m1[kMaxComponents] = {}, m2[kMaxComponents] = {}, n1 = 0, n2 = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
-    const scalar_t* key = a.k.row_of(bh, a.heads, j);
+    const scalar_t* key = keys + j * a.k.row_stride;
     const acc_t logit = warp_dot(q, key, D) * a.scale + logit_bias(a, row, acc_t(j));
     const acc_t p = exp_of(logit - lse);
-    const acc_t dov = warp_dot(dout, a.v.row_of(bh, a.heads, j), a.value_dim);
+    const acc_t dov = warp_dot(dout, values + j * a.v.row_stride, a.value_dim);
     const acc_t ds = (acc_t(1) - g) * p * (dov - delta_a);
     n1 += ds * (acc_t(j) - center);
     n2 += ds * (acc_t(j) - center) * (acc_t(j) - center);
@@ -110,11 +112,13 @@ __global__ void gmm_backward_keys_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
     load_slice(a.k.row_of(bh, a.heads, j), D, key);
     load_slice(a.v.row_of(bh, a.heads, j), Dv, value);
   }
+  const scalar_t* head_queries = a.q.row_of(bh, a.heads, 0);  // rows a.q.row_stride apart
+  const scalar_t* head_douts = a.dout.row_of(bh, a.heads, 0);
   for (int64_t i = 0; i < n_queries; ++i) {
     const int64_t row = bh * a.query_len + i;
     const acc_t* stats = gr.row_stats + row * kRowStats;
-    const scalar_t* q = a.q.row_of(bh, a.heads, i);
-    const scalar_t* dout = a.dout.row_of(bh, a.heads, i);
+    const scalar_t* q = head_queries + i * a.q.row_stride;
+    const scalar_t* dout = head_douts + i * a.dout.row_stride;
     const acc_t logit = warp_dot(key, q, D) * a.scale + logit_bias(a, row, acc_t(j));
     const acc_t p = exp_of(logit - gr.lse[row]);
     const acc_t dov = warp_dot(value, dout, Dv);

@@ -61,11 +61,13 @@ template <typename scalar_t, typename acc_t>
 __device__ void stage_keys_values(const GmmArgs<scalar_t, acc_t>& a, const BlockLayout<scalar_t, acc_t>& layout,
                                   int64_t bh, int64_t n_keys, scalar_t* keys, scalar_t* values) {
   const int64_t D = a.head_dim, Dv = a.value_dim;
+  const scalar_t* head_keys = a.k.row_of(bh, a.heads, 0);  // rows a.k.row_stride apart
+  const scalar_t* head_values = a.v.row_of(bh, a.heads, 0);
   for (int64_t e = threadIdx.x; e < n_keys * D; e += blockDim.x) {
-    keys[(e / D) * layout.key_stride + e % D] = a.k.row_of(bh, a.heads, e / D)[e % D];
+    keys[(e / D) * layout.key_stride + e % D] = head_keys[(e / D) * a.k.row_stride + e % D];
   }
   for (int64_t e = threadIdx.x; e < n_keys * Dv; e += blockDim.x) {
-    values[(e / Dv) * layout.value_stride + e % Dv] = a.v.row_of(bh, a.heads, e / Dv)[e % Dv];
+    values[(e / Dv) * layout.value_stride + e % Dv] = head_values[(e / Dv) * a.v.row_stride + e % Dv];
   }
   __syncthreads();
 }

@@ -104,9 +104,9 @@ template <typename scalar_t, typename acc_t>
 __device__ void write_row_weights(const GmmArgs<scalar_t, acc_t>& a, GmmOutputs<scalar_t, acc_t> o, int64_t row,
                                   int64_t n_keys, const acc_t (&q)[kMaxPerLane],
                                   const RowMixture<scalar_t, acc_t>& mix, acc_t lse, acc_t beta_scale, int lane) {
-  const int64_t bh = row / a.query_len;
+  const scalar_t* keys = a.k.row_of(row / a.query_len, a.heads, 0);  // rows a.k.row_stride apart
   for (int64_t j = 0; j < n_keys; ++j) {
-    const acc_t logit = warp_dot(q, a.k.row_of(bh, a.heads, j), a.head_dim) * a.scale + logit_bias(a, row, acc_t(j));
+    const acc_t logit = warp_dot(q, keys + j * a.k.row_stride, a.head_dim) * a.scale + logit_bias(a, row, acc_t(j));
     if (lane == 0) {
       o.alpha[row * a.key_len + j] = static_cast<scalar_t>(exp_of(logit - lse));
       o.beta[row * a.key_len + j] = static_cast<scalar_t>(mix.u(acc_t(j)) * beta_scale);
@@ -121,18 +121,20 @@ __global__ void gmm_forward_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<scalar
   if (row >= a.batch * a.heads * a.query_len) return;
   const int64_t bh = row / a.query_len, i = row % a.query_len, n_keys = keys_of(a, row), Dv = a.value_dim;
   acc_t q[kMaxPerLane], acc_a[kMaxPerLane] = {}, acc_b[kMaxPerLane] = {};
+  const scalar_t* keys = a.k.row_of(bh, a.heads, 0);  // rows a.k.row_stride apart, as the values'
+  const scalar_t* values = a.v.row_of(bh, a.heads, 0);
   load_slice(a.q.row_of(bh, a.heads, i), a.head_dim, q);
   const RowMixture<scalar_t, acc_t> mix = row_mixture(a, row, n_keys);
   OnlineSoftmax<acc_t> state;
   acc_t mass = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
-    const acc_t logit = warp_dot(q, a.k.row_of(bh, a.heads, j), a.head_dim) * a.scale + logit_bias(a, row, acc_t(j));
+    const acc_t logit = warp_dot(q, keys + j * a.k.row_stride, a.head_dim) * a.scale + logit_bias(a, row, acc_t(j));
     const acc_t factor = state.raise_max(logit);
     const acc_t p = state.weight(logit);
     state.add(p);
     const acc_t u = mix.u(acc_t(j));
     mass += u;
-    const scalar_t* value_row = a.v.row_of(bh, a.heads, j);
+    const scalar_t* value_row = values + j * a.v.row_stride;
 #pragma unroll
     for (int s = 0; s < kMaxPerLane; ++s) {
       const int64_t d = lane + s * kWarp;

@@ -28,9 +28,8 @@ struct Inputs {
 };
 
 inline Inputs kernel_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                const std::optional<at::Tensor>& lengths, const at::Tensor& omega,
-                                const at::Tensor& mu, const at::Tensor& sigma, const at::Tensor& gate,
-                                const LocalBias& local) {
+                            const std::optional<at::Tensor>& lengths, const at::Tensor& omega, const at::Tensor& mu,
+                            const at::Tensor& sigma, const at::Tensor& gate, const LocalBias& local) {
   return {rows_contiguous(q), rows_contiguous(k), rows_contiguous(v), contiguous_or_undefined(lengths),
           omega.contiguous(), mu.contiguous(), sigma.contiguous(), gate.contiguous(),
           contiguous_or_undefined(local.center),  contiguous_or_undefined(local.width), at::Tensor()};
