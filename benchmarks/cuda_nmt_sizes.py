@@ -203,7 +203,9 @@ def cases(group: str) -> list[Case]:
         return [attention_case(group, spec, True, b, t, 8, 64, flex=True, count_launches=False)
                 for b, t in ((64, 64), (32, 128), (16, 1024)) for spec in ("GLFB", "G")]
     if group == "decoder":
-        gmm = [cuda_operators.gmm_case(b, 8, s) for s in (32, 64) for b in (64, 128)]
+        # GMM on contiguous heads, then as the module hands it the heads (views of its projections; 2026-11-30)
+        gmm = [cuda_operators.gmm_case(b, 8, s) for s in (32, 64) for b in (64, 128)] + [
+            cuda_operators.gmm_case(b, 8, s, head_views=True) for s, b in ((32, 128), (64, 128))]
         luong = [cuda_operators.shared_value_case(128, hidden=1024, heads=4, source=s) for s in (30, 50)]
         hop = [f(b, t, 512, 8) for b, t in ((128, 32), (64, 64)) for f in (cuda_operators.head_gate_case,
                                                                             cuda_operators.second_hop_case)]
@@ -217,6 +219,7 @@ def cases(group: str) -> list[Case]:
         return [attention_case(group, spec, padded, 2, 9, 4, 8) for spec, padded in SPECS] + [
             attention_step_case("C", 2, 7, heads=4, head_dim=8), gmm_step_case(2, 7, heads=2, head_dim=8),
             operator_case(cuda_operators.gmm_case(2, 2, 8)),
+            operator_case(cuda_operators.gmm_case(2, 2, 8, head_views=True)),
             operator_case(cuda_operators.shared_value_case(2, hidden=16, source=5))]
     raise ValueError(f"unknown group {group!r}; known: {GROUPS}")
 

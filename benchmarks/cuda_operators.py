@@ -52,24 +52,38 @@ def attention_case(spec: str, batch: int, heads: int, length: int, head_dim: int
 
 
 def gmm_case(batch: int, heads: int, length: int, components: int = 4, head_dim: int = 64, *,
-             queries: int | None = None) -> OperatorCase:
+             queries: int | None = None, head_views: bool = False) -> OperatorCase:
     """GMM cross-attention over ``length`` keys, from ``queries`` rows (``length`` unless given: 1 is a decoder
-    step)."""
+    step). ``head_views``: q, k and v as the GMM module hands them, head views of a (B, T, H D) query projection and
+    of one (B, S, 2 H D) key/value projection, taken anew in each call (as a module takes them; a view made once would
+    put its autograd node outside a CUDA-graph capture), else contiguous (B, H, L, D) leaves."""
     queries = length if queries is None else queries
 
     def make(device, dtype):
         rows = (batch, heads, queries)
-        q = _leaf(*rows, head_dim, device=device, dtype=dtype)
-        k, v = (_leaf(batch, heads, length, head_dim, device=device, dtype=dtype) for _ in range(2))
+        if head_views:
+            query = _leaf(batch, queries, heads * head_dim, device=device, dtype=dtype)
+            memory = _leaf(batch, length, 2 * heads * head_dim, device=device, dtype=dtype)
+
+            def inputs():
+                q = query.view(batch, queries, heads, head_dim).transpose(1, 2)  # (B, H, T, D) views
+                k, v = (x.view(batch, length, heads, head_dim).transpose(1, 2) for x in memory.chunk(2, dim=-1))
+                return q, k, v
+            leaves = [query, memory]
+        else:
+            qkv = (_leaf(*rows, head_dim, device=device, dtype=dtype),
+                   *(_leaf(batch, heads, length, head_dim, device=device, dtype=dtype) for _ in range(2)))
+            inputs, leaves = (lambda: qkv), list(qkv)
         mixture = dict(omega=(torch.rand(*rows, components, device=device, dtype=dtype) + 0.1).requires_grad_(),
                        mu=(torch.rand(*rows, components, device=device, dtype=dtype) * length).requires_grad_(),
                        sigma=(torch.rand(*rows, components, device=device, dtype=dtype) * 3 + 0.5).requires_grad_(),
                        gate=torch.rand(*rows, device=device, dtype=dtype).requires_grad_())
         options = dict(key_lengths=_lengths(batch, length, device), **mixture)
-        return (lambda: gmm_attention(q, k, v, **options).out, lambda: gmm_attention_reference(q, k, v, **options)[0],
-                [q, k, v, *mixture.values()])
+        return (lambda: gmm_attention(*inputs(), **options).out,
+                lambda: gmm_attention_reference(*inputs(), **options)[0], [*leaves, *mixture.values()])
     sizes = f"T=S={length}" if queries == length else f"T={queries} S={length}"
-    return OperatorCase("gmm_attention", f"B={batch} H={heads} {sizes} K={components}", make)
+    return OperatorCase("gmm_attention", f"B={batch} H={heads} {sizes} K={components}"
+                        + (" head views" if head_views else ""), make)
 
 
 def shared_value_case(batch: int, hidden: int = 1024, heads: int = 4, source: int = 30) -> OperatorCase:
