@@ -16,50 +16,54 @@ namespace {
 
 // The visibility of a uniform head kind in the forms SDPA takes: nothing (every key), is_causal, or a boolean mask.
 struct SdpaVisibility {
-  std::optional<at::Tensor> mask;  // (B or 1, 1, T, S) bool, true = visible (see empty_rows); passed as additive_bias
+  // (B or 1, 1, T or 1, S) bool, true = visible (see empty_rows); passed as additive_bias (expanded: torch's SDPA
+  // expands a user's (B, 1, 1, S) key padding mask over the queries so for its memory-efficient kernel)
+  std::optional<at::Tensor> mask;
   bool is_causal = false;
-  // (B or 1, 1, T) bool, rows with no visible key, or undefined where there are none by construction. SDPA's softmax
-  // over such a row is 0/0, so the mask shows those rows every key and the results are fixed afterwards: zero output,
-  // lse -inf (forward); zero grad_out and lse +inf, which make every weight exp(s - inf) = 0 (backward).
+  // (B or 1, 1, T or 1) bool, rows with no visible key, or undefined where there are none by construction. SDPA's
+  // softmax over such a row is 0/0, so the mask shows those rows every key and the results are fixed afterwards: zero
+  // output, lse -inf (forward); zero grad_out and lse +inf, which make every weight exp(s - inf) = 0 (backward).
   at::Tensor empty_rows;
 };
 
-// The rule of head_mask.h (visible_keys) as a (T, S) boolean table, for the kinds composable() accepts.
+// The rule of head_mask.h (visible_keys) as a (1, 1, T, S) boolean table, for the kinds composable() accepts but
+// global heads (which see every key).
 at::Tensor kind_rule(const AttentionParams& p, int64_t kind, const at::TensorOptions& options) {
   const at::Tensor position = at::arange(p.query_len, options).add_(p.query_offset).view({p.query_len, 1});  // (T, 1)
   const at::Tensor key = at::arange(p.key_len, options).view({1, p.key_len});                                // (1, S)
-  switch (kind) {
-    case kForward:
-      return key >= position;
-    case kBackward:
-    case kCausal:
-      return key <= position;
-    default:  // kGlobal
-      return at::ones({p.query_len, p.key_len}, options.dtype(at::kBool));
-  }
+  const at::Tensor rule = kind == kForward ? key >= position : key <= position;  // F; B and C
+  return rule.view({1, 1, p.query_len, p.key_len});
 }
 
-SdpaVisibility sdpa_visibility(const AttentionParams& p, const at::Tensor& q,
-                               const std::optional<at::Tensor>& key_lengths) {
+// `padding`: keys_past_sentence's (B, 1, 1, S) mask, undefined without key lengths; computed once by the caller, which
+// also zeroes the padding keys with it. A global head's mask is (B, 1, 1, S), one row a sentence, which additive_bias
+// expands over the queries (as over the heads); so are its empty rows, (B, 1, 1).
+SdpaVisibility sdpa_visibility(const AttentionParams& p, const at::Tensor& q, const at::Tensor& padding) {
   const int64_t kind = p.head_kinds[0];
-  const bool padded = key_lengths.has_value();
+  const bool padded = padding.defined();
   if (!padded && kind == kGlobal) return {};
   if (!padded && (kind == kCausal || kind == kBackward) && p.query_len == p.key_len && p.query_offset == 0) {
     return {std::nullopt, true, at::Tensor()};  // SDPA's is_causal: key j <= query i, the flash kernels' fast path
   }
-  const auto index = q.options().dtype(at::kLong);
-  at::Tensor visible = kind_rule(p, kind, index).view({1, 1, p.query_len, p.key_len});  // (1, 1, T, S)
-  if (padded) {
-    visible = visible & keys_past_sentence(*key_lengths, p.key_len).logical_not();  // (B, 1, T, S)
+  at::Tensor visible;  // (B or 1, 1, T or 1, S)
+  if (kind == kGlobal) {
+    visible = padding.logical_not();
+  } else {
+    visible = kind_rule(p, kind, q.options().dtype(at::kLong));
+    if (padded) visible = visible & padding.logical_not();
   }
-  const at::Tensor empty = visible.any(-1, /*keepdim=*/true).logical_not_();  // (B or 1, 1, T, 1)
+  const at::Tensor empty = visible.any(-1, /*keepdim=*/true).logical_not_();  // (B or 1, 1, T or 1, 1)
   if (!padded) return {visible | empty, false, empty.squeeze(-1)};
   // A row without a visible key is shown its sentence's padding keys, which the callers zero (without_padding_keys),
   // so that no NaN of a real key hidden from the row reaches its weights (exp(NaN - inf) in the backward); every key
   // in a sentence without padding.
-  const at::Tensor padding = keys_past_sentence(*key_lengths, p.key_len);                      // (B, 1, 1, S)
-  const at::Tensor shown = padding | padding.any(-1, /*keepdim=*/true).logical_not();          // (B, 1, 1, S)
+  const at::Tensor shown = padding | padding.any(-1, /*keepdim=*/true).logical_not();  // (B, 1, 1, S)
   return {visible | (empty & shown), false, empty.squeeze(-1)};
+}
+
+// The padding mask of an SDPA call (undefined without key lengths).
+at::Tensor padding_of(const AttentionParams& p, const std::optional<at::Tensor>& key_lengths) {
+  return key_lengths.has_value() ? keys_past_sentence(*key_lengths, p.key_len) : at::Tensor();
 }
 
 // SDPA's kernels take one head size for q, k and v: the narrower side is padded with zero columns, which change neither
@@ -217,9 +221,10 @@ bool composable(const AttentionParams& p, bool return_probs) {
 std::optional<AttentionTriple> attention_forward_by_sdpa(
     const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const std::optional<at::Tensor>& key_lengths) {
-  const SdpaVisibility visibility = sdpa_visibility(p, q, key_lengths);
+  const at::Tensor padding = padding_of(p, key_lengths);
+  const SdpaVisibility visibility = sdpa_visibility(p, q, padding);
   const int64_t dim = common_head_dim(p);
-  const at::Tensor keys = without_padding_keys(k, key_lengths), values = without_padding_keys(v, key_lengths);
+  const at::Tensor keys = without_padding_keys(k, padding), values = without_padding_keys(v, padding);
   const auto result = fused_forward({widened(q, dim), widened(keys, dim), widened(values, dim), visibility, p.scale});
   if (!result.has_value()) return std::nullopt;
   at::Tensor out = first_columns(result->first, p.value_dim);             // (B, H, T, Dv)
@@ -234,14 +239,15 @@ std::optional<AttentionTriple> attention_forward_by_sdpa(
 std::optional<AttentionTriple> attention_backward_by_sdpa(
     const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
     const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths) {
-  const SdpaVisibility visibility = sdpa_visibility(p, q, key_lengths);
+  const at::Tensor padding = padding_of(p, key_lengths);
+  const SdpaVisibility visibility = sdpa_visibility(p, q, padding);
   at::Tensor grad = grad_out, row_lse = lse;
   if (visibility.empty_rows.defined()) {
     grad = grad_out.masked_fill(visibility.empty_rows.unsqueeze(-1), 0.0);
     row_lse = lse.masked_fill(visibility.empty_rows, std::numeric_limits<double>::infinity());
   }
   const int64_t dim = common_head_dim(p);
-  const at::Tensor keys = without_padding_keys(k, key_lengths), values = without_padding_keys(v, key_lengths);
+  const at::Tensor keys = without_padding_keys(k, padding), values = without_padding_keys(v, padding);
   const auto grads = fused_backward({widened(q, dim), widened(keys, dim), widened(values, dim), visibility, p.scale},
                                     widened(grad, dim), widened(out, dim), row_lse);
   if (!grads.has_value()) return std::nullopt;

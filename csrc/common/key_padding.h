@@ -19,13 +19,19 @@ inline at::Tensor keys_past_sentence(const at::Tensor& key_lengths, int64_t key_
 // x (B, ..., S, D) with the keys past each sentence's length set to 0; x itself without key_lengths. The compositions
 // call this on their keys and values before any product: torch's kernels (SDPA, matmul) multiply a padding key's
 // weight 0 by its value, and a masked logit is NaN + (-inf) = NaN, so a NaN behind the padding reached every row.
-inline at::Tensor without_padding_keys(const at::Tensor& x, const std::optional<at::Tensor>& key_lengths) {
-  if (!key_lengths.has_value()) return x;
-  const int64_t key_len = x.size(-2);
+// `padding`: the (B, 1, 1, S) mask of keys_past_sentence, computed once by a caller that needs it again (undefined:
+// no padding, x itself).
+inline at::Tensor without_padding_keys(const at::Tensor& x, const at::Tensor& padding) {
+  if (!padding.defined()) return x;
   std::vector<int64_t> shape(x.dim(), 1);  // (B, 1, ..., S, 1)
   shape[0] = x.size(0);
-  shape[x.dim() - 2] = key_len;
-  return x.masked_fill(keys_past_sentence(*key_lengths, key_len).view(shape), 0.0);
+  shape[x.dim() - 2] = x.size(-2);
+  return x.masked_fill(padding.view(shape), 0.0);
+}
+
+inline at::Tensor without_padding_keys(const at::Tensor& x, const std::optional<at::Tensor>& key_lengths) {
+  if (!key_lengths.has_value()) return x;
+  return without_padding_keys(x, keys_past_sentence(*key_lengths, x.size(-2)));
 }
 
 }  // namespace mma_nmt

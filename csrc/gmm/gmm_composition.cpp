@@ -196,7 +196,7 @@ std::optional<GmmForwardResult> gmm_forward_by_composition(const GmmParams& p, c
   // kernel keeps it in float (the output it feeds is half anyway).
   const at::Tensor alpha_context = std::get<0>(*dot).to(acc);
   // (B, H, T, S) @ (B, H, S, Dv); padding values zeroed, as beta's 0 there times a NaN would be NaN
-  const at::Tensor beta_context = at::matmul(m.beta, without_padding_keys(v, key_lengths).to(acc));
+  const at::Tensor beta_context = at::matmul(m.beta, without_padding_keys(v, m.keys.padding).to(acc));
   const at::Tensor g = gate.to(acc).unsqueeze(-1);                 // (B, H, T, 1)
   // out = (1 - g) A + g B = lerp(A, B, g), written position-major as the kernels write it (gmm_outputs.h): in place
   // when the statistics' dtype is q's, else converted once
@@ -240,7 +240,7 @@ std::optional<GmmBackwardResult> gmm_backward_by_composition(
   // The mass summed again as the forward did, not taken back from log_mass (see gmm_backward.h: that carried
   // log_mass's rounding, |shift| * eps relative).
   const MixtureRows m = mixture_rows(p, key_lengths, omega, mu, sigma, acc);
-  const at::Tensor values = without_padding_keys(v, key_lengths).to(acc);
+  const at::Tensor values = without_padding_keys(v, m.keys.padding).to(acc);
   // (B, H, S, Dv) = alpha part + beta^T (B, H, S, T) @ g dO (B, H, T, Dv)
   const at::Tensor grad_v = grad_v_alpha.to(acc) + at::matmul(m.beta.transpose(-1, -2), g * dout);
   // dL/du_j = g (x_j - [strict] dO . B) / U with x_j = dO . v_j: (B, H, T, Dv) @ (B, H, Dv, S)

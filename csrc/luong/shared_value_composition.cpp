@@ -12,15 +12,13 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// q k^T * scale (B, H, T, S) in the accumulation type (float for half inputs), -inf past each sentence's
-// key_lengths[b] keys.
+// q k^T * scale (B, H, T, S) in the accumulation type (float for half inputs), -inf at the padding keys (`padding`:
+// keys_past_sentence's (B, 1, 1, S) mask, undefined without key lengths).
 at::Tensor masked_logits(const SharedValueParams& p, const at::Tensor& q, const at::Tensor& k,
-                         const std::optional<at::Tensor>& key_lengths) {
+                         const at::Tensor& padding) {
   const at::ScalarType acc = at::toOpMathType(q.scalar_type());
   at::Tensor logits = at::matmul(q.to(acc), k.to(acc).transpose(-1, -2)).mul_(p.scale);  // (B, H, T, S)
-  if (key_lengths.has_value()) {
-    logits.masked_fill_(keys_past_sentence(*key_lengths, p.key_len), -kInfinity);
-  }
+  if (padding.defined()) logits.masked_fill_(padding, -kInfinity);
   return logits;
 }
 
@@ -36,8 +34,9 @@ at::Tensor weights_from_lse(at::Tensor logits, const at::Tensor& lse) {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_forward_by_composition(
     const SharedValueParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const std::optional<at::Tensor>& key_lengths, bool return_probs) {
-  const at::Tensor keys = without_padding_keys(k, key_lengths), values = without_padding_keys(v, key_lengths);
-  const at::Tensor logits = masked_logits(p, q, keys, key_lengths);
+  const at::Tensor padding = key_lengths ? keys_past_sentence(*key_lengths, p.key_len) : at::Tensor();  // (B, 1, 1, S)
+  const at::Tensor keys = without_padding_keys(k, padding), values = without_padding_keys(v, padding);
+  const at::Tensor logits = masked_logits(p, q, keys, padding);
   // logsumexp of a row of -inf is -inf: the contract for rows without keys.
   const at::Tensor lse = at::logsumexp(logits, -1);  // (B, H, T)
   const at::Tensor probs = weights_from_lse(logits, lse);

@@ -115,10 +115,13 @@ void PrintTo(const AttentionBudgetCase& c, std::ostream* os) { *os << c.name; }
 // bitwise_and and a bitwise_or of the visibility, the additive bias); all G 35 / 39, all C 35 / 39, 4 / 4 buffers each.
 // 2026-11-29: backward + 3 (eq and two masked_fill_: the one-key sentences' exact zero gradients, issue 48 point 6);
 // then the uniform calls' backward - 3 (the gradients' contiguous copies: the entry point lays them out once).
+// 2026-11-30: each SDPA call computes its padding mask once (it was built four times: for the visibility twice and
+// for zeroing k and v) and a global group's mask is (B, 1, 1, S), one row a sentence, without the (T, S) rule: GLFB
+// 79 / 92 ops, 9 / 9 buffers; all G 21 / 25, 1 / 1; all C 26 / 30, 4 / 4.
 const AttentionBudgetCase kAttentionCases[] = {
-    {"GLFBSelfAttentionPadded", {G, L, F, B}, 32, 32, {111, 12, 8}, {124, 12, 18}},
-    {"AllGlobalCrossAttentionPadded", {G, G, G, G}, 24, 32, {35, 4, 3}, {39, 4, 6}},
-    {"AllCausalSelfAttentionPadded", {C, C, C, C}, 32, 32, {35, 4, 3}, {39, 4, 6}},
+    {"GLFBSelfAttentionPadded", {G, L, F, B}, 32, 32, {79, 9, 8}, {92, 9, 18}},
+    {"AllGlobalCrossAttentionPadded", {G, G, G, G}, 24, 32, {21, 1, 3}, {25, 1, 6}},
+    {"AllCausalSelfAttentionPadded", {C, C, C, C}, 32, 32, {26, 4, 3}, {30, 4, 6}},
 };
 
 class AttentionCompositionBudget : public ::testing::TestWithParam<AttentionBudgetCase> {};
@@ -171,9 +174,10 @@ INSTANTIATE_TEST_SUITE_P(Kinds, AttentionCompositionBudget, ::testing::ValuesIn(
 // Counted 2026-11-28 (as above): GMM 89 / 132 ops with 15 / 31 B x T x S buffers (the SDPA half's mask and bias, then
 // the (B, H, T, S) mixture, elementwise per component); shared-value 36 / 38 ops, 4 / 8 buffers (its logits and
 // probabilities are (B, H, T, S): with no weights asked for, a fused kernel would make none). 2026-11-30: the GMM
-// output as one lerp written position-major (the kernels' layout), 84 forward ops.
-constexpr Budget kGmmForward{84, 15, 3}, kGmmBackward{130, 31, 3};
-constexpr Budget kSharedValueForward{34, 4, 3}, kSharedValueBackward{20, 5, 3};
+// output as one lerp written position-major (the kernels' layout), 84 forward ops; then the padding mask computed once
+// per SDPA call and reused for the values (GMM 67 / 113 ops, 12 / 28 buffers; shared-value forward 28).
+constexpr Budget kGmmForward{67, 12, 3}, kGmmBackward{113, 28, 3};
+constexpr Budget kSharedValueForward{28, 4, 3}, kSharedValueBackward{20, 5, 3};
 // multihop_second_hop (issue 49, point 6) has no keys: its largest legitimate buffer is the (B, H, T, hop)
 // pre-activation, so `large` is set just above it and no buffer may reach it (a weight broadcast over the batch, or
 // a (B, H, H, ...) product, would). Counted with the module's layouts (q a head view, a the first hop's
