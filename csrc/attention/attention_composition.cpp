@@ -61,11 +61,6 @@ SdpaVisibility sdpa_visibility(const AttentionParams& p, const at::Tensor& q, co
   return {visible | (empty & shown), false, empty.squeeze(-1)};
 }
 
-// The padding mask of an SDPA call (undefined without key lengths).
-at::Tensor padding_of(const AttentionParams& p, const std::optional<at::Tensor>& key_lengths) {
-  return key_lengths.has_value() ? keys_past_sentence(*key_lengths, p.key_len) : at::Tensor();
-}
-
 // SDPA's kernels take one head size for q, k and v: the narrower side is padded with zero columns, which change neither
 // the logits (q . k) nor the output's first value_dim columns (weights times v's columns), and whose gradients are
 // dropped. Multi-layer attention's joint weights need it (q and k n D wide against D for v).
@@ -221,7 +216,7 @@ bool composable(const AttentionParams& p, bool return_probs) {
 std::optional<AttentionTriple> attention_forward_by_sdpa(
     const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const std::optional<at::Tensor>& key_lengths) {
-  const at::Tensor padding = padding_of(p, key_lengths);
+  const at::Tensor padding = padding_mask(key_lengths, p.key_len);
   const SdpaVisibility visibility = sdpa_visibility(p, q, padding);
   const int64_t dim = common_head_dim(p);
   const at::Tensor keys = without_padding_keys(k, padding), values = without_padding_keys(v, padding);
@@ -239,7 +234,7 @@ std::optional<AttentionTriple> attention_forward_by_sdpa(
 std::optional<AttentionTriple> attention_backward_by_sdpa(
     const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
     const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths) {
-  const at::Tensor padding = padding_of(p, key_lengths);
+  const at::Tensor padding = padding_mask(key_lengths, p.key_len);
   const SdpaVisibility visibility = sdpa_visibility(p, q, padding);
   at::Tensor grad = grad_out, row_lse = lse;
   if (visibility.empty_rows.defined()) {

@@ -16,6 +16,12 @@ inline at::Tensor keys_past_sentence(const at::Tensor& key_lengths, int64_t key_
   return at::arange(key_len, lengths.options()).view({1, 1, 1, key_len}) >= lengths;  // (B, 1, 1, S)
 }
 
+// keys_past_sentence's mask, or an undefined tensor without key lengths: for the compositions that build it once per
+// call and hand it to every use (without_padding_keys, their own masks).
+inline at::Tensor padding_mask(const std::optional<at::Tensor>& key_lengths, int64_t key_len) {
+  return key_lengths.has_value() ? keys_past_sentence(*key_lengths, key_len) : at::Tensor();
+}
+
 // x (B, ..., S, D) with the keys past each sentence's length set to 0; x itself without key_lengths. The compositions
 // call this on their keys and values before any product: torch's kernels (SDPA, matmul) multiply a padding key's
 // weight 0 by its value, and a masked logit is NaN + (-inf) = NaN, so a NaN behind the padding reached every row.

@@ -34,7 +34,7 @@ at::Tensor weights_from_lse(at::Tensor logits, const at::Tensor& lse) {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_forward_by_composition(
     const SharedValueParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const std::optional<at::Tensor>& key_lengths, bool return_probs) {
-  const at::Tensor padding = key_lengths ? keys_past_sentence(*key_lengths, p.key_len) : at::Tensor();  // (B, 1, 1, S)
+  const at::Tensor padding = padding_mask(key_lengths, p.key_len);  // (B, 1, 1, S), undefined without padding
   const at::Tensor keys = without_padding_keys(k, padding), values = without_padding_keys(v, padding);
   const at::Tensor logits = masked_logits(p, q, keys, padding);
   // logsumexp of a row of -inf is -inf: the contract for rows without keys.
@@ -55,11 +55,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_backward_by_composit
   // backward's own form, equals dO . O and cancels dP exactly where one key takes the whole weight.
   const int64_t batch = p.batch, heads = p.heads, rows = p.query_len, keys = p.key_len;
   const at::ScalarType dtype = q.scalar_type();
-  std::optional<at::Tensor> padding;  // (B, 1, 1, S) bool: the keys past each sentence's length
-  if (key_lengths.has_value()) padding = keys_past_sentence(*key_lengths, keys);
+  const at::Tensor padding = padding_mask(key_lengths, keys);  // (B, 1, 1, S), undefined without padding
   // Zeroed padding keys: grad_q sums grad_logit (0 there) times the key, and 0 * NaN would be NaN.
-  const at::Tensor key_rows =
-      padding ? k.masked_fill(padding->view({batch, 1, keys, 1}), 0.0) : k;               // (B, H, S, D)
+  const at::Tensor key_rows = without_padding_keys(k, padding);                           // (B, H, S, D)
   const at::Tensor q3 = q.reshape({batch * heads, rows, p.head_dim});                      // (B*H, T, D)
   const at::Tensor k3 = key_rows.reshape({batch * heads, keys, p.head_dim});               // (B*H, S, D)
   const at::Tensor dout3 = grad_out.reshape({batch, heads * rows, p.value_dim});           // (B, H*T, Dv)
@@ -68,9 +66,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_backward_by_composit
   at::Tensor probs = at::add(lse.neg().unsqueeze(-1), logits, p.scale).exp_();
   // dP = dO V^T, the values shared by the heads: one GEMM per sentence over all its heads' rows.
   const at::Tensor grad_probs = at::bmm(dout3, v.transpose(1, 2)).view({batch, heads, rows, keys});  // (B, H, T, S)
-  if (padding) {  // a padding key's weight is 0; its logit and dP may be anything (NaN behind the padding)
-    probs.masked_fill_(*padding, 0.0);
-    grad_probs.masked_fill_(*padding, 0.0);
+  if (padding.defined()) {  // a padding key's weight is 0; its logit and dP may be anything (NaN behind the padding)
+    probs.masked_fill_(padding, 0.0);
+    grad_probs.masked_fill_(padding, 0.0);
   }
   const at::Tensor delta = (probs * grad_probs).sum(-1, /*keepdim=*/true);  // (B, H, T, 1)
   const at::Tensor grad_logits = (grad_probs - delta).mul_(probs).mul_(p.scale).to(dtype).view(

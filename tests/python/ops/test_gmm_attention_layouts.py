@@ -23,7 +23,7 @@ def head_view_of_projection(x: torch.Tensor, sets: int, which: int) -> torch.Ten
     projection = torch.full((batch, length, sets * heads * dim), float("nan"), dtype=x.dtype)
     view = projection[..., which * heads * dim:(which + 1) * heads * dim].view(batch, length, heads, dim).transpose(1, 2)
     view.copy_(x.detach())
-    return view.requires_grad_() if view.is_leaf else view
+    return view
 
 
 def module_layouts(inputs: dict) -> dict:
