@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <vector>
 
 #include "common/checks.h"
 #include "gmm/gmm_math.h"
@@ -10,14 +11,33 @@
 namespace mma_nmt::gmm {
 namespace {
 
-void check_mixture(const char* op, const GmmParams& p, const at::Tensor& omega, const at::Tensor& mu,
+bool half_precision(at::ScalarType dtype) { return dtype == at::kHalf || dtype == at::kBFloat16; }
+
+// Whether the mixture comes in float32 beside half-precision q (GmmParams::wide_mixture); any other dtype of omega
+// than those two is refused, naming both.
+bool wide_mixture(const char* op, const at::Tensor& omega, const at::Tensor& q) {
+  const at::ScalarType mixture = omega.scalar_type(), dtype = q.scalar_type();
+  const bool wide = half_precision(dtype) && mixture == at::kFloat;
+  TORCH_CHECK_TYPE(mixture == dtype || wide, op, ": omega must have dtype ", dtype, " like q",
+                   half_precision(dtype) ? " or Float (the mixture may stay in float32 beside half-precision q)" : "",
+                   ", got ", mixture);
+  return wide;
+}
+
+// Checks omega, mu and sigma, (B, H, T, K) on q's device, mu and sigma in omega's dtype; returns
+// GmmParams::wide_mixture.
+bool check_mixture(const char* op, const GmmParams& p, const at::Tensor& omega, const at::Tensor& mu,
                    const at::Tensor& sigma, const at::Tensor& q) {
   check_rank(op, "omega", omega, 4, "(batch, heads, query_len, components)");
   const int64_t K = omega.size(3);
   TORCH_CHECK_VALUE(K >= 1, op, ": omega must have at least one component (last dimension), got shape ", omega.sizes());
-  check_same_layout(op, "omega", omega, {p.batch, p.heads, p.query_len, K}, q);
-  check_same_layout(op, "mu", mu, {p.batch, p.heads, p.query_len, K}, q);
-  check_same_layout(op, "sigma", sigma, {p.batch, p.heads, p.query_len, K}, q);
+  const std::vector<int64_t> shape{p.batch, p.heads, p.query_len, K};
+  TORCH_CHECK_VALUE(omega.sizes() == shape, op, ": omega must have shape ", shape, ", got ", omega.sizes());
+  TORCH_CHECK_VALUE(omega.device() == q.device(), op, ": omega is on ", omega.device(), " but q is on ", q.device());
+  const bool wide = wide_mixture(op, omega, q);
+  check_same_layout(op, "mu", mu, shape, omega, "omega");
+  check_same_layout(op, "sigma", sigma, shape, omega, "omega");
+  return wide;
 }
 
 }  // namespace
@@ -28,14 +48,14 @@ GmmParams check_gmm_args(const char* op, const at::Tensor& q, const at::Tensor& 
                          int64_t normalization, double sigma_floor) {
   GmmParams p;
   static_cast<AttentionSizes&>(p) = check_query_key_value(op, q, k, v, ValueLayout::kPerHead);
-  check_mixture(op, p, omega, mu, sigma, q);
+  p.wide_mixture = check_mixture(op, p, omega, mu, sigma, q);
   p.components = omega.size(3);
-  check_same_layout(op, "gate", gate, {p.batch, p.heads, p.query_len}, q);
+  check_same_layout(op, "gate", gate, {p.batch, p.heads, p.query_len}, omega, "omega");
   TORCH_CHECK_VALUE(local.center.has_value() == local.width.has_value(), op,
                     ": local_center and local_width must be given together (localness-Gaussian bias) or both None");
   if (local.center.has_value()) {
-    check_same_layout(op, "local_center", *local.center, {p.batch, p.heads, p.query_len}, q);
-    check_same_layout(op, "local_width", *local.width, {p.batch, p.heads, p.query_len}, q);
+    check_same_layout(op, "local_center", *local.center, {p.batch, p.heads, p.query_len}, omega, "omega");
+    check_same_layout(op, "local_width", *local.width, {p.batch, p.heads, p.query_len}, omega, "omega");
   }
   TORCH_CHECK_VALUE(scale > 0.0 && std::isfinite(scale), op, ": scale must be positive and finite, got ", scale);
   TORCH_CHECK_VALUE(normalization >= 0 && normalization < kNumNormalizations, op,

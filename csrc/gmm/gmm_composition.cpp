@@ -177,7 +177,7 @@ at::Tensor as_type(const at::Tensor& t, at::ScalarType dtype) { return t.to(dtyp
 }  // namespace
 
 bool composable(const GmmParams& p, bool return_weights) {
-  return !return_weights && !p.has_local_bias && attention::composable(dot_product_params(p), false);
+  return !return_weights && !p.has_local_bias && !p.wide_mixture && attention::composable(dot_product_params(p), false);
 }
 
 std::optional<GmmForwardResult> gmm_forward_by_composition(const GmmParams& p, const at::Tensor& q, const at::Tensor& k,

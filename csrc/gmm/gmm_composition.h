@@ -14,7 +14,8 @@ namespace mma_nmt::gmm {
 
 // Whether the composition computes this call: attention::composable for all-global heads (no zero size; unequal q/k and
 // v head sizes are zero-padded there), no localness bias (SDPA's backward gives no gradient of a logit bias, so
-// local_center and local_width would get none) and no weights asked for (the SDPA half never builds alpha).
+// local_center and local_width would get none), no weights asked for (the SDPA half never builds alpha) and the
+// mixture in q's dtype (GmmParams::wide_mixture: its gradients would come out in q's).
 bool composable(const GmmParams& p, bool return_weights);
 
 // The seven outputs of mma_nmt::gmm_attention (weights (0,)), or nullopt where the call is not composable or torch has

@@ -62,13 +62,15 @@ struct BackwardGrads {
 };
 
 // grad_q, grad_k and grad_v are laid out like their inputs (gradient_like: a head view of a projection gets a
-// position-major gradient), the others contiguous. Uninitialised when `written` (the kernels write every element,
-// the padding keys' zero gradients included), zero when not (an empty call). Local-bias gradients are (B, H, T) with
-// the bias, else (0,).
+// position-major gradient), the others contiguous, in the mixture's dtype (`mixture`: omega's, q's or float32 beside
+// half-precision q; gmm_checks.cpp). Uninitialised when `written` (the kernels write every element, the padding keys'
+// zero gradients included), zero when not (an empty call). Local-bias gradients are (B, H, T) with the bias, else
+// (0,).
 inline BackwardGrads allocate_backward_grads(const GmmParams& p, const at::Tensor& q, const at::Tensor& k,
-                                             const at::Tensor& v, bool written) {
+                                             const at::Tensor& v, at::ScalarType mixture, bool written) {
+  const auto options = q.options().dtype(mixture);
   const auto alloc = [&](std::vector<int64_t> shape) {
-    return written ? at::empty(shape, q.options()) : at::zeros(shape, q.options());
+    return written ? at::empty(shape, options) : at::zeros(shape, options);
   };
   const auto like = [&](const at::Tensor& input) {
     at::Tensor grad = gradient_like(input);
@@ -83,8 +85,8 @@ inline BackwardGrads allocate_backward_grads(const GmmParams& p, const at::Tenso
   g.mu = alloc({B, H, T, p.components});
   g.sigma = alloc({B, H, T, p.components});
   g.gate = alloc({B, H, T});
-  g.local_center = p.has_local_bias ? alloc({B, H, T}) : at::empty({0}, q.options());
-  g.local_width = p.has_local_bias ? alloc({B, H, T}) : at::empty({0}, q.options());
+  g.local_center = p.has_local_bias ? alloc({B, H, T}) : at::empty({0}, options);
+  g.local_width = p.has_local_bias ? alloc({B, H, T}) : at::empty({0}, options);
   return g;
 }
 

@@ -18,6 +18,9 @@ struct GmmParams : AttentionSizes {
   double sigma_floor = 0.0;
   bool has_key_lengths = false;
   bool has_local_bias = false;  // localness-Gaussian logit bias given
+  // The mixture (omega, mu, sigma, gate, local center and width) in float32 beside float16/bfloat16 q, k and v, as
+  // CUDA autocast leaves it; else it has q's dtype. Only the CUDA kernels take such a call (mixture_values.cuh).
+  bool wide_mixture = false;
 };
 
 // Optional inputs of the localness-Gaussian variant: per-query center and width of the logit bias, both (B, H, T).

@@ -4,12 +4,16 @@ float16) inputs in float32 and return float32, while the layers around them (lin
 bfloat16 as autocast decides. The cast is an ordinary autograd op, so gradients reach the bfloat16 activations in
 bfloat16. float64 inputs are left alone, as autocast leaves them.
 
-The CUDA kernels take bfloat16 and float16 themselves, but each wants one dtype for all its floating-point tensors.
-Under CUDA autocast they can disagree: the GMM module's mixture parameters come out of softmax and exp in float32
-while its queries come out of a bfloat16 projection, and the multi-hop operators' weights are float32 parameters. Such
-a call takes them all in the widest dtype, as autocast's own "promote" ops (``torch.cat``, ``addcmul``) do, rather
-than rounding the mixture's centres (source positions) to bfloat16's 8 significant bits. A call whose tensors agree,
-attention's q, k and v from one projection say, is left as it is. The operator then runs with CUDA autocast off
+The CUDA kernels take bfloat16 and float16 themselves, with one dtype for the values of a call (q, k, v and what
+comes with them). Under CUDA autocast an operator's floating-point tensors can disagree: the multi-hop operators'
+weights are float32 parameters beside bfloat16 projections, and the GMM module's mixture parameters come out of
+softmax and exp in float32 while its queries come out of a bfloat16 projection. Such a call takes its values in the
+widest of their dtypes, as autocast's own "promote" ops (``torch.cat``, ``addcmul``) do (:func:`settled_dtypes`). The
+GMM mixture is the exception: its kernels read it in float32 beside bfloat16 or float16 values, so it stays float32
+(rounding its centres, source positions, to bfloat16's 8 significant bits would move them by up to a whole position
+from 256 on) and the attention runs in half precision. A backward's saved statistics follow the values' dtype and
+never decide it. A call whose tensors already agree, attention's q, k and v from one projection say, is left as it
+is. The operator then runs with CUDA autocast off
 (``RegisteredOperator.__call__``): its compositions' GEMMs compute in the dtype the call settled on. The same rule is
 registered for the AutocastCUDA key of every operator and its backward (:func:`register_cuda_autocast`), for the calls
 that do not go through the library's functions: ``torch.ops.mma_nmt.<name>`` called directly, the backward operators
@@ -18,6 +22,8 @@ that autograd calls under the autocast state of the ``backward()`` call, and ``t
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
+from dataclasses import dataclass
 
 import torch
 
@@ -39,22 +45,70 @@ def float32_under_cpu_autocast(args: tuple, list_arguments: tuple[int, ...]) -> 
                  for i, arg in enumerate(args))
 
 
-def promoted_to_widest(args: tuple, list_arguments: tuple[int, ...], device_type: str = "cuda") -> tuple:
-    """``args`` with every floating-point tensor on ``device_type`` (in Tensor[] arguments too) in the widest dtype
-    among them, where they do not all have one dtype."""
+# Arguments a backward operator takes from its forward's saved statistics (log-sum-exps, contexts), which the forward
+# wrote in float32 beside half-precision inputs (float64 beside float64): they follow the dtype the call settles on
+# and never decide it.
+SAVED_STATISTICS = frozenset({"lse", "log_mass", "alpha_context", "beta_context"})
+
+
+@dataclass(frozen=True)
+class AutocastArguments:
+    """How the CUDA autocast rule treats an operator's schema arguments, by position: ``lists`` are its Tensor[]
+    arguments, ``statistics`` its saved statistics (:data:`SAVED_STATISTICS`), ``float32_beside_half`` those that may
+    stay in float32 beside float16/bfloat16 values (the GMM mixture, whose means bfloat16 would round by up to a whole
+    source position from 256 on). Every other floating-point tensor is a value."""
+
+    lists: tuple[int, ...] = ()
+    statistics: frozenset[int] = frozenset()
+    float32_beside_half: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, op: torch._ops.OpOverload, float32_beside_half: Collection[str] = ()) -> AutocastArguments:
+        names = [argument.name for argument in op._schema.arguments]
+        return cls(tensor_list_positions(op),
+                   frozenset(i for i, name in enumerate(names) if name in SAVED_STATISTICS),
+                   frozenset(i for i, name in enumerate(names) if name in float32_beside_half))
+
+
+def _widest(dtypes) -> torch.dtype | None:
+    return functools.reduce(torch.promote_types, dtypes) if dtypes else None
+
+
+def settled_dtypes(args: tuple, arguments: AutocastArguments, device_type: str = "cuda") -> tuple:
+    """``args`` (an operator's arguments in schema order) with their floating-point tensors on ``device_type`` in the
+    dtypes one kernel call takes, where they do not have them already (else ``args`` itself):
+
+    - the values in the widest of their dtypes, as autocast's own "promote" ops (``torch.cat``, ``addcmul``) do;
+    - the ``float32_beside_half`` arguments in float32 where the values settle on float16/bfloat16 and these are
+      float32 or narrower (a mixture that came out of softmax and exp in float32 stays there); otherwise everything
+      takes the widest dtype of all;
+    - the saved statistics in float32, or float64 beside float64 values."""
     def floating(value):
         return isinstance(value, torch.Tensor) and value.is_floating_point() and value.device.type == device_type
 
-    tensors = [t for i, arg in enumerate(args) for t in (arg if i in list_arguments else (arg,)) if floating(t)]
-    dtypes = {t.dtype for t in tensors}
-    if len(dtypes) < 2:
+    def tensors(positions):
+        return [t for i, arg in enumerate(args) if i in positions
+                for t in (arg if i in arguments.lists else (arg,)) if floating(t)]
+
+    every = set(range(len(args)))
+    beside = arguments.float32_beside_half
+    value_positions = every - arguments.statistics - beside
+    value_dtypes = {t.dtype for t in tensors(value_positions)}
+    beside_dtypes = {t.dtype for t in tensors(beside)}
+    value = _widest(value_dtypes)
+    wide = _widest(beside_dtypes | value_dtypes)
+    if not (value in _REDUCED and wide == torch.float32):
+        value = wide
+    statistics = torch.float64 if value == torch.float64 else torch.float32
+    target = {**{i: value for i in value_positions}, **{i: wide for i in beside},
+              **{i: statistics for i in arguments.statistics}}
+    if all(t.dtype == target[i] for i in every for t in tensors({i})):
         return args
-    widest = functools.reduce(torch.promote_types, dtypes)
 
-    def cast(value):
-        return value.to(widest) if floating(value) else value
+    def cast(x, i):
+        return x.to(target[i]) if floating(x) else x
 
-    return tuple([cast(t) for t in arg] if i in list_arguments else cast(arg) for i, arg in enumerate(args))
+    return tuple([cast(t, i) for t in arg] if i in arguments.lists else cast(arg, i) for i, arg in enumerate(args))
 
 
 def tensor_list_positions(op: torch._ops.OpOverload) -> tuple[int, ...]:
@@ -66,17 +120,18 @@ def tensor_list_positions(op: torch._ops.OpOverload) -> tuple[int, ...]:
 _CUDA_AUTOCAST = torch.library.Library("mma_nmt", "IMPL")  # holds the AutocastCUDA kernels
 
 
-def register_cuda_autocast(name: str) -> None:
+def register_cuda_autocast(name: str, float32_beside_half: Collection[str] = ()) -> None:
     """Registers ``mma_nmt::<name>`` and ``mma_nmt::<name>_backward`` for the AutocastCUDA key: the call's
-    floating-point tensors in their widest dtype (:func:`promoted_to_widest`), then the operator with CUDA autocast
-    off, as ``RegisteredOperator.__call__`` does. Without it a direct call would reach the kernel with autocast on and
-    the compositions' GEMMs would compute a float32 call in bfloat16."""
+    floating-point tensors in the dtypes :func:`settled_dtypes` settles on (``float32_beside_half`` names the
+    arguments that may stay in float32 beside half-precision values), then the operator with CUDA autocast off, as
+    ``RegisteredOperator.__call__`` does. Without it a direct call would reach the kernel with autocast on and the
+    compositions' GEMMs would compute a float32 call in bfloat16."""
     for op_name in (name, f"{name}_backward"):
         op = getattr(torch.ops.mma_nmt, op_name).default
 
-        def kernel(*args, _op=op, _lists=tensor_list_positions(op), **kwargs):
+        def kernel(*args, _op=op, _arguments=AutocastArguments.of(op, float32_beside_half), **kwargs):
             with torch.autocast("cuda", enabled=False):
-                return _op(*promoted_to_widest(args, _lists), **kwargs)
+                return _op(*settled_dtypes(args, _arguments), **kwargs)
 
         _CUDA_AUTOCAST.impl(op_name, kernel, "AutocastCUDA")
 

@@ -78,6 +78,9 @@ def gmm_attention(
         sigma_floor: lower bound of ``sigma`` and ``local_width`` (gradient 0 below it, like ``clamp_min``).
         scale: logit scale, ``1/sqrt(D)`` by default.
         return_weights: also return the (B, H, T, S) weights alpha, beta and gamma (analysis only; not differentiable).
+
+    The mixture's tensors (omega, mu, sigma, gate, local_center, local_width) share one dtype: q's, or float32 beside
+    float16/bfloat16 q, k and v on CUDA (what CUDA autocast hands over; their gradients are float32 then).
     """
     lengths = operator_key_lengths("mma_nmt.gmm_attention", q, k, key_lengths, key_padding_mask)
     if scale is None:
@@ -139,6 +142,10 @@ def _backward(ctx, grad_out, *_unused_grads):
             grad_center if has_local else None, grad_width if has_local else None, None, None, None, None)
 
 
+# The mixture's inputs, which the CUDA kernels read (and whose gradients they write) in float32 beside float16/bfloat16
+# q, k and v: CUDA autocast leaves them in float32 (csrc/gmm/cuda/mixture_values.cuh).
+MIXTURE_ARGUMENTS = ("omega", "mu", "sigma", "gate", "local_center", "local_width")
+
 _OPERATOR = register_operator("gmm_attention", fake=_gmm_attention_fake, backward_fake=_gmm_attention_backward_fake,
                               setup_context=_setup_context, backward=_backward,
-                              native_eager="gmm_attention_with_autograd")
+                              native_eager="gmm_attention_with_autograd", float32_beside_half=MIXTURE_ARGUMENTS)

@@ -39,8 +39,8 @@ import torch
 from torch._library.autograd import Info, make_autograd_impl
 
 from mma_nmt._extension import extension_available, extension_module, require_device_support, require_extension
-from mma_nmt.ops.autocast import (float32_under_cpu_autocast, promoted_to_widest, register_cpu_autocast,
-                                  register_cuda_autocast, tensor_list_positions)
+from mma_nmt.ops.autocast import (AutocastArguments, float32_under_cpu_autocast, register_cpu_autocast,
+                                  register_cuda_autocast, settled_dtypes, tensor_list_positions)
 from mma_nmt.ops.first_order import first_order_only, refuse_forward_ad, refuse_functorch_gradients
 
 REGISTERED_OPERATORS: dict[str, RegisteredOperator] = {}  # "attention" -> its RegisteredOperator (register_operator)
@@ -51,7 +51,8 @@ class RegisteredOperator:
     arguments in order (trailing ones with defaults may be left out). ``op`` is the registered operator itself
     (``OpOverload``), ``eager_function`` the ``autograd.Function`` of the eager fast path."""
 
-    def __init__(self, name: str, setup_context: Callable, backward: Callable, native_eager: Callable | None = None):
+    def __init__(self, name: str, setup_context: Callable, backward: Callable, native_eager: Callable | None = None,
+                 float32_beside_half: tuple[str, ...] = ()):
         self.name = f"mma_nmt.{name}"
         self.op = getattr(torch.ops.mma_nmt, name).default
         arguments = self.op._schema.arguments
@@ -59,6 +60,7 @@ class RegisteredOperator:
         self._required = sum(not argument.has_default_value() for argument in arguments)
         # Positions of Tensor[] arguments: autograd.Function tracks only tensors passed to it directly.
         self._list_arguments = tensor_list_positions(self.op)
+        self._autocast_arguments = AutocastArguments.of(self.op, float32_beside_half)  # CUDA autocast's dtypes
         self.eager_function = _eager_function(self.op, setup_context, backward)
         self.native_eager = native_eager  # the same formula in C++ (csrc/eager/), where one is written
 
@@ -67,7 +69,7 @@ class RegisteredOperator:
             args = (*args, *self._defaults[len(args):])
         args = float32_under_cpu_autocast(args, self._list_arguments)  # the CPU kernels take no bfloat16
         if torch.is_autocast_enabled("cuda"):
-            args = promoted_to_widest(args, self._list_arguments)  # one dtype per CUDA kernel call
+            args = settled_dtypes(args, self._autocast_arguments)  # the dtypes one CUDA kernel call takes
             # Autocast off inside: a composition's own GEMMs would otherwise run in bfloat16, and its calls of other
             # operators would get mixed dtypes.
             with torch.autocast("cuda", enabled=False):
@@ -114,12 +116,15 @@ def backward_operator(name: str):
 
 
 def register_operator(name: str, *, fake: Callable, backward_fake: Callable, setup_context: Callable,
-                      backward: Callable, native_eager: str | None = None) -> RegisteredOperator:
+                      backward: Callable, native_eager: str | None = None,
+                      float32_beside_half: tuple[str, ...] = ()) -> RegisteredOperator:
     """Registers ``fake`` for ``mma_nmt::<name>``, ``backward_fake`` for ``mma_nmt::<name>_backward`` and the autograd
     formula ``setup_context(ctx, inputs, output)`` / ``backward(ctx, *grads)`` (guarded by ``first_order_only``) for
     ``mma_nmt::<name>``; returns the callable the operator's Python function calls (a :class:`MissingOperator`
     without the extension). ``native_eager`` names the function of ``mma_nmt._C`` that applies the same formula in
-    C++ (``csrc/eager/``); eager calls that need gradients then take it instead of the ``autograd.Function``."""
+    C++ (``csrc/eager/``); eager calls that need gradients then take it instead of the ``autograd.Function``.
+    ``float32_beside_half`` names the arguments (of the operator and its backward) whose kernels read them in float32
+    beside half-precision values, which CUDA autocast then leaves in float32 (:func:`mma_nmt.ops.autocast.settled_dtypes`)."""
     if not extension_available():
         return MissingOperator(name)
     torch.library.register_fake(f"mma_nmt::{name}")(fake)
@@ -127,9 +132,9 @@ def register_operator(name: str, *, fake: Callable, backward_fake: Callable, set
     guarded = first_order_only(f"mma_nmt.{name}")(backward)
     _register_guarded_autograd(name, guarded, setup_context)
     register_cpu_autocast(name)
-    register_cuda_autocast(name)
+    register_cuda_autocast(name, float32_beside_half)
     native = getattr(extension_module(), native_eager) if native_eager is not None else None
-    REGISTERED_OPERATORS[name] = RegisteredOperator(name, setup_context, guarded, native)
+    REGISTERED_OPERATORS[name] = RegisteredOperator(name, setup_context, guarded, native, float32_beside_half)
     return REGISTERED_OPERATORS[name]
 
 

@@ -14,7 +14,6 @@
 namespace mma_nmt::gmm::cpu {
 namespace {
 
-
 GmmForwardResult gmm_attention_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const std::optional<at::Tensor>& key_lengths, const at::Tensor& omega,
                                    const at::Tensor& mu, const at::Tensor& sigma, const at::Tensor& gate,
@@ -51,7 +50,8 @@ GmmBackwardResult gmm_attention_backward_cpu(
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
   // With head dim 0 the dot-product weights are uniform, and v, the mixture and the gate still get gradients.
   const bool run = p.batch * p.heads * p.query_len > 0 && p.key_len > 0;
-  BackwardGrads g = allocate_backward_grads(p, q, k, v, run);  // the kernel zeroes the padding keys' rows itself
+  // The kernel zeroes the padding keys' rows itself. The mixture has q's dtype here: the CPU takes no half precision.
+  BackwardGrads g = allocate_backward_grads(p, q, k, v, omega.scalar_type(), run);
   BackwardTensors t{rows_contiguous(grad_out), rows_contiguous(q), rows_contiguous(k), rows_contiguous(v),
                     contiguous_or_undefined(key_lengths), omega.contiguous(), mu.contiguous(), sigma.contiguous(),
                     gate.contiguous(), contiguous_or_undefined(local_center), contiguous_or_undefined(local_width),

@@ -13,7 +13,7 @@ struct GmmGrads {
   const acc_t *lse, *log_mass, *ctx_a, *ctx_b;
   acc_t* row_stats;  // (B, H, T, kRowStats)
   gpu::HeadRows<scalar_t> dq, dk, dv;  // laid out like q, k and v (gmm_outputs.h)
-  scalar_t *domega, *dmu, *dsigma, *dgate, *dcenter, *dwidth;
+  MixtureOut<scalar_t, acc_t> domega, dmu, dsigma, dgate, dcenter, dwidth;  // in their inputs' dtype
 };
 
 // Writes row statistics and dgate; returns them through the references.
@@ -34,7 +34,7 @@ __device__ void row_statistics(const GmmArgs<scalar_t, acc_t>& a, const GmmGrads
     stats[1] = delta_b;
     stats[2] = shift;
     stats[3] = beta_scale;
-    gr.dgate[row] = static_cast<scalar_t>(delta_b - delta_a);
+    gr.dgate.set(row, delta_b - delta_a);
   }
 }
 
@@ -53,9 +53,9 @@ __global__ void gmm_backward_rows_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
   const RowMixture<scalar_t, acc_t> mix = row_mixture(a, row, n_keys);
   acc_t delta_a, delta_b, beta_scale;
   row_statistics(a, gr, row, dout, mix.shift, lane, delta_a, delta_b, beta_scale);
-  const acc_t g = static_cast<acc_t>(a.gate[row]), lse = gr.lse[row];
+  const acc_t g = a.gate[row], lse = gr.lse[row];
   const acc_t beta_delta = a.normalization == kStrict ? delta_b : acc_t(0);
-  const acc_t center = a.center != nullptr ? static_cast<acc_t>(a.center[row]) : acc_t(0);
+  const acc_t center = a.center.present() ? a.center[row] : acc_t(0);
   acc_t m0[kMaxComponents] = {}, m1[kMaxComponents] = {}, m2[kMaxComponents] = {}, n1 = 0, n2 = 0;
   for (int64_t j = 0; j < n_keys; ++j) {
     const scalar_t* key = keys + j * a.k.row_stride;
@@ -88,14 +88,14 @@ __global__ void gmm_backward_rows_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
   if (lane != 0) return;
   for (int64_t k = 0; k < K; ++k) {
     const ComponentGrads<acc_t> cg = component_grads(mix.component(k), m0[k], m1[k], m2[k]);
-    gr.domega[row * K + k] = static_cast<scalar_t>(cg.omega);
-    gr.dmu[row * K + k] = static_cast<scalar_t>(cg.mu);
-    gr.dsigma[row * K + k] = static_cast<scalar_t>(cg.sigma);
+    gr.domega.set(row * K + k, cg.omega);
+    gr.dmu.set(row * K + k, cg.mu);
+    gr.dsigma.set(row * K + k, cg.sigma);
   }
-  if (a.center != nullptr) {
-    const LocalBiasRow<acc_t> r = make_local_bias<acc_t>(center, static_cast<acc_t>(a.width[row]), a.floor);
-    gr.dcenter[row] = static_cast<scalar_t>(local_center_grad(r, n1));
-    gr.dwidth[row] = static_cast<scalar_t>(local_width_grad(r, n2));
+  if (a.center.present()) {
+    const LocalBiasRow<acc_t> r = make_local_bias<acc_t>(center, a.width[row], a.floor);
+    gr.dcenter.set(row, local_center_grad(r, n1));
+    gr.dwidth.set(row, local_width_grad(r, n2));
   }
 }
 
@@ -122,10 +122,11 @@ __global__ void gmm_backward_keys_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<sc
     const acc_t logit = warp_dot(key, q, D) * a.scale + logit_bias(a, row, acc_t(j));
     const acc_t p = exp_of(logit - gr.lse[row]);
     const acc_t dov = warp_dot(value, dout, Dv);
-    const acc_t g = static_cast<acc_t>(a.gate[row]);
+    const acc_t g = a.gate[row];
     const acc_t ds = (acc_t(1) - g) * p * (dov - stats[0]) * a.scale;
-    RowMixture<scalar_t, acc_t> mix{a.omega + row * a.components, a.mu + row * a.components,
-                                    a.sigma + row * a.components, a.components, a.normalization, a.floor, stats[2]};
+    const int64_t first = row * a.components;
+    RowMixture<scalar_t, acc_t> mix{a.omega.at(first), a.mu.at(first), a.sigma.at(first), a.components,
+                                    a.normalization, a.floor, stats[2]};
     const acc_t gamma = (acc_t(1) - g) * p + g * mix.u(acc_t(j)) * stats[3];
 #pragma unroll
     for (int s = 0; s < kMaxPerLane; ++s) {

@@ -90,8 +90,7 @@ __device__ acc_t load_row(const GmmArgs<scalar_t, acc_t>& a, const WarpBuffers<a
   acc_t best = negative_infinity<acc_t>();
   if (lane < a.components) {
     const int64_t at = row * a.components + lane;
-    c = make_component<acc_t>(static_cast<acc_t>(a.omega[at]), static_cast<acc_t>(a.mu[at]),
-                              static_cast<acc_t>(a.sigma[at]), a.floor, a.normalization);
+    c = make_component<acc_t>(a.omega[at], a.mu[at], a.sigma[at], a.floor, a.normalization);
     if (a.normalization == kStrict && n_keys > 0) best = strict_shift(&c, 1, n_keys);
   }
   best = warp_max(best);
@@ -161,7 +160,7 @@ __global__ void gmm_forward_block_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<
     gpu::warp_sync();
     const acc_t inv_a = sum > acc_t(0) ? acc_t(1) / sum : acc_t(0);
     const acc_t inv_b = a.normalization == kStrict ? (mass > acc_t(0) ? acc_t(1) / mass : acc_t(0)) : acc_t(1);
-    const acc_t g = static_cast<acc_t>(a.gate[row]);
+    const acc_t g = a.gate[row];
     scalar_t* out_row = o.out.row_of(bh, a.heads, i);
     for (int64_t d = lane; d < Dv; d += kWarp) {
       acc_t acc_a = 0, acc_b = 0;
@@ -229,13 +228,13 @@ __global__ void gmm_backward_block_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<s
     }
     delta_a = warp_sum(delta_a);
     delta_b = warp_sum(delta_b);
-    const acc_t log_mass = gr.log_mass[row], lse = gr.lse[row], g = static_cast<acc_t>(a.gate[row]);
+    const acc_t log_mass = gr.log_mass[row], lse = gr.lse[row], g = a.gate[row];
     acc_t beta_scale = acc_t(1);
     if (a.normalization == kStrict) {
       beta_scale = log_mass == negative_infinity<acc_t>() ? acc_t(0) : exp_of(shift - log_mass);
     }
     const acc_t beta_delta = a.normalization == kStrict ? delta_b : acc_t(0);
-    const acc_t center = a.center != nullptr ? static_cast<acc_t>(a.center[row]) : acc_t(0);
+    const acc_t center = a.center.present() ? a.center[row] : acc_t(0);
     acc_t n1 = 0, n2 = 0;
     for (int64_t j = lane; j < a.key_len; j += kWarp) {
       if (j >= n_keys) {  // padding keys: no gradient reaches them
@@ -278,22 +277,21 @@ __global__ void gmm_backward_block_kernel(GmmArgs<scalar_t, acc_t> a, GmmGrads<s
       m2 = warp_sum(m2);
       if (lane == 0) {
         const int64_t at = row * K + k;
-        const Component<acc_t> c = make_component<acc_t>(static_cast<acc_t>(a.omega[at]), static_cast<acc_t>(a.mu[at]),
-                                                         static_cast<acc_t>(a.sigma[at]), a.floor, a.normalization);
+        const Component<acc_t> c = make_component<acc_t>(a.omega[at], a.mu[at], a.sigma[at], a.floor, a.normalization);
         const ComponentGrads<acc_t> cg = component_grads(c, m0, m1, m2);
-        gr.domega[at] = static_cast<scalar_t>(cg.omega);
-        gr.dmu[at] = static_cast<scalar_t>(cg.mu);
-        gr.dsigma[at] = static_cast<scalar_t>(cg.sigma);
+        gr.domega.set(at, cg.omega);
+        gr.dmu.set(at, cg.mu);
+        gr.dsigma.set(at, cg.sigma);
       }
     }
     n1 = warp_sum(n1);
     n2 = warp_sum(n2);
     if (lane == 0) {
-      gr.dgate[row] = static_cast<scalar_t>(delta_b - delta_a);
-      if (a.center != nullptr) {
-        const LocalBiasRow<acc_t> lb = make_local_bias<acc_t>(center, static_cast<acc_t>(a.width[row]), a.floor);
-        gr.dcenter[row] = static_cast<scalar_t>(local_center_grad(lb, n1));
-        gr.dwidth[row] = static_cast<scalar_t>(local_width_grad(lb, n2));
+      gr.dgate.set(row, delta_b - delta_a);
+      if (a.center.present()) {
+        const LocalBiasRow<acc_t> lb = make_local_bias<acc_t>(center, a.width[row], a.floor);
+        gr.dcenter.set(row, local_center_grad(lb, n1));
+        gr.dwidth.set(row, local_width_grad(lb, n2));
       }
     }
     gpu::warp_sync();  // the next row overwrites the buffers

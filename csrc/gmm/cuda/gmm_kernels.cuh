@@ -13,6 +13,7 @@
 #include "common/key_lengths.h"
 #include "common/online_softmax.h"
 #include "common/warp.cuh"
+#include "gmm/cuda/mixture_values.cuh"
 #include "gmm/gmm_math.h"
 
 namespace mma_nmt::gmm::cuda {
@@ -29,11 +30,12 @@ using gpu::load_slice;
 using gpu::warp_dot;
 
 // Views and sizes every kernel needs. q, k, v and dout (backward only) are read through their strides (head views of
-// projections, common/head_rows.h); the per-row inputs are contiguous, their pointers at the start of the tensor.
+// projections, common/head_rows.h); the per-row inputs are contiguous, at the start of the tensor, in q's dtype or in
+// acc_t (mixture_values.cuh).
 template <typename scalar_t, typename acc_t>
 struct GmmArgs {
   gpu::HeadRows<const scalar_t> q, k, v, dout;  // (B, H, T, D), (B, H, S, D), (B, H, S, Dv), (B, H, T, Dv)
-  const scalar_t *omega, *mu, *sigma, *gate, *center, *width;
+  MixtureIn<scalar_t, acc_t> omega, mu, sigma, gate, center, width;
   const int64_t* lengths;
   int64_t batch, heads, query_len, key_len, head_dim, value_dim, components, normalization;
   acc_t scale, floor;
@@ -48,13 +50,12 @@ __device__ int64_t keys_of(const GmmArgs<scalar_t, acc_t>& a, int64_t row) {
 // Per-row mixture state: components read from global memory on use (K is small), plus the strict-mode shift.
 template <typename scalar_t, typename acc_t>
 struct RowMixture {
-  const scalar_t *omega, *mu, *sigma;
+  MixtureIn<scalar_t, acc_t> omega, mu, sigma;  // from the row's first component
   int64_t K, normalization;
   acc_t floor, shift;
 
   __device__ Component<acc_t> component(int64_t k) const {
-    Component<acc_t> c = make_component<acc_t>(static_cast<acc_t>(omega[k]), static_cast<acc_t>(mu[k]),
-                                               static_cast<acc_t>(sigma[k]), floor, normalization);
+    Component<acc_t> c = make_component<acc_t>(omega[k], mu[k], sigma[k], floor, normalization);
     c.log_coeff -= shift;
     return c;
   }
@@ -70,8 +71,9 @@ struct RowMixture {
 
 template <typename scalar_t, typename acc_t>
 __device__ RowMixture<scalar_t, acc_t> row_mixture(const GmmArgs<scalar_t, acc_t>& a, int64_t row, int64_t n_keys) {
-  RowMixture<scalar_t, acc_t> m{a.omega + row * a.components, a.mu + row * a.components,
-                                a.sigma + row * a.components, a.components, a.normalization, a.floor, acc_t(0)};
+  const int64_t first = row * a.components;
+  RowMixture<scalar_t, acc_t> m{a.omega.at(first), a.mu.at(first), a.sigma.at(first), a.components, a.normalization,
+                                a.floor, acc_t(0)};
   if (a.normalization == kStrict && n_keys > 0) {
     // strict_shift over the row's components, read one at a time (no per-row array on the device).
     acc_t best = negative_infinity<acc_t>();
@@ -86,9 +88,8 @@ __device__ RowMixture<scalar_t, acc_t> row_mixture(const GmmArgs<scalar_t, acc_t
 
 template <typename scalar_t, typename acc_t>
 __device__ acc_t logit_bias(const GmmArgs<scalar_t, acc_t>& a, int64_t row, acc_t position) {
-  if (a.center == nullptr) return acc_t(0);
-  const LocalBiasRow<acc_t> r = make_local_bias<acc_t>(static_cast<acc_t>(a.center[row]),
-                                                       static_cast<acc_t>(a.width[row]), a.floor);
+  if (!a.center.present()) return acc_t(0);
+  const LocalBiasRow<acc_t> r = make_local_bias<acc_t>(a.center[row], a.width[row], a.floor);
   return local_bias(r, position);
 }
 
@@ -145,7 +146,7 @@ __global__ void gmm_forward_kernel(GmmArgs<scalar_t, acc_t> a, GmmOutputs<scalar
   }
   const acc_t inv_a = state.inverse_sum();
   const acc_t inv_b = a.normalization == kStrict ? (mass > acc_t(0) ? acc_t(1) / mass : acc_t(0)) : acc_t(1);
-  const acc_t g = static_cast<acc_t>(a.gate[row]);
+  const acc_t g = a.gate[row];
   scalar_t* out_row = o.out.row_of(bh, a.heads, i);
 #pragma unroll
   for (int s = 0; s < kMaxPerLane; ++s) {

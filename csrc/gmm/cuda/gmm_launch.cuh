@@ -38,10 +38,12 @@ inline Inputs kernel_inputs(const at::Tensor& q, const at::Tensor& k, const at::
 template <typename scalar_t, typename acc_t>
 GmmArgs<scalar_t, acc_t> make_args(const GmmParams& p, const Inputs& in) {
   const gpu::HeadRows<const scalar_t> no_dout{nullptr, 0, 0, 0};
+  const at::ScalarType narrow = in.q.scalar_type();
+  const auto mixture = [&](const at::Tensor& t) { return mixture_in<scalar_t, acc_t>(t, narrow); };
   return {gpu::head_rows<const scalar_t>(in.q), gpu::head_rows<const scalar_t>(in.k),
           gpu::head_rows<const scalar_t>(in.v), in.dout.defined() ? gpu::head_rows<const scalar_t>(in.dout) : no_dout,
-          in.omega.data_ptr<scalar_t>(), in.mu.data_ptr<scalar_t>(), in.sigma.data_ptr<scalar_t>(),
-          in.gate.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(in.center), ptr_or_null<scalar_t>(in.width),
+          mixture(in.omega), mixture(in.mu), mixture(in.sigma), mixture(in.gate), mixture(in.center),
+          mixture(in.width),
           in.lengths.defined() ? in.lengths.data_ptr<int64_t>() : nullptr,
           p.batch, p.heads, p.query_len, p.key_len, p.head_dim, p.value_dim, p.components, p.normalization,
           static_cast<acc_t>(p.scale), static_cast<acc_t>(p.sigma_floor)};
@@ -139,7 +141,7 @@ struct SavedStatistics {
 inline GmmBackwardResult run_gmm_backward(const GmmParams& p, const Inputs& in, const SavedStatistics& saved,
                                           const gpu::Launch& launch, GmmKernels kernels = GmmKernels::kAuto) {
   const bool run = p.batch * p.heads * p.query_len > 0 && p.key_len > 0;  // as on the CPU
-  BackwardGrads g = allocate_backward_grads(p, in.q, in.k, in.v, run);
+  BackwardGrads g = allocate_backward_grads(p, in.q, in.k, in.v, in.omega.scalar_type(), run);
   if (!run) return g.as_tuple();
   const at::Tensor lse = saved.lse.contiguous(), log_mass = saved.log_mass.contiguous();
   const at::Tensor ctx_a = saved.alpha_context.contiguous(), ctx_b = saved.beta_context.contiguous();
@@ -153,12 +155,13 @@ inline GmmBackwardResult run_gmm_backward(const GmmParams& p, const Inputs& in, 
     const at::Tensor row_stats =
         head_blocks ? at::Tensor() : at::empty({p.batch, p.heads, p.query_len, kRowStats}, lse.options());
     acc_t* stats = head_blocks ? nullptr : row_stats.data_ptr<acc_t>();
+    const auto mixture = [&](const at::Tensor& t) { return mixture_out<scalar_t, acc_t>(t, in.q.scalar_type()); };
     const GmmGrads<scalar_t, acc_t> grads{
-        lse.data_ptr<acc_t>(),          log_mass.data_ptr<acc_t>(),        ctx_a.data_ptr<acc_t>(),
-        ctx_b.data_ptr<acc_t>(),        stats,                             gpu::head_rows<scalar_t>(g.q),
-        gpu::head_rows<scalar_t>(g.k),  gpu::head_rows<scalar_t>(g.v),     g.omega.data_ptr<scalar_t>(),
-        g.mu.data_ptr<scalar_t>(),      g.sigma.data_ptr<scalar_t>(),      g.gate.data_ptr<scalar_t>(),
-        ptr_or_null<scalar_t>(g.local_center), ptr_or_null<scalar_t>(g.local_width)};
+        lse.data_ptr<acc_t>(),         log_mass.data_ptr<acc_t>(),    ctx_a.data_ptr<acc_t>(),
+        ctx_b.data_ptr<acc_t>(),       stats,                         gpu::head_rows<scalar_t>(g.q),
+        gpu::head_rows<scalar_t>(g.k), gpu::head_rows<scalar_t>(g.v), mixture(g.omega),
+        mixture(g.mu),                 mixture(g.sigma),              mixture(g.gate),
+        mixture(g.local_center),       mixture(g.local_width)};
     const GmmArgs<scalar_t, acc_t> args = make_args<scalar_t, acc_t>(p, in);
     if (head_blocks) {
       // One kernel, then dk = ds^T q and dv = gamma^T dout as two batched GEMMs over the (B H) heads: 3 launches,

@@ -1,38 +1,130 @@
 """Under CUDA autocast an operator's floating-point tensors can disagree in dtype (the GMM module's mixture parameters
-in float32 from softmax and exp, its queries in bfloat16 from a projection): the call then takes them all in the
-widest dtype (``mma_nmt.ops.autocast``), as autocast's promote ops do. The helper is checked here on CPU tensors; the
-CUDA suite runs every operator that way."""
+in float32 from softmax and exp, its queries in bfloat16 from a projection; the multi-hop operators' float32 weights
+beside bfloat16 projections): the call then takes its values in the widest of their dtypes (``mma_nmt.ops.autocast``),
+as autocast's promote ops do, except the GMM mixture, which stays float32 beside half-precision values, and a
+backward's saved statistics, which follow the values. The rule is checked here on CPU tensors; the CUDA suite runs
+every operator that way."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mma_nmt.ops.autocast import promoted_to_widest
+from mma_nmt.ops.autocast import AutocastArguments, settled_dtypes
+from mma_nmt.ops.gmm_attention import MIXTURE_ARGUMENTS
 from mma_nmt.ops.registration import REGISTERED_OPERATORS
 from test_ops_cpu_autocast import _leaves, _schema_arguments
 from test_operator_registration import CASES
 
+BF16, F16, F32, F64 = torch.bfloat16, torch.float16, torch.float32, torch.float64
+
 
 def test_disagreeing_floating_tensors_are_promoted_to_the_widest_in_lists_too():
-    q = torch.randn(2, 3, dtype=torch.bfloat16)
+    q = torch.randn(2, 3, dtype=BF16)
     omega = torch.rand(2, 3)
     lengths = torch.tensor([3, 2])
-    layers = [torch.randn(2, dtype=torch.float16), torch.randn(2, dtype=torch.bfloat16)]
-    got = promoted_to_widest((q, omega, lengths, 0.5, layers), (4,), device_type="cpu")
-    assert [t.dtype for t in (got[0], got[1], *got[4])] == [torch.float32] * 4
+    layers = [torch.randn(2, dtype=F16), torch.randn(2, dtype=BF16)]
+    got = settled_dtypes((q, omega, lengths, 0.5, layers), AutocastArguments(lists=(4,)), device_type="cpu")
+    assert [t.dtype for t in (got[0], got[1], *got[4])] == [F32] * 4
     assert torch.equal(got[0], q.float()) and got[1] is omega  # values kept; a tensor already widest is not copied
     assert got[2] is lengths and got[3] == 0.5  # integers and scalars are left alone
 
 
 def test_agreeing_tensors_and_other_devices_are_left_as_they_are():
-    args = (torch.randn(2, dtype=torch.bfloat16), torch.randn(2, dtype=torch.bfloat16), torch.tensor([1]))
-    assert promoted_to_widest(args, (), device_type="cpu") is args
-    mixed = (torch.randn(2, dtype=torch.bfloat16), torch.randn(2))
-    assert promoted_to_widest(mixed, (), device_type="cuda") is mixed  # CPU tensors have their own rule
+    args = (torch.randn(2, dtype=BF16), torch.randn(2, dtype=BF16), torch.tensor([1]))
+    assert settled_dtypes(args, AutocastArguments(), device_type="cpu") is args
+    mixed = (torch.randn(2, dtype=BF16), torch.randn(2))
+    assert settled_dtypes(mixed, AutocastArguments(), device_type="cuda") is mixed  # CPU tensors have their own rule
     # bfloat16 and float16 promote to float32, the narrowest dtype holding both
-    pair = promoted_to_widest((torch.ones(1, dtype=torch.bfloat16), torch.ones(1, dtype=torch.float16)), (), "cpu")
-    assert {t.dtype for t in pair} == {torch.float32}
+    pair = settled_dtypes((torch.ones(1, dtype=BF16), torch.ones(1, dtype=F16)), AutocastArguments(), "cpu")
+    assert {t.dtype for t in pair} == {F32}
+
+
+def _gmm_call(values: torch.dtype, mixture: dict[str, torch.dtype] | torch.dtype) -> tuple:
+    """mma_nmt::gmm_attention's arguments (B 2, H 2, T 3, S 5, K 2) with q, k, v in ``values`` and the mixture in
+    ``mixture`` (one dtype, or one per argument name)."""
+    def dtype(name):
+        return mixture.get(name, F32) if isinstance(mixture, dict) else mixture
+
+    rows = (2, 2, 3)
+    return (torch.randn(*rows, 4, dtype=values), torch.randn(2, 2, 5, 4, dtype=values),
+            torch.randn(2, 2, 5, 4, dtype=values), torch.tensor([5, 2]),
+            torch.rand(*rows, 2, dtype=dtype("omega")), torch.rand(*rows, 2, dtype=dtype("mu")),
+            torch.rand(*rows, 2, dtype=dtype("sigma")), torch.rand(*rows, dtype=dtype("gate")),
+            None, None, 0.5, 0, 0.01, False)
+
+
+_GMM = AutocastArguments.of(torch.ops.mma_nmt.gmm_attention.default, MIXTURE_ARGUMENTS)
+
+
+def _dtypes(args: tuple) -> list:
+    return [a.dtype if isinstance(a, torch.Tensor) and a.is_floating_point() else None for a in args]
+
+
+def test_the_gmm_mixture_stays_float32_beside_half_precision_values():
+    """The GMM module under CUDA autocast: q, k and v from bfloat16 projections, omega, mu and sigma out of softmax and
+    exp in float32, the gate out of a sigmoid in bfloat16. The attention keeps bfloat16 (its kernels run in half
+    precision) and the mixture float32, the gate with it; a mixture of float32 means is never rounded to bfloat16."""
+    args = _gmm_call(BF16, {"gate": BF16})
+    got = settled_dtypes(args, _GMM, device_type="cpu")
+    assert _dtypes(got)[:8] == [BF16, BF16, BF16, None, F32, F32, F32, F32]
+    assert got[0] is args[0] and got[4] is args[4]
+    assert settled_dtypes(_gmm_call(F16, F32), _GMM, device_type="cpu")[4].dtype == F32
+    # all in one half dtype: left alone (a bfloat16 model, no autocast)
+    same = _gmm_call(BF16, BF16)
+    assert settled_dtypes(same, _GMM, device_type="cpu") is same
+    # values that disagree settle on float32 and the mixture with them; a float64 mixture takes everything to float64
+    assert set(_dtypes(settled_dtypes((*_gmm_call(BF16, F32)[:2], torch.randn(2, 2, 5, 4), *_gmm_call(BF16, F32)[3:]),
+                                      _GMM, device_type="cpu"))) == {None, F32}
+    assert set(_dtypes(settled_dtypes(_gmm_call(BF16, F64), _GMM, device_type="cpu"))) == {None, F64}
+    # the rule is the GMM operator's alone: attention-like arguments without it promote the mixture's neighbours
+    plain = AutocastArguments.of(torch.ops.mma_nmt.gmm_attention.default)
+    assert set(_dtypes(settled_dtypes(_gmm_call(BF16, F32), plain, device_type="cpu"))) == {None, F32}
+
+
+def test_saved_statistics_follow_the_values_and_never_decide_their_dtype():
+    """A backward called under autocast: its forward saved lse (and GMM's contexts) in float32 beside bfloat16 values,
+    which must not take the whole backward to float32; beside float64 values they go to float64."""
+    op = torch.ops.mma_nmt.attention_backward.default
+    arguments = AutocastArguments.of(op)
+    bf16 = [torch.randn(2, 2, 3, 4, dtype=BF16) for _ in range(5)]  # grad_out, q, k, v, out
+    args = (*bf16, torch.randn(2, 2, 3), None, [0, 0], 0, 0.5, 0, 0.0, 0)
+    assert settled_dtypes(args, arguments, device_type="cpu") is args
+    wide = (*[t.double() for t in bf16], *args[5:])
+    assert settled_dtypes(wide, arguments, device_type="cpu")[5].dtype == F64
+
+
+def test_a_direct_gmm_call_under_cuda_autocast_keeps_half_values_and_a_float32_mixture(monkeypatch):
+    """torch.ops.mma_nmt.gmm_attention and its backward called directly under CUDA autocast (fake CUDA tensors, autocast
+    switched on by hand): the fake kernels, where the CUDA kernels would run, get q, k and v in bfloat16 and the
+    mixture in float32, and the backward returns the mixture's gradients in float32."""
+    from torch._library import simple_registry
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    seen = {}
+    for name in ("gmm_attention", "gmm_attention_backward"):
+        kernel = simple_registry.singleton.find(f"mma_nmt::{name}").fake_impl.kernel
+
+        def recording(*args, _name=name, _func=kernel.func, **kwargs):
+            seen[_name] = _dtypes(args)
+            return _func(*args, **kwargs)
+
+        monkeypatch.setattr(kernel, "func", recording)
+    previous = torch.is_autocast_enabled("cuda")
+    with FakeTensorMode():
+        args = tuple(torch.empty(x.shape, dtype=x.dtype, device="cuda") if isinstance(x, torch.Tensor) else x
+                     for x in _gmm_call(BF16, {"gate": BF16}))
+        torch.set_autocast_enabled("cuda", True)
+        try:
+            out, lse, log_mass, ctx_a, ctx_b, _, _ = torch.ops.mma_nmt.gmm_attention.default(*args)
+            grads = torch.ops.mma_nmt.gmm_attention_backward.default(out, *args[:10], lse, log_mass, ctx_a, ctx_b,
+                                                                      *args[10:13])
+        finally:
+            torch.set_autocast_enabled("cuda", previous)
+    assert seen["gmm_attention"][:8] == [BF16, BF16, BF16, None, F32, F32, F32, F32]
+    assert seen["gmm_attention_backward"][:9] == [BF16, BF16, BF16, BF16, None, F32, F32, F32, F32]
+    assert seen["gmm_attention_backward"][11:15] == [F32] * 4  # lse, log_mass and the contexts as saved
+    assert out.dtype == BF16 and [g.dtype for g in grads[:7]] == [BF16] * 3 + [F32] * 4
 
 
 def _mixed_on_cuda(arguments: tuple) -> tuple[tuple, tuple]:
@@ -115,7 +207,7 @@ def test_a_direct_call_under_cuda_autocast_takes_the_widest_dtype_with_autocast_
     from mma_nmt.ops import autocast
 
     kernel = simple_registry.singleton.find(f"mma_nmt::{op}").fake_impl.kernel
-    fake_kernel, promote, seen, promoted_with = kernel.func, autocast.promoted_to_widest, [], []
+    fake_kernel, promote, seen, promoted_with = kernel.func, autocast.settled_dtypes, [], []
 
     def recording(*args, **kwargs):
         tensors = [t for x in args for t in (x if isinstance(x, list) else [x]) if isinstance(t, torch.Tensor)]
@@ -127,7 +219,7 @@ def test_a_direct_call_under_cuda_autocast_takes_the_widest_dtype_with_autocast_
         return promote(*args, **kwargs)
 
     monkeypatch.setattr(kernel, "func", recording)
-    monkeypatch.setattr(autocast, "promoted_to_widest", recording_promotion)
+    monkeypatch.setattr(autocast, "settled_dtypes", recording_promotion)
     arguments = [x.detach() if isinstance(x, torch.Tensor) else x for x in _schema_arguments(op)]
     previous = torch.is_autocast_enabled("cuda")
     with FakeTensorMode():
@@ -160,3 +252,35 @@ def test_mixed_dtypes_under_cuda_autocast_compute_in_the_widest(op):
             continue
         assert leaf.grad is not None and leaf.grad.dtype == leaf.dtype, "gradients reach each input in its dtype"
         assert torch.equal(leaf.grad, expected.grad.to(leaf.dtype))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [BF16, F16])
+def test_gmm_under_cuda_autocast_runs_half_attention_beside_a_float32_mixture(dtype):
+    """On a GPU: the GMM operator under autocast with q, k and v in half precision and the mixture in float32 runs the
+    half-precision kernels (out in q's dtype, the mixture's gradients in float32) and agrees with the float32 call on
+    the same values to half precision's rounding."""
+    from mma_nmt.ops.gmm_attention import gmm_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, n, 16, device="cuda").to(dtype) for n in (5, 40, 40))
+    omega, sigma = torch.rand(2, 3, 5, 4, device="cuda") + 0.1, torch.rand(2, 3, 5, 4, device="cuda") + 0.5
+    mu, gate = torch.rand(2, 3, 5, 4, device="cuda") * 39, torch.rand(2, 3, 5, device="cuda")
+    lengths = torch.tensor([40, 7], device="cuda")
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, omega, mu, sigma, gate)]
+    as_float = [t.detach().float().requires_grad_() for t in leaves]
+
+    def call(q, k, v, omega, mu, sigma, gate):
+        return gmm_attention(q, k, v, omega=omega, mu=mu, sigma=sigma, gate=gate, key_lengths=lengths).out
+
+    with torch.autocast("cuda", dtype=dtype):
+        out = call(*leaves)
+    expected = call(*as_float)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), expected, atol=3e-2, rtol=3e-2)
+    grad = torch.randn_like(expected)
+    out.backward(grad.to(dtype))
+    expected.backward(grad)
+    for leaf, reference in zip(leaves, as_float):
+        assert leaf.grad.dtype == leaf.dtype
+        torch.testing.assert_close(leaf.grad.float(), reference.grad, atol=5e-2, rtol=5e-2)
