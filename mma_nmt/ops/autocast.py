@@ -8,12 +8,12 @@ The CUDA kernels take bfloat16 and float16 themselves, with one dtype for the va
 comes with them). Under CUDA autocast an operator's floating-point tensors can disagree: the multi-hop operators'
 weights are float32 parameters beside bfloat16 projections, and the GMM module's mixture parameters come out of
 softmax and exp in float32 while its queries come out of a bfloat16 projection. Such a call takes its values in the
-widest of their dtypes, as autocast's own "promote" ops (``torch.cat``, ``addcmul``) do (:func:`settled_dtypes`). The
-GMM mixture is the exception: its kernels read it in float32 beside bfloat16 or float16 values, so it stays float32
-(rounding its centres, source positions, to bfloat16's 8 significant bits would move them by up to a whole position
-from 256 on) and the attention runs in half precision. A backward's saved statistics follow the values' dtype and
-never decide it. A call whose tensors already agree, attention's q, k and v from one projection say, is left as it
-is. The operator then runs with CUDA autocast off
+widest of their dtypes, as autocast's own "promote" ops (``torch.cat``, ``addcmul``) do (:func:`settled_dtypes`), and
+its weights in the values' dtype, as autocast casts a linear layer's weight to its input's. The GMM mixture stays
+float32 beside bfloat16 or float16 values: its kernels read it in float32 (rounding its centres, source positions, to
+bfloat16's 8 significant bits would move them by up to a whole position from 256 on), and the attention runs in half
+precision. A backward's saved statistics follow the values' dtype and never decide it. A call whose tensors already
+agree, attention's q, k and v from one projection say, is left as it is. The operator then runs with CUDA autocast off
 (``RegisteredOperator.__call__``): its compositions' GEMMs compute in the dtype the call settled on. The same rule is
 registered for the AutocastCUDA key of every operator and its backward (:func:`register_cuda_autocast`), for the calls
 that do not go through the library's functions: ``torch.ops.mma_nmt.<name>`` called directly, the backward operators
@@ -56,18 +56,24 @@ class AutocastArguments:
     """How the CUDA autocast rule treats an operator's schema arguments, by position: ``lists`` are its Tensor[]
     arguments, ``statistics`` its saved statistics (:data:`SAVED_STATISTICS`), ``float32_beside_half`` those that may
     stay in float32 beside float16/bfloat16 values (the GMM mixture, whose means bfloat16 would round by up to a whole
-    source position from 256 on). Every other floating-point tensor is a value."""
+    source position from 256 on), ``weights`` the module's parameters, which take the values' dtype as autocast casts
+    a linear layer's weight to its input's (the multi-hop operators' weights). Every other floating-point tensor is a
+    value."""
 
     lists: tuple[int, ...] = ()
     statistics: frozenset[int] = frozenset()
     float32_beside_half: frozenset[int] = frozenset()
+    weights: frozenset[int] = frozenset()
 
     @classmethod
-    def of(cls, op: torch._ops.OpOverload, float32_beside_half: Collection[str] = ()) -> AutocastArguments:
+    def of(cls, op: torch._ops.OpOverload, float32_beside_half: Collection[str] = (),
+           weights: Collection[str] = ()) -> AutocastArguments:
         names = [argument.name for argument in op._schema.arguments]
-        return cls(tensor_list_positions(op),
-                   frozenset(i for i, name in enumerate(names) if name in SAVED_STATISTICS),
-                   frozenset(i for i, name in enumerate(names) if name in float32_beside_half))
+
+        def named(chosen):
+            return frozenset(i for i, name in enumerate(names) if name in chosen)
+
+        return cls(tensor_list_positions(op), named(SAVED_STATISTICS), named(float32_beside_half), named(weights))
 
 
 def _widest(dtypes) -> torch.dtype | None:
@@ -82,6 +88,7 @@ def settled_dtypes(args: tuple, arguments: AutocastArguments, device_type: str =
     - the ``float32_beside_half`` arguments in float32 where the values settle on float16/bfloat16 and these are
       float32 or narrower (a mixture that came out of softmax and exp in float32 stays there); otherwise everything
       takes the widest dtype of all;
+    - the weights in the values' dtype (in the widest of their own where the call has no value);
     - the saved statistics in float32, or float64 beside float64 values."""
     def floating(value):
         return isinstance(value, torch.Tensor) and value.is_floating_point() and value.device.type == device_type
@@ -91,16 +98,15 @@ def settled_dtypes(args: tuple, arguments: AutocastArguments, device_type: str =
                 for t in (arg if i in arguments.lists else (arg,)) if floating(t)]
 
     every = set(range(len(args)))
-    beside = arguments.float32_beside_half
-    value_positions = every - arguments.statistics - beside
-    value_dtypes = {t.dtype for t in tensors(value_positions)}
-    beside_dtypes = {t.dtype for t in tensors(beside)}
+    beside, weights = arguments.float32_beside_half, arguments.weights
+    value_positions = every - arguments.statistics - beside - weights
+    value_dtypes = {t.dtype for t in tensors(value_positions)} or {t.dtype for t in tensors(weights)}
     value = _widest(value_dtypes)
-    wide = _widest(beside_dtypes | value_dtypes)
+    wide = _widest({t.dtype for t in tensors(beside)} | value_dtypes)
     if not (value in _REDUCED and wide == torch.float32):
         value = wide
     statistics = torch.float64 if value == torch.float64 else torch.float32
-    target = {**{i: value for i in value_positions}, **{i: wide for i in beside},
+    target = {**{i: value for i in value_positions | weights}, **{i: wide for i in beside},
               **{i: statistics for i in arguments.statistics}}
     if all(t.dtype == target[i] for i in every for t in tensors({i})):
         return args
@@ -120,16 +126,16 @@ def tensor_list_positions(op: torch._ops.OpOverload) -> tuple[int, ...]:
 _CUDA_AUTOCAST = torch.library.Library("mma_nmt", "IMPL")  # holds the AutocastCUDA kernels
 
 
-def register_cuda_autocast(name: str, float32_beside_half: Collection[str] = ()) -> None:
+def register_cuda_autocast(name: str, float32_beside_half: Collection[str] = (), weights: Collection[str] = ()) -> None:
     """Registers ``mma_nmt::<name>`` and ``mma_nmt::<name>_backward`` for the AutocastCUDA key: the call's
-    floating-point tensors in the dtypes :func:`settled_dtypes` settles on (``float32_beside_half`` names the
-    arguments that may stay in float32 beside half-precision values), then the operator with CUDA autocast off, as
+    floating-point tensors in the dtypes :func:`settled_dtypes` settles on (``float32_beside_half`` and ``weights``
+    name the arguments of :class:`AutocastArguments`), then the operator with CUDA autocast off, as
     ``RegisteredOperator.__call__`` does. Without it a direct call would reach the kernel with autocast on and the
     compositions' GEMMs would compute a float32 call in bfloat16."""
     for op_name in (name, f"{name}_backward"):
         op = getattr(torch.ops.mma_nmt, op_name).default
 
-        def kernel(*args, _op=op, _arguments=AutocastArguments.of(op, float32_beside_half), **kwargs):
+        def kernel(*args, _op=op, _arguments=AutocastArguments.of(op, float32_beside_half, weights), **kwargs):
             with torch.autocast("cuda", enabled=False):
                 return _op(*settled_dtypes(args, _arguments), **kwargs)
 

@@ -82,4 +82,4 @@ def _backward(ctx, grad_out, grad_gate):
 
 _OPERATOR = register_operator("multihop_gate", fake=_multihop_gate_fake, backward_fake=_multihop_gate_backward_fake,
                               setup_context=_setup_context, backward=_backward,
-                              native_eager="multihop_gate_with_autograd")
+                              native_eager="multihop_gate_with_autograd", weights=("v_b",))

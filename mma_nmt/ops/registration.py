@@ -52,7 +52,7 @@ class RegisteredOperator:
     (``OpOverload``), ``eager_function`` the ``autograd.Function`` of the eager fast path."""
 
     def __init__(self, name: str, setup_context: Callable, backward: Callable, native_eager: Callable | None = None,
-                 float32_beside_half: tuple[str, ...] = ()):
+                 float32_beside_half: tuple[str, ...] = (), weights: tuple[str, ...] = ()):
         self.name = f"mma_nmt.{name}"
         self.op = getattr(torch.ops.mma_nmt, name).default
         arguments = self.op._schema.arguments
@@ -60,7 +60,8 @@ class RegisteredOperator:
         self._required = sum(not argument.has_default_value() for argument in arguments)
         # Positions of Tensor[] arguments: autograd.Function tracks only tensors passed to it directly.
         self._list_arguments = tensor_list_positions(self.op)
-        self._autocast_arguments = AutocastArguments.of(self.op, float32_beside_half)  # CUDA autocast's dtypes
+        # how CUDA autocast settles the dtypes of a call (mma_nmt.ops.autocast.settled_dtypes)
+        self._autocast_arguments = AutocastArguments.of(self.op, float32_beside_half, weights)
         self.eager_function = _eager_function(self.op, setup_context, backward)
         self.native_eager = native_eager  # the same formula in C++ (csrc/eager/), where one is written
 
@@ -117,14 +118,15 @@ def backward_operator(name: str):
 
 def register_operator(name: str, *, fake: Callable, backward_fake: Callable, setup_context: Callable,
                       backward: Callable, native_eager: str | None = None,
-                      float32_beside_half: tuple[str, ...] = ()) -> RegisteredOperator:
+                      float32_beside_half: tuple[str, ...] = (), weights: tuple[str, ...] = ()) -> RegisteredOperator:
     """Registers ``fake`` for ``mma_nmt::<name>``, ``backward_fake`` for ``mma_nmt::<name>_backward`` and the autograd
     formula ``setup_context(ctx, inputs, output)`` / ``backward(ctx, *grads)`` (guarded by ``first_order_only``) for
     ``mma_nmt::<name>``; returns the callable the operator's Python function calls (a :class:`MissingOperator`
     without the extension). ``native_eager`` names the function of ``mma_nmt._C`` that applies the same formula in
     C++ (``csrc/eager/``); eager calls that need gradients then take it instead of the ``autograd.Function``.
     ``float32_beside_half`` names the arguments (of the operator and its backward) whose kernels read them in float32
-    beside half-precision values, which CUDA autocast then leaves in float32 (:func:`mma_nmt.ops.autocast.settled_dtypes`)."""
+    beside half-precision values, which CUDA autocast then leaves in float32, ``weights`` the parameters, which CUDA
+    autocast casts to the values' dtype (:class:`mma_nmt.ops.autocast.AutocastArguments`)."""
     if not extension_available():
         return MissingOperator(name)
     torch.library.register_fake(f"mma_nmt::{name}")(fake)
@@ -132,9 +134,10 @@ def register_operator(name: str, *, fake: Callable, backward_fake: Callable, set
     guarded = first_order_only(f"mma_nmt.{name}")(backward)
     _register_guarded_autograd(name, guarded, setup_context)
     register_cpu_autocast(name)
-    register_cuda_autocast(name, float32_beside_half)
+    register_cuda_autocast(name, float32_beside_half, weights)
     native = getattr(extension_module(), native_eager) if native_eager is not None else None
-    REGISTERED_OPERATORS[name] = RegisteredOperator(name, setup_context, guarded, native, float32_beside_half)
+    REGISTERED_OPERATORS[name] = RegisteredOperator(name, setup_context, guarded, native, float32_beside_half,
+                                                    weights)
     return REGISTERED_OPERATORS[name]
 
 

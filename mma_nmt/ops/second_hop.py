@@ -83,4 +83,4 @@ def _backward(ctx, grad_out, grad_gate, _grad_hidden):
 
 _OPERATOR = register_operator("multihop_second_hop", fake=_second_hop_fake, backward_fake=_second_hop_backward_fake,
                               setup_context=_setup_context, backward=_backward,
-                              native_eager="multihop_second_hop_with_autograd")
+                              native_eager="multihop_second_hop_with_autograd", weights=("w_b", "u_b", "u_c", "v_b"))

@@ -82,6 +82,56 @@ def test_the_gmm_mixture_stays_float32_beside_half_precision_values():
     assert set(_dtypes(settled_dtypes(_gmm_call(BF16, F32), plain, device_type="cpu"))) == {None, F32}
 
 
+def test_multihop_weights_take_the_values_dtype_as_autocast_casts_a_linear_layers_weight():
+    """The multi-hop module under CUDA autocast: queries and first-hop outputs in bfloat16, its W_b, U_b, U_c and v_b
+    float32 parameters. The weights are cast to bfloat16, as autocast casts nn.Linear's, so the operator runs its
+    half-precision kernels; before, the whole call went to float32 (the float32 composition)."""
+    arguments = AutocastArguments.of(torch.ops.mma_nmt.multihop_second_hop.default,
+                                     weights=("w_b", "u_b", "u_c", "v_b"))
+    q, a = torch.randn(2, 4, 3, 8, dtype=BF16), torch.randn(2, 4, 3, 8, dtype=BF16)
+    weights = (torch.randn(6, 8), torch.randn(4, 6, 8), torch.randn(4, 5, 8), torch.randn(6))
+    got = settled_dtypes((q, a, *weights), arguments, device_type="cpu")
+    assert _dtypes(got) == [BF16] * 6 and got[0] is q
+    assert torch.equal(got[5], weights[3].to(BF16))
+    # values that disagree settle on the widest, and the weights with them
+    assert _dtypes(settled_dtypes((q, a.float(), *weights), arguments, device_type="cpu")) == [F32] * 6
+    # weights alone (no value among the floating tensors) keep the widest of theirs
+    lone = settled_dtypes((torch.tensor([1]), weights[0].to(BF16), weights[3]),
+                          AutocastArguments(weights=frozenset({1, 2})), device_type="cpu")
+    assert _dtypes(lone) == [None, F32, F32]
+
+
+@pytest.mark.parametrize("op, weights", [("multihop_gate", {"v_b"}), ("multihop_second_hop", {"w_b", "u_b", "u_c", "v_b"})])
+def test_a_direct_multihop_call_under_cuda_autocast_runs_in_the_values_half_precision(op, weights, monkeypatch):
+    """torch.ops.mma_nmt.<op> called directly under CUDA autocast (fake CUDA tensors, autocast on by hand) with its
+    activations in bfloat16 and its parameters in float32: the fake kernel, where the CUDA kernel would run, gets every
+    floating tensor in bfloat16."""
+    from torch._library import simple_registry
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    kernel = simple_registry.singleton.find(f"mma_nmt::{op}").fake_impl.kernel
+    real, seen = kernel.func, []
+
+    def recording(*args, **kwargs):
+        seen.append({d for d in _dtypes(args) if d is not None})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kernel, "func", recording)
+    schema = getattr(torch.ops.mma_nmt, op).default._schema
+    arguments = _schema_arguments(op)
+    previous = torch.is_autocast_enabled("cuda")
+    with FakeTensorMode():
+        fake = tuple(torch.empty(x.shape, dtype=F32 if a.name in weights else BF16, device="cuda")
+                     if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                     for a, x in zip(schema.arguments, arguments))
+        torch.set_autocast_enabled("cuda", True)
+        try:
+            getattr(torch.ops.mma_nmt, op).default(*fake)
+        finally:
+            torch.set_autocast_enabled("cuda", previous)
+    assert seen == [{BF16}]
+
+
 def test_saved_statistics_follow_the_values_and_never_decide_their_dtype():
     """A backward called under autocast: its forward saved lse (and GMM's contexts) in float32 beside bfloat16 values,
     which must not take the whole backward to float32; beside float64 values they go to float64."""
