@@ -80,11 +80,23 @@ def _widest(dtypes) -> torch.dtype | None:
     return functools.reduce(torch.promote_types, dtypes) if dtypes else None
 
 
-def settled_dtypes(args: tuple, arguments: AutocastArguments, device_type: str = "cuda") -> tuple:
+def _values_dtype(dtypes: set, half: torch.dtype) -> torch.dtype | None:
+    """The dtype a call's values settle on: the widest of theirs, but ``half`` (autocast's dtype) where they mix
+    float16 and bfloat16."""
+    if len(dtypes) > 1 and dtypes <= set(_REDUCED) and half in dtypes:
+        return half
+    return _widest(dtypes)
+
+
+def settled_dtypes(args: tuple, arguments: AutocastArguments, device_type: str = "cuda",
+                   half: torch.dtype | None = None) -> tuple:
     """``args`` (an operator's arguments in schema order) with their floating-point tensors on ``device_type`` in the
     dtypes one kernel call takes, where they do not have them already (else ``args`` itself):
 
-    - the values in the widest of their dtypes, as autocast's own "promote" ops (``torch.cat``, ``addcmul``) do;
+    - the values in the widest of their dtypes, as autocast's own "promote" ops (``torch.cat``, ``addcmul``) do; but
+      values that mix float16 and bfloat16 take ``half``, autocast's dtype (default: ``device_type``'s), as its
+      matmuls would: cuDNN's LSTM returns float16 under any CUDA autocast, so the LSTM model's attention gets
+      float16 encoder states beside bfloat16 projections under bfloat16 autocast;
     - the ``float32_beside_half`` arguments in float32 where the values settle on float16/bfloat16 and these are
       float32 or narrower (a mixture that came out of softmax and exp in float32 stays there); otherwise everything
       takes the widest dtype of all;
@@ -101,8 +113,8 @@ def settled_dtypes(args: tuple, arguments: AutocastArguments, device_type: str =
     beside, weights = arguments.float32_beside_half, arguments.weights
     value_positions = every - arguments.statistics - beside - weights
     value_dtypes = {t.dtype for t in tensors(value_positions)} or {t.dtype for t in tensors(weights)}
-    value = _widest(value_dtypes)
-    wide = _widest({t.dtype for t in tensors(beside)} | value_dtypes)
+    value = _values_dtype(value_dtypes, half or torch.get_autocast_dtype(device_type))
+    wide = _widest({t.dtype for t in tensors(beside)} | ({value} if value is not None else set()))
     if not (value in _REDUCED and wide == torch.float32):
         value = wide
     statistics = torch.float64 if value == torch.float64 else torch.float32

@@ -35,9 +35,24 @@ def test_agreeing_tensors_and_other_devices_are_left_as_they_are():
     assert settled_dtypes(args, AutocastArguments(), device_type="cpu") is args
     mixed = (torch.randn(2, dtype=BF16), torch.randn(2))
     assert settled_dtypes(mixed, AutocastArguments(), device_type="cuda") is mixed  # CPU tensors have their own rule
-    # bfloat16 and float16 promote to float32, the narrowest dtype holding both
-    pair = settled_dtypes((torch.ones(1, dtype=BF16), torch.ones(1, dtype=F16)), AutocastArguments(), "cpu")
-    assert {t.dtype for t in pair} == {F32}
+
+
+def test_float16_beside_bfloat16_takes_autocasts_dtype_as_its_matmuls_would():
+    """cuDNN's LSTM returns float16 under any CUDA autocast (torch's AutocastRNN casts to half), so under bfloat16
+    autocast the LSTM model's Luong attention gets float16 encoder states (its values) beside bfloat16 queries and
+    keys from linear layers. The call takes autocast's dtype, as a matmul would, not float32: the lease of 2026-11-29
+    measured that model's step at 0.92x its reference under bfloat16 autocast and 1.09x under float16, where the
+    dtypes agree."""
+    pair = (torch.ones(1, dtype=BF16), torch.ones(1, dtype=F16))
+    assert {t.dtype for t in settled_dtypes(pair, AutocastArguments(), "cpu", half=BF16)} == {BF16}
+    assert {t.dtype for t in settled_dtypes(pair, AutocastArguments(), "cpu", half=F16)} == {F16}
+    # with float32 among them the widest still wins
+    triple = (*pair, torch.ones(1))
+    assert {t.dtype for t in settled_dtypes(triple, AutocastArguments(), "cpu", half=BF16)} == {F32}
+    luong = AutocastArguments.of(torch.ops.mma_nmt.shared_value_attention.default)
+    q, k, v = torch.randn(2, 4, 3, 8, dtype=BF16), torch.randn(2, 4, 5, 8, dtype=BF16), torch.randn(2, 5, 16, dtype=F16)
+    got = settled_dtypes((q, k, v, torch.tensor([5, 2]), 0.35, False), luong, "cpu", half=BF16)
+    assert _dtypes(got)[:3] == [BF16] * 3 and got[0] is q and torch.equal(got[2], v.to(BF16))
 
 
 def _gmm_call(values: torch.dtype, mixture: dict[str, torch.dtype] | torch.dtype) -> tuple:
