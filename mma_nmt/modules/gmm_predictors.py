@@ -1,6 +1,11 @@
 """Predictor networks of GMM cross-attention (paper eqs. 7-9 and 14) and the variant-specific conversion of their
 outputs into the operator's inputs. Weights are shared across heads: each network reads one head's query (size D) and
-is applied to every head alike."""
+is applied to every head alike.
+
+The mixture is computed in float32 where the queries are half precision (a bfloat16 model, or the networks' linear
+layers under autocast): the means are source positions, and ``J sigmoid(mu^)`` in bfloat16 could only name every
+second position from 256 on (every position from 128 on). The operator takes such a mixture beside half-precision
+q, k and v on CUDA (:mod:`mma_nmt.ops.gmm_attention`)."""
 
 from __future__ import annotations
 
@@ -22,6 +27,15 @@ class MixtureParams(NamedTuple):
     local_center: torch.Tensor | None  # (B, H, T), localness variant only
     local_width: torch.Tensor | None  # (B, H, T), localness variant only
     normalization: GmmNormalization  # the operator's: "approximate", "strict" or "unnormalised"
+
+
+def mixture_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the mixture is computed in beside queries of ``dtype``: float32 for float16/bfloat16, else theirs."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _in_mixture_dtype(x: torch.Tensor) -> torch.Tensor:
+    return x.to(mixture_dtype(x.dtype))
 
 
 class FeedForwardHead(nn.Module):
@@ -74,11 +88,12 @@ class MixturePredictor(nn.Module):
         names = [n for n in ("weight", "mean", "std", "gate") if getattr(self, n) is not None]
         nets = [getattr(self, n) for n in names]
         if len(nets) == 1:
-            return {names[0]: nets[0](q)}
+            return {names[0]: _in_mixture_dtype(nets[0](q))}
         hidden = torch.tanh(F.linear(q, torch.cat([n.hidden.weight for n in nets]),
                                      torch.cat([n.hidden.bias for n in nets])))  # (B, H, T, n*D)
         out = F.linear(hidden, torch.block_diag(*(n.out.weight for n in nets)),
                        torch.cat([n.out.bias for n in nets]))  # (B, H, T, sum out)
+        out = _in_mixture_dtype(out)  # one cast of all the networks' outputs
         return dict(zip(names, out.split([n.out.out_features for n in nets], dim=-1)))
 
     def mixture(self, q, lengths, state, outputs):
@@ -102,9 +117,9 @@ class MixturePredictor(nn.Module):
         """(B, H, T): learned ``sigmoid(FFN(q))`` (``output`` = the network's output if already computed), 0.5 for
         average gating, 1 for mixture-only attention."""
         if self.gate is not None:
-            return torch.sigmoid(self.gate(q) if output is None else output).squeeze(-1)
+            return torch.sigmoid(_in_mixture_dtype(self.gate(q)) if output is None else output).squeeze(-1)
         value = 0.5 if self.config.attention == "gmm" else 1.0
-        return q.new_full(q.shape[:-1], value)
+        return q.new_full(q.shape[:-1], value, dtype=mixture_dtype(q.dtype))
 
     def hard_coded(self, q, lengths, step):
         batch, heads, query_len, _ = q.shape
@@ -112,13 +127,13 @@ class MixturePredictor(nn.Module):
         omega, mu, sigma = gmm_conversion.hard_coded_mixture(positions, lengths, heads,
                                                              length_ratio=self.config.length_ratio,
                                                              sigma=self.config.hard_coded_sigma)
-        cast = dict(dtype=q.dtype, device=q.device)
-        gate = q.new_ones(batch, heads, query_len)  # the Gaussian replaces dot-product attention
+        cast = dict(dtype=mixture_dtype(q.dtype), device=q.device)
+        gate = q.new_ones(batch, heads, query_len, dtype=cast["dtype"])  # the Gaussian replaces dot-product attention
         return MixtureParams(omega.to(**cast), mu.to(**cast), sigma.to(**cast), gate, None, None, "strict")
 
     def localness(self, q, lengths):
-        center_hat, width_hat = self.local(q).unbind(-1)  # (B, H, T) each
+        center_hat, width_hat = _in_mixture_dtype(self.local(q)).unbind(-1)  # (B, H, T) each
         center, width = gmm_conversion.localness_bias(center_hat, width_hat, lengths)
-        zeros = q.new_zeros(*q.shape[:-1], 1)  # (B, H, T, 1): no mixture, gate 0
+        zeros = center.new_zeros(*q.shape[:-1], 1)  # (B, H, T, 1): no mixture, gate 0
         ones = torch.ones_like(zeros)
-        return MixtureParams(zeros, zeros, ones, q.new_zeros(q.shape[:-1]), center, width, "approximate")
+        return MixtureParams(zeros, zeros, ones, center.new_zeros(q.shape[:-1]), center, width, "approximate")

@@ -89,5 +89,5 @@ def gmm_attention_reference(
                                 sigma_floor=sigma_floor)
     beta = mixture_weights(omega, mu, sigma, real, normalization=normalization, sigma_floor=sigma_floor)
     g = gate.unsqueeze(-1)  # (B, H, T, 1)
-    gamma = (1 - g) * alpha + g * beta
-    return torch.matmul(gamma, v), alpha, beta, gamma
+    gamma = (1 - g) * alpha + g * beta  # in the mixture's dtype where it is wider than q's (float32 beside bfloat16)
+    return torch.matmul(gamma.to(v.dtype), v), alpha, beta, gamma
