@@ -10,17 +10,12 @@ import torch
 
 from mma_nmt.modules import GmmAttentionConfig, GmmCrossAttention
 from mma_nmt.modules.gmm_predictors import MixturePredictor
+from test_gmm_cross_attention import VARIANTS as MODULE_VARIANTS
 
-VARIANTS = {
-    "default": {},
-    "strict": {"normalization": "strict"},
-    "unnormalised": {"normalization": "unnormalised"},
-    "hard_coded": {"attention": "hard_coded"},
-    "localness": {"attention": "localness"},
-    "average_gate": {"gate": "average"},
-    "mixture_only": {"attention": "mixture"},
-    "share_mean": {"share_mean": True},
-}
+# the variants whose predictor builds a mixture, a gate or a logit bias ("dot_only" builds none)
+VARIANTS = {name: fields for name, fields in MODULE_VARIANTS.items()
+            if name in ("default", "strict", "unnormalised", "hard_coded", "localness", "average_gate", "mixture_only",
+                        "share_mean")}
 
 
 def _predict(variant: str, q: torch.Tensor, lengths: torch.Tensor):
