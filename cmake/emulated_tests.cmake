@@ -41,6 +41,7 @@ add_executable(mma_nmt_emulated_cuda_tests
   tests/cpp/emulated/test_emulated_attention.cpp
   tests/cpp/emulated/test_emulated_gmm.cpp
   tests/cpp/emulated/test_emulated_multihop_luong.cpp
+  tests/cpp/emulated/test_emulated_second_hop.cpp
 )
 target_compile_definitions(mma_nmt_emulated_cuda_tests PRIVATE MMA_NMT_EMULATE_CUDA)
 target_include_directories(mma_nmt_emulated_cuda_tests SYSTEM PRIVATE "${MMA_NMT_HIP_CPU_DIR}/include")

@@ -46,13 +46,15 @@ MMA_HOST_DEVICE float tanh_of(float x) { return tanhf(x); }
 MMA_HOST_DEVICE double tanh_of(double x) { return tanh(x); }
 
 // The part of e_h = v_b . tanh(query_proj + head_proj) over hidden units first, first + stride, ... < hop_dim: the
-// CUDA kernels' lane share (a warp sums the 32 parts); first 0 and stride 1 give the whole score.
+// CUDA kernels' lane share (a warp sums the 32 parts); first 0 and stride 1 give the whole score. Where `hidden` is
+// given, the tanh values are also written there (the second hop's saved hidden layer, read back by its backward).
 template <typename scalar_t, typename acc_t>
 MMA_HOST_DEVICE acc_t head_score_part(const scalar_t* query_proj, const scalar_t* head_proj, const scalar_t* v_b,
-                                      int64_t hop_dim, int64_t first, int64_t stride) {
+                                      int64_t hop_dim, int64_t first, int64_t stride, scalar_t* hidden = nullptr) {
   acc_t e = 0;
   for (int64_t d = first; d < hop_dim; d += stride) {
     const acc_t u = tanh_of(static_cast<acc_t>(query_proj[d]) + static_cast<acc_t>(head_proj[d]));
+    if (hidden != nullptr) hidden[d] = static_cast<scalar_t>(u);
     e += static_cast<acc_t>(v_b[d]) * u;
   }
   return e;

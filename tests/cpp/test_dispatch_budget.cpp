@@ -23,7 +23,6 @@
 #include "dispatch_budget.h"
 #include "gmm/gmm_composition.h"
 #include "luong/shared_value_composition.h"
-#include "multihop/second_hop_composition.h"
 
 namespace {
 
@@ -178,15 +177,10 @@ INSTANTIATE_TEST_SUITE_P(Kinds, AttentionCompositionBudget, ::testing::ValuesIn(
 // per SDPA call and reused for the values (GMM 67 / 113 ops, 12 / 28 buffers; shared-value forward 28).
 constexpr Budget kGmmForward{67, 12, 3}, kGmmBackward{113, 28, 3};
 constexpr Budget kSharedValueForward{28, 4, 3}, kSharedValueBackward{20, 5, 3};
-// multihop_second_hop (issue 49, point 6) has no keys: its largest legitimate buffer is the (B, H, T, hop)
-// pre-activation, so `large` is set just above it and no buffer may reach it (a weight broadcast over the batch, or
-// a (B, H, H, ...) product, would). Counted with the module's layouts (q a head view, a the first hop's
-// position-major output, grad_out the merged heads' gradient). 2026-11-28: 3 GEMMs + tanh + add + the gate forward,
-// and 9 GEMMs + the gate backward, with layout copies (4 and 10) around them; 2026-11-29, the GEMMs on the
-// position-major rows as they lie (second_hop_composition.cpp): 6 and 10, the backward's one copy CPU's baddbmm_ into a
-// strided result (cuBLAS writes it in place). Target: the GEMMs and the gate kernel, no copies, the tanh and the add
-// inside the gate (4 forward, 7 backward, counting the pre-activations as 2 GEMMs).
-constexpr Budget kSecondHopForward{6, 0, 4}, kSecondHopBackward{10, 0, 7};
+// multihop_second_hop's CUDA implementation is no composition of ATen ops beside the gate kernels any more: its ATen
+// work (the GEMMs) is counted around the emulated kernels (tests/cpp/emulated/test_emulated_second_hop.cpp,
+// EmulatedSecondHopLaunches). 2026-11-28: 3 GEMMs + tanh + add + the gate forward, and 9 GEMMs + the gate backward,
+// with layout copies (4 and 10) around them; 2026-11-29, the GEMMs on the position-major rows as they lie: 6 and 10.
 
 TEST(GmmCompositionBudget, ForwardAndBackwardWithinBudget) {
   at::manual_seed(7);
@@ -241,31 +235,6 @@ TEST(SharedValueCompositionBudget, ForwardAndBackwardWithinBudget) {
       [&] { (void)mma_nmt::luong::shared_value_backward_by_composition(p, grad_out, q, k, v, out, lse, lengths); },
       large);
   expect_within(b, kSharedValueBackward, "shared_value_attention backward");
-}
-
-TEST(SecondHopCompositionBudget, ForwardAndBackwardWithinBudget) {
-  at::manual_seed(13);
-  const int64_t batch = 2, heads = 4, steps = 8, dim = 4, hop = 6, value_dim = 5;
-  const int64_t large = batch * heads * steps * hop + 1;
-  const at::Tensor q = at::randn({batch, steps, heads, dim}).transpose(1, 2);  // a head view, as the module passes it
-  const at::Tensor a = at::randn({batch, steps, heads, dim}).transpose(1, 2);  // the first hop's output, position-major
-  const at::Tensor w_b = at::randn({hop, dim}), u_b = at::randn({heads, hop, dim}), v_b = at::randn({hop});
-  const std::optional<at::Tensor> u_c = at::randn({heads, value_dim, dim});
-  const at::Tensor grad_out = at::randn({batch, steps, heads, value_dim}).transpose(1, 2);  // merged heads' gradient
-  const std::optional<at::Tensor> grad_gate = at::randn({batch, heads, steps});
-
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> result;
-  const DispatchCount f = count(
-      [&] { result = mma_nmt::multihop::multihop_second_hop_by_composition(q, a, w_b, u_b, u_c, v_b); }, large);
-  expect_within(f, kSecondHopForward, "multihop_second_hop forward");
-  const auto& [out, gate, hidden] = result;
-  const DispatchCount b = count(
-      [&] {
-        (void)mma_nmt::multihop::multihop_second_hop_backward_by_composition(grad_out, grad_gate, q, a, w_b, u_b, u_c,
-                                                                           v_b, gate, hidden);
-      },
-      large);
-  expect_within(b, kSecondHopBackward, "multihop_second_hop backward");
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ struct HeadGateForwardPointers {
   const scalar_t* v_b;                   // (Db,)
   gpu::HeadRows<scalar_t> out;           // (B, H, T, Dc)
   scalar_t* gate;                        // (B, H, T) contiguous
+  gpu::HeadRows<scalar_t> hidden;        // (B, H, T, Db) tanh(wq + ua), written where data is set (the second hop)
 };
 
 template <typename scalar_t, typename acc_t>
@@ -47,8 +48,9 @@ __global__ void head_gate_forward_kernel(HeadGateParams p, const HeadGateForward
   const int lane = threadIdx.x % kWarpSize;
   acc_t beta[kMaxHeads];
   for (int64_t h = 0; h < p.heads; ++h) {
+    scalar_t* hidden = t.hidden.data != nullptr ? t.hidden.row(b, h, i) : nullptr;
     beta[h] = gpu::warp_sum(head_score_part<scalar_t, acc_t>(t.wq.row(b, h, i), t.ua.row(b, h, i), t.v_b, p.hop_dim,
-                                                             lane, kWarpSize));
+                                                             lane, kWarpSize, hidden));
   }
   softmax_over_heads(beta, p.heads);
   for (int64_t h = 0; h < p.heads; ++h) {
@@ -65,7 +67,8 @@ template <typename scalar_t, typename acc_t>
 struct HeadGateBackwardPointers {
   gpu::HeadRows<const scalar_t> dout;  // (B, H, T, Dc)
   const scalar_t* dgate;               // (B, H, T) contiguous, or nullptr
-  gpu::HeadRows<const scalar_t> wq, ua;  // (B, H, T, Db)
+  gpu::HeadRows<const scalar_t> wq, ua;  // (B, H, T, Db); not read where hidden is given
+  gpu::HeadRows<const scalar_t> hidden;  // (B, H, T, Db) tanh(wq + ua) as the forward wrote it, or data nullptr
   gpu::HeadRows<const scalar_t> uc;      // (B, H, T, Dc)
   const scalar_t* v_b;                   // (Db,)
   const scalar_t* gate;                  // (B, H, T) contiguous
@@ -101,7 +104,9 @@ __global__ void head_gate_backward_kernel(HeadGateParams p, const HeadGateBackwa
     const acc_t v = static_cast<acc_t>(t.v_b[d]);
     acc_t share = 0;
     for (int64_t h = 0; h < p.heads; ++h) {
-      const acc_t u = tanh_of(static_cast<acc_t>(t.wq.row(b, h, i)[d]) + static_cast<acc_t>(t.ua.row(b, h, i)[d]));
+      const acc_t u = t.hidden.data != nullptr
+                          ? static_cast<acc_t>(t.hidden.row(b, h, i)[d])
+                          : tanh_of(static_cast<acc_t>(t.wq.row(b, h, i)[d]) + static_cast<acc_t>(t.ua.row(b, h, i)[d]));
       t.dpre.row(b, h, i)[d] = static_cast<scalar_t>(de[h] * v * (acc_t(1) - u * u));
       share += de[h] * u;
     }
@@ -114,11 +119,13 @@ inline gpu::WarpGrid position_grid(const HeadGateParams& p, const gpu::Launch& l
   return gpu::warp_grid(p.positions(), launch, "multihop_gate");
 }
 
-// (out, gate) of mma_nmt::multihop_gate for checked arguments.
+// (out, gate) of mma_nmt::multihop_gate for checked arguments. A defined `hidden` ((B, H, T, Db), rows contiguous)
+// also receives tanh(query_proj + head_proj): the second hop's saved hidden layer (second_hop_launch.cuh).
 inline std::tuple<at::Tensor, at::Tensor> run_head_gate_forward(const HeadGateParams& p, const at::Tensor& query_proj,
                                                                 const at::Tensor& head_proj,
                                                                 const at::Tensor& value_proj, const at::Tensor& v_b,
-                                                                const gpu::Launch& launch) {
+                                                                const gpu::Launch& launch,
+                                                                const at::Tensor& hidden = {}) {
   const at::Tensor wq = rows_contiguous(query_proj), ua = rows_contiguous(head_proj);
   const at::Tensor uc = rows_contiguous(value_proj), vb = v_b.contiguous();
   at::Tensor out = position_major(p.batch, p.heads, p.query_len, p.value_dim, query_proj.options());
@@ -129,35 +136,45 @@ inline std::tuple<at::Tensor, at::Tensor> run_head_gate_forward(const HeadGatePa
     using acc_t = at::opmath_type<scalar_t>;
     const HeadGateForwardPointers<scalar_t> ptrs{
         gpu::head_rows<const scalar_t>(wq), gpu::head_rows<const scalar_t>(ua), gpu::head_rows<const scalar_t>(uc),
-        vb.data_ptr<scalar_t>(), gpu::head_rows<scalar_t>(out), gate.data_ptr<scalar_t>()};
+        vb.data_ptr<scalar_t>(), gpu::head_rows<scalar_t>(out), gate.data_ptr<scalar_t>(),
+        hidden.defined() ? gpu::head_rows<scalar_t>(hidden) : gpu::HeadRows<scalar_t>{nullptr, 0, 0, 0}};
     gpu::launch_kernel(&head_gate_forward_kernel<scalar_t, acc_t>, shape.grid, shape.block, 0, launch, p, ptrs);
   });
   return {out, gate};
 }
 
-// (grad_pre, grad_value_proj, grad_v_b) of mma_nmt::multihop_gate_backward for checked arguments.
+// (grad_pre, grad_value_proj, grad_v_b) of mma_nmt::multihop_gate_backward for checked arguments. Where `hidden`
+// (tanh(query_proj + head_proj), as run_head_gate_forward wrote it) is defined, it is read instead, and query_proj
+// and head_proj may be undefined.
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_head_gate_backward(
     const HeadGateParams& p, const at::Tensor& grad_out, const std::optional<at::Tensor>& grad_gate,
     const at::Tensor& query_proj, const at::Tensor& head_proj, const at::Tensor& value_proj, const at::Tensor& v_b,
-    const at::Tensor& gate, const gpu::Launch& launch) {
-  const at::Tensor dout = rows_contiguous(grad_out), wq = rows_contiguous(query_proj);
-  const at::Tensor ua = rows_contiguous(head_proj), uc = rows_contiguous(value_proj);
+    const at::Tensor& gate, const gpu::Launch& launch, const at::Tensor& hidden = {}) {
+  const bool reads_hidden = hidden.defined();
+  const at::Tensor dout = rows_contiguous(grad_out), uc = rows_contiguous(value_proj);
+  const at::Tensor wq = reads_hidden ? at::Tensor() : rows_contiguous(query_proj);
+  const at::Tensor ua = reads_hidden ? at::Tensor() : rows_contiguous(head_proj);
+  const at::Tensor tanh_rows = reads_hidden ? rows_contiguous(hidden) : at::Tensor();
   const at::Tensor vb = v_b.contiguous(), beta = gate.contiguous(), dgate = contiguous_or_undefined(grad_gate);
-  // grad_pre is also head_proj's gradient: laid out like query_proj, as on the CPU
-  at::Tensor dpre = gradient_like(query_proj), duc = gradient_like(value_proj);
+  // grad_pre is also head_proj's gradient: laid out like query_proj, as on the CPU (like hidden where it is read)
+  at::Tensor dpre = gradient_like(reads_hidden ? hidden : query_proj), duc = gradient_like(value_proj);
   const at::ScalarType acc_type = at::toOpMathType(vb.scalar_type());
   at::Tensor dv_b_rows = at::empty({p.positions(), p.hop_dim}, vb.options().dtype(acc_type));  // (B * T, Db)
   if (p.positions() > 0) {
     const gpu::WarpGrid shape = position_grid(p, launch);
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, wq.scalar_type(), "mma_nmt::multihop_gate_backward cuda",
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, uc.scalar_type(), "mma_nmt::multihop_gate_backward cuda",
                                     [&] {
       using acc_t = at::opmath_type<scalar_t>;
+      const auto rows_or_none = [](const at::Tensor& x) {
+        return x.defined() ? gpu::head_rows<const scalar_t>(x) : gpu::HeadRows<const scalar_t>{nullptr, 0, 0, 0};
+      };
       const HeadGateBackwardPointers<scalar_t, acc_t> ptrs{
           gpu::head_rows<const scalar_t>(dout), dgate.defined() ? dgate.data_ptr<scalar_t>() : nullptr,
-          gpu::head_rows<const scalar_t>(wq),   gpu::head_rows<const scalar_t>(ua),
-          gpu::head_rows<const scalar_t>(uc),   vb.data_ptr<scalar_t>(),
-          beta.data_ptr<scalar_t>(),            gpu::head_rows<scalar_t>(dpre),
-          gpu::head_rows<scalar_t>(duc),        dv_b_rows.data_ptr<acc_t>()};
+          rows_or_none(wq),                     rows_or_none(ua),
+          rows_or_none(tanh_rows),              gpu::head_rows<const scalar_t>(uc),
+          vb.data_ptr<scalar_t>(),              beta.data_ptr<scalar_t>(),
+          gpu::head_rows<scalar_t>(dpre),       gpu::head_rows<scalar_t>(duc),
+          dv_b_rows.data_ptr<acc_t>()};
       gpu::launch_kernel(&head_gate_backward_kernel<scalar_t, acc_t>, shape.grid, shape.block, 0, launch, p, ptrs);
     });
   }
