@@ -51,8 +51,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_backward_by_composit
     const at::Tensor& v, const at::Tensor& /*out*/, const at::Tensor& lse,
     const std::optional<at::Tensor>& key_lengths) {
   // Five batched GEMMs in the inputs' dtype (cuBLAS accumulates half-precision products in float) around the softmax
-  // gradient in the accumulation type; no operand is upcast (issue 49 point 3). delta = rowsum(P * dP), the softmax
-  // backward's own form, equals dO . O and cancels dP exactly where one key takes the whole weight.
+  // gradient in the accumulation type; no operand is upcast (issue 49 point 3). The softmax backward is torch's own
+  // kernel, P * (dP - rowsum(P dP)), whose rowsum cancels dP exactly where one key takes the whole weight.
   const int64_t batch = p.batch, heads = p.heads, rows = p.query_len, keys = p.key_len;
   const at::ScalarType dtype = q.scalar_type();
   const at::Tensor padding = padding_mask(key_lengths, keys);  // (B, 1, 1, S), undefined without padding
@@ -64,15 +64,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_backward_by_composit
   // P = exp(scale * q k^T - lse) in the accumulation type (lse's), 0 at padding keys and in rows without keys.
   const at::Tensor logits = at::bmm(q3, k3.transpose(1, 2)).view({batch, heads, rows, keys});  // (B, H, T, S)
   at::Tensor probs = at::add(lse.neg().unsqueeze(-1), logits, p.scale).exp_();
-  // dP = dO V^T, the values shared by the heads: one GEMM per sentence over all its heads' rows.
-  const at::Tensor grad_probs = at::bmm(dout3, v.transpose(1, 2)).view({batch, heads, rows, keys});  // (B, H, T, S)
+  // scale * dP = scale * dO V^T, the values shared by the heads: one GEMM per sentence over all its heads' rows, the
+  // logits' scale as its alpha (the softmax backward is linear in dP), so that no pass over the gradient applies it.
+  const at::Tensor no_input = at::empty({1, 1, 1}, v.options());  // ignored: beta 0
+  at::Tensor grad_probs = at::baddbmm(no_input, dout3, v.transpose(1, 2), /*beta=*/0, /*alpha=*/p.scale)
+                              .view({batch, heads, rows, keys});  // (B, H, T, S)
   if (padding.defined()) {  // a padding key's weight is 0; its logit and dP may be anything (NaN behind the padding)
     probs.masked_fill_(padding, 0.0);
     grad_probs.masked_fill_(padding, 0.0);
   }
-  const at::Tensor delta = (probs * grad_probs).sum(-1, /*keepdim=*/true);  // (B, H, T, 1)
-  const at::Tensor grad_logits = (grad_probs - delta).mul_(probs).mul_(p.scale).to(dtype).view(
-      {batch * heads, rows, keys});                                                          // (B*H, T, S)
+  // In the accumulation type, then cast to the inputs' dtype for the GEMMs (nothing in float32/float64). Not by
+  // the kernel's input_dtype argument: CUDA's takes float16 there but refuses bfloat16.
+  const at::Tensor grad_logits =
+      at::_softmax_backward_data(grad_probs.to(probs.scalar_type()), probs, -1, probs.scalar_type())
+          .to(dtype)
+          .view({batch * heads, rows, keys});  // (B*H, T, S)
   const at::Tensor grad_q = at::bmm(grad_logits, k3);                  // (B*H, T, S) @ (B*H, S, D)
   const at::Tensor grad_k = at::bmm(grad_logits.transpose(1, 2), q3);  // (B*H, S, T) @ (B*H, T, D)
   // grad_v = sum over heads of P^T dO: (B, S, H*T) @ (B, H*T, Dv)

@@ -174,9 +174,10 @@ INSTANTIATE_TEST_SUITE_P(Kinds, AttentionCompositionBudget, ::testing::ValuesIn(
 // the (B, H, T, S) mixture, elementwise per component); shared-value 36 / 38 ops, 4 / 8 buffers (its logits and
 // probabilities are (B, H, T, S): with no weights asked for, a fused kernel would make none). 2026-11-30: the GMM
 // output as one lerp written position-major (the kernels' layout), 84 forward ops; then the padding mask computed once
-// per SDPA call and reused for the values (GMM 67 / 113 ops, 12 / 28 buffers; shared-value forward 28).
+// per SDPA call and reused for the values (GMM 67 / 113 ops, 12 / 28 buffers; shared-value forward 28); then the
+// shared-value backward's softmax gradient as torch's one kernel and the logits' scale as a GEMM's alpha (20 -> 16).
 constexpr Budget kGmmForward{67, 12, 3}, kGmmBackward{113, 28, 3};
-constexpr Budget kSharedValueForward{28, 4, 3}, kSharedValueBackward{20, 5, 3};
+constexpr Budget kSharedValueForward{28, 4, 3}, kSharedValueBackward{16, 5, 3};
 // multihop_second_hop's CUDA implementation is no composition of ATen ops beside the gate kernels any more: its ATen
 // work (the GEMMs) is counted around the emulated kernels (tests/cpp/emulated/test_emulated_second_hop.cpp,
 // EmulatedSecondHopLaunches). 2026-11-28: 3 GEMMs + tanh + add + the gate forward, and 9 GEMMs + the gate backward,
