@@ -37,4 +37,11 @@ HeadRows<T> head_rows(const at::Tensor& x) {
   return {static_cast<T*>(x.data_ptr<std::remove_const_t<T>>()), x.stride(0), x.stride(1), x.stride(2)};
 }
 
+// head_rows of `x`, or null rows (data nullptr, which the kernels test) for an undefined tensor: an optional input or
+// output.
+template <typename T>
+HeadRows<T> head_rows_or_none(const at::Tensor& x) {
+  return x.defined() ? head_rows<T>(x) : HeadRows<T>{nullptr, 0, 0, 0};
+}
+
 }  // namespace mma_nmt::gpu

@@ -11,15 +11,13 @@
 namespace mma_nmt::gmm {
 namespace {
 
-bool half_precision(at::ScalarType dtype) { return dtype == at::kHalf || dtype == at::kBFloat16; }
-
 // Whether the mixture comes in float32 beside half-precision q (GmmParams::wide_mixture); any other dtype of omega
 // than those two is refused, naming both.
 bool wide_mixture(const char* op, const at::Tensor& omega, const at::Tensor& q) {
   const at::ScalarType mixture = omega.scalar_type(), dtype = q.scalar_type();
-  const bool wide = half_precision(dtype) && mixture == at::kFloat;
+  const bool wide = is_half_precision(dtype) && mixture == at::kFloat;
   TORCH_CHECK_TYPE(mixture == dtype || wide, op, ": omega must have dtype ", dtype, " like q",
-                   half_precision(dtype) ? " or Float (the mixture may stay in float32 beside half-precision q)" : "",
+                   is_half_precision(dtype) ? " or Float (the mixture may stay in float32 beside half-precision q)" : "",
                    ", got ", mixture);
   return wide;
 }

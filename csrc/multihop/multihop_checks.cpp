@@ -70,15 +70,19 @@ SecondHopParams check_second_hop_args(const char* op, const at::Tensor& q, const
   return p;
 }
 
-void check_second_hop_backward_extras(const char* op, const SecondHopParams& p, const at::Tensor& q,
-                                      const at::Tensor& grad_out, const std::optional<at::Tensor>& grad_gate,
-                                      const at::Tensor& gate, const at::Tensor& hidden) {
+SecondHopParams check_second_hop_backward_args(const char* op, const at::Tensor& grad_out,
+                                               const std::optional<at::Tensor>& grad_gate, const at::Tensor& q,
+                                               const at::Tensor& a, const at::Tensor& w_b, const at::Tensor& u_b,
+                                               const std::optional<at::Tensor>& u_c, const at::Tensor& v_b,
+                                               const at::Tensor& gate, const at::Tensor& hidden) {
+  const SecondHopParams p = check_second_hop_args(op, q, a, w_b, u_b, u_c, v_b);
   check_same_layout(op, "grad_out", grad_out, {p.batch, p.heads, p.query_len, p.value_dim}, q, "q");
   check_same_layout(op, "gate", gate, {p.batch, p.heads, p.query_len}, q, "q");
   check_same_layout(op, "hidden", hidden, {p.batch, p.heads, p.query_len, p.hop_dim}, q, "q");
   if (grad_gate.has_value()) {
     check_same_layout(op, "grad_gate", *grad_gate, {p.batch, p.heads, p.query_len}, q, "q");
   }
+  return p;
 }
 
 }  // namespace mma_nmt::multihop

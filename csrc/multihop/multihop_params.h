@@ -49,10 +49,12 @@ SecondHopParams check_second_hop_args(const char* op, const at::Tensor& q, const
                                       const at::Tensor& u_b, const std::optional<at::Tensor>& u_c,
                                       const at::Tensor& v_b);
 
-// Checks what backward receives beyond forward's inputs: grad_out (B, H, T, Dc), grad_gate (B, H, T) if given, gate
-// (B, H, T) and hidden (B, H, T, Db).
-void check_second_hop_backward_extras(const char* op, const SecondHopParams& p, const at::Tensor& q,
-                                      const at::Tensor& grad_out, const std::optional<at::Tensor>& grad_gate,
-                                      const at::Tensor& gate, const at::Tensor& hidden);
+// Checks every argument of the backward op: forward's (check_second_hop_args) and grad_out (B, H, T, Dc), grad_gate
+// (B, H, T) if given, gate (B, H, T) and hidden (B, H, T, Db). Returns the sizes.
+SecondHopParams check_second_hop_backward_args(const char* op, const at::Tensor& grad_out,
+                                               const std::optional<at::Tensor>& grad_gate, const at::Tensor& q,
+                                               const at::Tensor& a, const at::Tensor& w_b, const at::Tensor& u_b,
+                                               const std::optional<at::Tensor>& u_c, const at::Tensor& v_b,
+                                               const at::Tensor& gate, const at::Tensor& hidden);
 
 }  // namespace mma_nmt::multihop

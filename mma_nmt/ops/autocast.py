@@ -105,22 +105,23 @@ def settled_dtypes(args: tuple, arguments: AutocastArguments, device_type: str =
     def floating(value):
         return isinstance(value, torch.Tensor) and value.is_floating_point() and value.device.type == device_type
 
-    def tensors(positions):
-        return [t for i, arg in enumerate(args) if i in positions
-                for t in (arg if i in arguments.lists else (arg,)) if floating(t)]
+    found = [(i, t) for i, arg in enumerate(args)  # (position, tensor) of every floating-point tensor, lists' too
+             for t in (arg if i in arguments.lists else (arg,)) if floating(t)]
 
-    every = set(range(len(args)))
+    def dtypes(positions):
+        return {t.dtype for i, t in found if i in positions}
+
     beside, weights = arguments.float32_beside_half, arguments.weights
-    value_positions = every - arguments.statistics - beside - weights
-    value_dtypes = {t.dtype for t in tensors(value_positions)} or {t.dtype for t in tensors(weights)}
+    value_positions = set(range(len(args))) - arguments.statistics - beside - weights
+    value_dtypes = dtypes(value_positions) or dtypes(weights)
     value = _values_dtype(value_dtypes, half or torch.get_autocast_dtype(device_type))
-    wide = _widest({t.dtype for t in tensors(beside)} | ({value} if value is not None else set()))
+    wide = _widest(dtypes(beside) | ({value} if value is not None else set()))
     if not (value in _REDUCED and wide == torch.float32):
         value = wide
     statistics = torch.float64 if value == torch.float64 else torch.float32
     target = {**{i: value for i in value_positions | weights}, **{i: wide for i in beside},
               **{i: statistics for i in arguments.statistics}}
-    if all(t.dtype == target[i] for i in every for t in tensors({i})):
+    if all(t.dtype == target[i] for i, t in found):
         return args
 
     def cast(x, i):

@@ -37,11 +37,10 @@ inline Inputs kernel_inputs(const at::Tensor& q, const at::Tensor& k, const at::
 
 template <typename scalar_t, typename acc_t>
 GmmArgs<scalar_t, acc_t> make_args(const GmmParams& p, const Inputs& in) {
-  const gpu::HeadRows<const scalar_t> no_dout{nullptr, 0, 0, 0};
   const at::ScalarType narrow = in.q.scalar_type();
   const auto mixture = [&](const at::Tensor& t) { return mixture_in<scalar_t, acc_t>(t, narrow); };
   return {gpu::head_rows<const scalar_t>(in.q), gpu::head_rows<const scalar_t>(in.k),
-          gpu::head_rows<const scalar_t>(in.v), in.dout.defined() ? gpu::head_rows<const scalar_t>(in.dout) : no_dout,
+          gpu::head_rows<const scalar_t>(in.v), gpu::head_rows_or_none<const scalar_t>(in.dout),
           mixture(in.omega), mixture(in.mu), mixture(in.sigma), mixture(in.gate), mixture(in.center),
           mixture(in.width),
           in.lengths.defined() ? in.lengths.data_ptr<int64_t>() : nullptr,

@@ -68,8 +68,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& w_b, const at::Tensor& u_b, const std::optional<at::Tensor>& u_c, const at::Tensor& v_b,
     const at::Tensor& gate, const at::Tensor& hidden) {
   const char* op = "mma_nmt.multihop_second_hop_backward";
-  const SecondHopParams p = check_second_hop_args(op, q, a, w_b, u_b, u_c, v_b);
-  check_second_hop_backward_extras(op, p, q, grad_out, grad_gate, gate, hidden);
+  const SecondHopParams p =
+      check_second_hop_backward_args(op, grad_out, grad_gate, q, a, w_b, u_b, u_c, v_b, gate, hidden);
   check_cpu_floating(op, q);
   SecondHopBackward t{grad_out,  // any strides: the kernel gathers each row
                       contiguous_or_undefined(grad_gate),

@@ -137,7 +137,7 @@ inline std::tuple<at::Tensor, at::Tensor> run_head_gate_forward(const HeadGatePa
     const HeadGateForwardPointers<scalar_t> ptrs{
         gpu::head_rows<const scalar_t>(wq), gpu::head_rows<const scalar_t>(ua), gpu::head_rows<const scalar_t>(uc),
         vb.data_ptr<scalar_t>(), gpu::head_rows<scalar_t>(out), gate.data_ptr<scalar_t>(),
-        hidden.defined() ? gpu::head_rows<scalar_t>(hidden) : gpu::HeadRows<scalar_t>{nullptr, 0, 0, 0}};
+        gpu::head_rows_or_none<scalar_t>(hidden)};
     gpu::launch_kernel(&head_gate_forward_kernel<scalar_t, acc_t>, shape.grid, shape.block, 0, launch, p, ptrs);
   });
   return {out, gate};
@@ -165,13 +165,10 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_head_gate_backward(
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, uc.scalar_type(), "mma_nmt::multihop_gate_backward cuda",
                                     [&] {
       using acc_t = at::opmath_type<scalar_t>;
-      const auto rows_or_none = [](const at::Tensor& x) {
-        return x.defined() ? gpu::head_rows<const scalar_t>(x) : gpu::HeadRows<const scalar_t>{nullptr, 0, 0, 0};
-      };
       const HeadGateBackwardPointers<scalar_t, acc_t> ptrs{
           gpu::head_rows<const scalar_t>(dout), dgate.defined() ? dgate.data_ptr<scalar_t>() : nullptr,
-          rows_or_none(wq),                     rows_or_none(ua),
-          rows_or_none(tanh_rows),              gpu::head_rows<const scalar_t>(uc),
+          gpu::head_rows_or_none<const scalar_t>(wq), gpu::head_rows_or_none<const scalar_t>(ua),
+          gpu::head_rows_or_none<const scalar_t>(tanh_rows), gpu::head_rows<const scalar_t>(uc),
           vb.data_ptr<scalar_t>(),              beta.data_ptr<scalar_t>(),
           gpu::head_rows<scalar_t>(dpre),       gpu::head_rows<scalar_t>(duc),
           dv_b_rows.data_ptr<acc_t>()};

@@ -42,8 +42,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const at::Tensor& w_b, const at::Tensor& u_b, const std::optional<at::Tensor>& u_c, const at::Tensor& v_b,
     const at::Tensor& gate, const at::Tensor& hidden) {
   const char* op = "mma_nmt.multihop_second_hop_backward";
-  const SecondHopParams p = check_second_hop_args(op, q, a, w_b, u_b, u_c, v_b);
-  check_second_hop_backward_extras(op, p, q, grad_out, grad_gate, gate, hidden);
+  const SecondHopParams p =
+      check_second_hop_backward_args(op, grad_out, grad_gate, q, a, w_b, u_b, u_c, v_b, gate, hidden);
   const c10::cuda::CUDAGuard guard(q.device());
   return run_second_hop_backward(p, grad_out, grad_gate, q, a, w_b, u_b, u_c, v_b, gate, hidden,
                                  gpu::current_launch());
