@@ -18,6 +18,8 @@
 // A CPU count is a proxy for the GPU's: SDPA picks the CPU flash kernel where CUDA picks the memory-efficient one.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <ATen/core/Tensor.h>
 #include <ATen/record_function.h>
 #include <c10/core/Storage.h>
@@ -25,8 +27,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -133,5 +138,38 @@ class DispatchCounter {
   std::vector<Frame> stack_;
   std::vector<c10::Storage> large_storages_;
 };
+
+// A call's budget: its ops and its B x T x S buffers, as counted today (a change that lowers a count lowers it here).
+struct Budget {
+  int64_t ops;            // today's count: the most allowed
+  int64_t large_buffers;  // buffers of >= B x T x S elements allowed
+  int64_t target_ops;     // the target (documentation; the test asserts `ops`)
+};
+
+inline DispatchCount count(const std::function<void()>& call, int64_t large_numel) {
+  DispatchCount result;
+  DispatchCounter counter(result, large_numel);
+  call();
+  return result;
+}
+
+inline std::string describe(const DispatchCount& c) {
+  std::ostringstream os;
+  os << c.ops << " ops:";
+  for (const auto& [name, n] : c.by_name) os << " " << name << " x" << n;
+  os << "; " << c.large_outputs.size() << " large buffers:";
+  for (const auto& large : c.large_outputs) os << " [" << large << "]";
+  return os.str();
+}
+
+inline void expect_within(const DispatchCount& c, const Budget& budget, const char* what) {
+  std::cout << "[ budget   ] " << what << ": " << describe(c) << " (budget " << budget.ops << ", target "
+            << budget.target_ops << ")\n";
+  EXPECT_LE(c.ops, budget.ops) << what << " dispatches more ops than its budget (" << budget.ops << "; target "
+                               << budget.target_ops << "): " << describe(c);
+  EXPECT_LE(static_cast<int64_t>(c.large_outputs.size()), budget.large_buffers)
+      << what << " makes more B x T x S buffers than its budget (" << budget.large_buffers
+      << "; target 0): " << describe(c);
+}
 
 }  // namespace mma_nmt::testing

@@ -27,41 +27,12 @@
 namespace {
 
 using mma_nmt::attention::AttentionParams;
+using mma_nmt::testing::Budget;
+using mma_nmt::testing::count;
 using mma_nmt::testing::DispatchCount;
 using mma_nmt::testing::DispatchCounter;
+using mma_nmt::testing::expect_within;
 using Triple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
-
-struct Budget {
-  int64_t ops;            // today's count: the most allowed
-  int64_t large_buffers;  // buffers of >= B x T x S elements allowed
-  int64_t target_ops;     // the target (documentation; the test asserts `ops`)
-};
-
-DispatchCount count(const std::function<void()>& call, int64_t large_numel) {
-  DispatchCount result;
-  DispatchCounter counter(result, large_numel);
-  call();
-  return result;
-}
-
-std::string describe(const DispatchCount& c) {
-  std::ostringstream os;
-  os << c.ops << " ops:";
-  for (const auto& [name, n] : c.by_name) os << " " << name << " x" << n;
-  os << "; " << c.large_outputs.size() << " large buffers:";
-  for (const auto& large : c.large_outputs) os << " [" << large << "]";
-  return os.str();
-}
-
-void expect_within(const DispatchCount& c, const Budget& budget, const char* what) {
-  std::cout << "[ budget   ] " << what << ": " << describe(c) << " (budget " << budget.ops << ", target "
-            << budget.target_ops << ")\n";
-  EXPECT_LE(c.ops, budget.ops) << what << " dispatches more ops than its budget (" << budget.ops << "; target "
-                               << budget.target_ops << "): " << describe(c);
-  EXPECT_LE(static_cast<int64_t>(c.large_outputs.size()), budget.large_buffers)
-      << what << " makes more B x T x S buffers than its budget (" << budget.large_buffers
-      << "; target 0): " << describe(c);
-}
 
 // ---- the counter itself ------------------------------------------------------------------------------------------
 

@@ -1,20 +1,24 @@
 // mma_nmt::attention's FlashAttention-2 paths (attention/flash_calls.h) on CPU tensors: FA2's two calls replaced by
-// stand-ins that compute what FA2 documents (each sequence alone, windows anchored bottom-right as
-// flash_visible_keys, a sequence without keys giving output 0 and lse +inf) in float64 and leave NaN wherever FA2
-// leaves memory unwritten (rows outside every sequence). Everything around FA2 is the code the GPU runs: the window
-// arguments per kind, the packing of padded batches, the lse layouts, the unpacking and the split by kind. Checked
-// against the CPU kernel through the dispatcher: every packing, each kind, padding with a length-1 and an empty
-// sentence, T != S with an offset, and mixed kinds with a group FA2 cannot take (which goes to the CPU kernel here,
-// the hand-written one on the GPU). Padding query rows of packed self-attention must come out 0 with lse -inf and pass
-// no gradient (SPEC's shared rules); the reference is the CPU kernel with those rows' grad_out set to 0.
+// stand-ins that compute what FA2 does (each sequence alone, windows anchored bottom-right as flash_visible_keys, a
+// sequence without keys giving output 0 and lse +inf, a sequence without queries giving its keys zero gradients:
+// flash_fwd_kernel.h and flash_bwd_kernel.h's early exits) in float64 and leave NaN wherever FA2 leaves memory
+// unwritten (rows outside every sequence). Everything around FA2 is the code the GPU runs: the window arguments per
+// kind, the sequences of padded batches in place, the lse layouts and the split by kind. Checked against the CPU
+// kernel through the dispatcher: every kind of sequences, each kind of head, padding with a length-1 and an empty
+// sentence, T != S with an offset, NaN behind the padding, and mixed kinds with a group FA2 cannot take (which goes
+// to the CPU kernel here, the hand-written one on the GPU). Padding query rows of padded self-attention must come out
+// 0 with lse -inf and pass no gradient (SPEC's shared rules); the reference is the CPU kernel with those rows'
+// grad_out set to 0. Then the ATen ops around FA2, counted as the launch budgets count them.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <algorithm>
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <set>
 #include <ostream>
 #include <string>
 #include <tuple>
@@ -25,6 +29,7 @@
 #include "attention/flash_calls.h"
 #include "attention/head_mask.h"
 #include "dispatch_budget.h"
+#include "padding_nan.h"
 
 namespace {
 
@@ -32,10 +37,9 @@ using mma_nmt::attention::AttentionKernels;
 using mma_nmt::attention::AttentionParams;
 using mma_nmt::attention::FlashCall;
 using mma_nmt::attention::FlashKernels;
-using mma_nmt::attention::FlashPacking;
-using mma_nmt::attention::FlashPackingCache;
+using mma_nmt::attention::FlashSequenceCache;
+using mma_nmt::attention::FlashSequences;
 using mma_nmt::testing::DispatchCount;
-using mma_nmt::testing::DispatchCounter;
 using Triple = mma_nmt::testing::AttentionTriple;
 using mma_nmt::testing::AttentionBackwardFn;
 using mma_nmt::testing::AttentionFn;
@@ -88,8 +92,10 @@ std::pair<at::Tensor, at::Tensor> probabilities(const at::Tensor& qs, const at::
   return {p, *lse};
 }
 
+// Each stand-in is one fused kernel to the op counter (dispatch_budget.h), as FA2's call is one launch on the GPU.
 std::tuple<at::Tensor, at::Tensor> flash_forward_standin(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                          const FlashCall& c) {
+  RECORD_FUNCTION("mma_nmt::fa2_forward_stand_in", std::vector<c10::IValue>());
   at::Tensor out = at::full_like(q, kNaN);
   const bool batched = !c.cu_q.defined();
   at::Tensor lse = batched ? at::full({q.size(0), q.size(2), q.size(1)}, kNaN, q.options())  // (B, H, T)
@@ -104,6 +110,7 @@ std::tuple<at::Tensor, at::Tensor> flash_forward_standin(const at::Tensor& q, co
 
 Triple flash_backward_standin(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               const at::Tensor& out, const at::Tensor& lse, const FlashCall& c) {
+  RECORD_FUNCTION("mma_nmt::fa2_backward_stand_in", std::vector<c10::IValue>());
   at::Tensor grad_q = at::full_like(q, kNaN), grad_k = at::full_like(k, kNaN), grad_v = at::full_like(v, kNaN);
   const bool batched = !c.cu_q.defined();
   for (const Sequence& s : sequences(q, k, c)) {
@@ -138,23 +145,22 @@ Triple cpu_backward(const AttentionParams& p, const at::Tensor& grad_out, const 
   return op.call(grad_out, q, k, v, out, lse, lengths, p.head_kinds, p.window, p.scale, p.query_offset, 0.0, 0);
 }
 
-// FA2 (the stand-ins) for each group it takes, the CPU kernel for the others; counts the groups FA2 took. `packing`:
-// the call's shared packing, as on the GPU (null: each group packs for itself).
-AttentionKernels flash_or_cpu(int* flash_groups, FlashPackingCache* packing = nullptr) {
-  return {[flash_groups, packing](const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
-                                  const at::Tensor& v, const std::optional<at::Tensor>& lengths) {
-            if (!mma_nmt::attention::flash_group_packing(p, lengths)) return cpu_forward(p, q, k, v, lengths);
+// FA2 (the stand-ins) for each group it takes, the CPU kernel for the others; counts the groups FA2 took. `cache`:
+// the call's shared sequences, as on the GPU (null: each group computes its own).
+AttentionKernels flash_or_cpu(int* flash_groups, FlashSequenceCache* cache = nullptr) {
+  return {[flash_groups, cache](const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
+                                const at::Tensor& v, const std::optional<at::Tensor>& lengths) {
+            if (!mma_nmt::attention::flash_group_sequences(p, lengths)) return cpu_forward(p, q, k, v, lengths);
             ++*flash_groups;
-            return mma_nmt::attention::flash_group_forward(p, q, k, v, lengths, kStandins, packing);
+            return mma_nmt::attention::flash_group_forward(p, q, k, v, lengths, kStandins, cache);
           },
-          [packing](const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
-                    const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                    const std::optional<at::Tensor>& lengths) {
-            if (!mma_nmt::attention::flash_group_packing(p, lengths)) {
+          [cache](const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                  const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                  const std::optional<at::Tensor>& lengths) {
+            if (!mma_nmt::attention::flash_group_sequences(p, lengths)) {
               return cpu_backward(p, grad_out, q, k, v, out, lse, lengths);
             }
-            return mma_nmt::attention::flash_group_backward(p, grad_out, q, k, v, out, lse, lengths, kStandins,
-                                                            packing);
+            return mma_nmt::attention::flash_group_backward(p, grad_out, q, k, v, out, lse, lengths, kStandins, cache);
           }};
 }
 
@@ -198,18 +204,26 @@ int64_t kind_of(char letter) {
   }
 }
 
+// q, k, v as head views of (B, L, H, D) projections, as the modules pass them, and grad_out as the backward of their
+// merge of the output's heads (a view) passes it: (B, H, T, D) views of (B, T, H, D) tensors.
+struct Inputs {
+  at::Tensor q, k, v, grad_out;
+};
+
+Inputs head_views(int64_t batch, int64_t heads, int64_t query_len, int64_t key_len, int64_t dim) {
+  const auto options = at::TensorOptions().dtype(at::kDouble);
+  const auto view = [&](int64_t len) { return at::randn({batch, len, heads, dim}, options).transpose(1, 2); };
+  return {view(query_len), view(key_len), view(key_len), view(query_len)};
+}
+
 class FlashCallsMatchCpuKernel : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FlashCallsMatchCpuKernel, ForwardAndBackward) {
   const Case& c = GetParam();
   at::manual_seed(29);
-  const auto options = at::TensorOptions().dtype(at::kDouble);
   const int64_t heads = static_cast<int64_t>(c.kinds.size());
-  // q, k, v as head views of (B, L, H, D) projections, as the modules pass them
-  const at::Tensor q = at::randn({c.batch, c.query_len, heads, c.dim}, options).transpose(1, 2);
-  const at::Tensor k = at::randn({c.batch, c.key_len, heads, c.dim}, options).transpose(1, 2);
-  const at::Tensor v = at::randn({c.batch, c.key_len, heads, c.dim}, options).transpose(1, 2);
-  at::Tensor grad_out = at::randn({c.batch, heads, c.query_len, c.dim}, options);
+  const Inputs x = head_views(c.batch, heads, c.query_len, c.key_len, c.dim);
+  const at::Tensor &q = x.q, &k = x.k, &v = x.v;
   const std::optional<at::Tensor> lengths =
       c.key_lengths.empty() ? std::nullopt : std::optional<at::Tensor>(at::tensor(c.key_lengths));
   std::vector<int64_t> kinds;
@@ -222,7 +236,8 @@ TEST_P(FlashCallsMatchCpuKernel, ForwardAndBackward) {
   const auto [out, lse, probs] = mma_nmt::attention::attention_forward_per_kind(p, q, k, v, lengths, kernels);
   EXPECT_EQ(flash_groups, c.flash_groups);
 
-  // The padding query rows FA2 leaves out: heads of a packed self-attention group.
+  // The padding query rows FA2 leaves out: heads of a padded self-attention group.
+  const auto options = q.options();
   at::Tensor left_out = at::zeros({c.batch, heads, c.query_len}, options.dtype(at::kBool));
   if (lengths.has_value()) {
     const at::Tensor past = at::arange(c.query_len).view({1, -1}) >= lengths->view({-1, 1});  // (B, T)
@@ -230,8 +245,8 @@ TEST_P(FlashCallsMatchCpuKernel, ForwardAndBackward) {
       AttentionParams head = p;
       head.heads = 1;
       head.head_kinds.assign(1, kinds[h]);
-      const auto packing = mma_nmt::attention::flash_group_packing(head, lengths);
-      if (packing == FlashPacking::kPackedBoth) left_out.select(1, h).copy_(past);
+      const auto sequences = mma_nmt::attention::flash_group_sequences(head, lengths);
+      if (sequences == FlashSequences::kRealQueriesAndKeys) left_out.select(1, h).copy_(past);
     }
   }
   const auto [want_out, want_lse, want_probs] = cpu_forward(p, q, k, v, lengths);
@@ -239,66 +254,149 @@ TEST_P(FlashCallsMatchCpuKernel, ForwardAndBackward) {
   EXPECT_TRUE(at::allclose(lse, want_lse.masked_fill(left_out, -kInf), 1e-10, 1e-10, /*equal_nan=*/false)) << "lse";
 
   const auto [grad_q, grad_k, grad_v] =
-      mma_nmt::attention::attention_backward_per_kind(p, grad_out, q, k, v, out, lse, lengths, kernels);
-  grad_out = grad_out.masked_fill(left_out.unsqueeze(-1), 0.0);  // those rows pass no gradient
+      mma_nmt::attention::attention_backward_per_kind(p, x.grad_out, q, k, v, out, lse, lengths, kernels);
+  const at::Tensor grad_out = x.grad_out.masked_fill(left_out.unsqueeze(-1), 0.0);  // those rows pass no gradient
   const auto [want_q, want_k, want_v] = cpu_backward(p, grad_out, q, k, v, want_out, want_lse, lengths);
   EXPECT_TRUE(at::allclose(grad_q, want_q, 1e-10, 1e-10)) << "grad_q";
   EXPECT_TRUE(at::allclose(grad_k, want_k, 1e-10, 1e-10)) << "grad_k";
   EXPECT_TRUE(at::allclose(grad_v, want_v, 1e-10, 1e-10)) << "grad_v";
+
+  if (!lengths.has_value()) return;
+  // NaN behind the key padding (and, where FA2 leaves the padding queries out, behind them too): no result changes.
+  using mma_nmt::testing::expect_untouched_by_padding;
+  using mma_nmt::testing::with_nan_padding;
+  const at::Tensor nan_q = q.masked_fill(left_out.unsqueeze(-1), kNaN);
+  const at::Tensor nan_k = with_nan_padding(k, *lengths), nan_v = with_nan_padding(v, *lengths);
+  const at::Tensor nan_grad_out = x.grad_out.masked_fill(left_out.unsqueeze(-1), kNaN);
+  const auto [n_out, n_lse, n_probs] =
+      mma_nmt::attention::attention_forward_per_kind(p, nan_q, nan_k, nan_v, lengths, kernels);
+  expect_untouched_by_padding(n_out, out, "out");
+  const auto [n_q, n_k, n_v] = mma_nmt::attention::attention_backward_per_kind(p, nan_grad_out, nan_q, nan_k, nan_v,
+                                                                               n_out, n_lse, lengths, kernels);
+  expect_untouched_by_padding(n_q, grad_q, "grad_q");
+  expect_untouched_by_padding(n_k, grad_k, "grad_k");
+  expect_untouched_by_padding(n_v, grad_v, "grad_v");
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, FlashCallsMatchCpuKernel, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
-TEST(FlashPacking, TheGroupsOfOneCallShareThePackingOfItsBatch) {
-  // GLFB padded self-attention: four packed groups over the same sentences. Sharing the call's packing, they pack them
-  // once (packing_index and cumulative_lengths each sum the lengths with one cumsum) and compute the same results.
+TEST(FlashSequences, TheGroupsOfOneCallShareTheSequencesOfItsBatch) {
+  // GLFB padded self-attention: four groups over the same sentences. Sharing the call's cache, they compute the
+  // sequence starts of its queries and of its keys once (one cat each) and the same results.
   at::manual_seed(31);
-  const auto options = at::TensorOptions().dtype(at::kDouble);
-  const auto head_view = [&] { return at::randn({3, 7, 4, 8}, options).transpose(1, 2); };  // (B, H, T, D) views
-  const at::Tensor q = head_view(), k = head_view(), v = head_view(), grad_out = at::randn({3, 4, 7, 8}, options);
+  const Inputs x = head_views(3, 4, 7, 7, 8);
   const std::optional<at::Tensor> lengths = at::tensor(std::vector<int64_t>{7, 1, 0});
   const std::vector<int64_t> kinds{kind_of('G'), kind_of('L'), kind_of('F'), kind_of('B')};
   const AttentionParams p =
-      mma_nmt::attention::check_attention_args("test", q, k, v, lengths, kinds, 1, 0.3, 0, 0.0, 0);
-  const auto cumsums = [](const DispatchCount& c) {
-    const auto it = c.by_name.find("aten::cumsum");
+      mma_nmt::attention::check_attention_args("test", x.q, x.k, x.v, lengths, kinds, 1, 0.3, 0, 0.0, 0);
+  const auto cats = [](const DispatchCount& c) {
+    const auto it = c.by_name.find("aten::cat");
     return it == c.by_name.end() ? int64_t{0} : it->second;
   };
   int groups = 0;
   Triple results[2], grads[2];
-  int64_t forward_cumsums[2], backward_cumsums[2], forward_ops[2], backward_ops[2];
+  DispatchCount forward[2], backward[2];
   for (const int shared : {0, 1}) {
-    FlashPackingCache forward_packing, backward_packing;  // one per call, as attention_cuda.cpp makes them
-    DispatchCount forward, backward;
-    {
-      DispatchCounter counter(forward, int64_t{1} << 40);
-      results[shared] = mma_nmt::attention::attention_forward_per_kind(
-          p, q, k, v, lengths, flash_or_cpu(&groups, shared ? &forward_packing : nullptr));
-    }
+    FlashSequenceCache forward_cache, backward_cache;  // one per call, as attention_cuda.cpp makes them
+    forward[shared] = mma_nmt::testing::count(
+        [&] {
+          results[shared] = mma_nmt::attention::attention_forward_per_kind(
+              p, x.q, x.k, x.v, lengths, flash_or_cpu(&groups, shared ? &forward_cache : nullptr));
+        },
+        int64_t{1} << 40);
     const auto& [out, lse, probs] = results[shared];
-    {
-      DispatchCounter counter(backward, int64_t{1} << 40);
-      grads[shared] = mma_nmt::attention::attention_backward_per_kind(
-          p, grad_out, q, k, v, out, lse, lengths, flash_or_cpu(&groups, shared ? &backward_packing : nullptr));
-    }
-    forward_cumsums[shared] = cumsums(forward);
-    backward_cumsums[shared] = cumsums(backward);
-    forward_ops[shared] = forward.ops;
-    backward_ops[shared] = backward.ops;
+    backward[shared] = mma_nmt::testing::count(
+        [&] {
+          grads[shared] = mma_nmt::attention::attention_backward_per_kind(
+              p, x.grad_out, x.q, x.k, x.v, out, lse, lengths,
+              flash_or_cpu(&groups, shared ? &backward_cache : nullptr));
+        },
+        int64_t{1} << 40);
   }
   EXPECT_EQ(groups, 8);  // FA2 took the 4 groups, in both runs
-  EXPECT_EQ(forward_cumsums[0], 8);
-  EXPECT_EQ(backward_cumsums[0], 8);
-  EXPECT_EQ(forward_cumsums[1], 2);
-  EXPECT_EQ(backward_cumsums[1], 2);
+  EXPECT_EQ(cats(forward[0]), 8);  // each group: its queries' and its keys' starts
+  EXPECT_EQ(cats(backward[0]), 8);
+  EXPECT_EQ(cats(forward[1]), 3);  // the keys', every query's (G) and the real queries' (L, F, B)
+  EXPECT_EQ(cats(backward[1]), 3);
+  EXPECT_LT(forward[1].ops, forward[0].ops);
+  EXPECT_LT(backward[1].ops, backward[0].ops);
   EXPECT_TRUE(at::equal(std::get<0>(results[0]), std::get<0>(results[1])));
   EXPECT_TRUE(at::equal(std::get<1>(results[0]), std::get<1>(results[1])));
   const auto& [own_q, own_k, own_v] = grads[0];
   const auto& [shared_q, shared_k, shared_v] = grads[1];
   EXPECT_TRUE(at::equal(own_q, shared_q) && at::equal(own_k, shared_k) && at::equal(own_v, shared_v));
-  std::cout << "[ packing  ] GLFB padded, 4 packed groups: forward " << forward_ops[0] << " -> " << forward_ops[1]
-            << " ops, backward " << backward_ops[0] << " -> " << backward_ops[1] << " (stand-ins for FA2)\n";
+  std::cout << "[ sequences] GLFB padded, 4 groups, unshared -> shared: forward " << forward[0].ops << " -> "
+            << forward[1].ops << " ops, backward " << backward[0].ops << " -> " << backward[1].ops << "\n";
 }
+
+// ---- the ATen ops around FA2 (issue 48, point 5) -----------------------------------------------------------------
+// Counted as tests/cpp/test_dispatch_budget.cpp counts the compositions (dispatch_budget.h), each FA2 call one op:
+// B 2, D 4, one sentence 11 keys short, every group through FA2 (attention_cuda.cpp's path for half-precision calls
+// FA2 takes: long ones by default, every size with MMA_NMT_CUDA_KERNELS=flash). No buffer of B x T x S elements. The
+// targets are the composition's (test_dispatch_budget.cpp). Counted 2026-12-01 with torch 2.13.0+cpu. Where the ops
+// go in a padded call: the sequence starts, once per call for the keys and once per kind of query sequences (clamp,
+// arange, add, cat and the final entry's pad: 5-8 ops each), then per group FA2 and the lse's rows without keys
+// (a contiguous copy and a masked_fill_) forward, FA2 and the lse in FA2's layout (a copy) backward; a mixed call
+// also copies each group's results into their heads (2 copies forward, 3 backward). Until 2026-12-01 the padded batch
+// was packed (index_copy) and unpacked (index_select, masked_fill) around FA2: the GLFB call of
+// TheGroupsOfOneCallShareTheSequencesOfItsBatch counted 88 ops forward and 138 backward then, with its cache.
+struct FlashBudgetCase {
+  std::string name;
+  std::string kinds;
+  int64_t query_len, key_len;
+  bool padded;
+  mma_nmt::testing::Budget forward, backward;
+};
+
+void PrintTo(const FlashBudgetCase& c, std::ostream* os) { *os << c.name; }
+
+const FlashBudgetCase kFlashBudgets[] = {
+    {"GLFBSelfAttentionPadded", "GLFB", 32, 32, true, {37, 0, 8}, {38, 0, 18}},
+    {"AllGlobalCrossAttentionPadded", "GGGG", 24, 32, true, {15, 0, 3}, {13, 0, 6}},
+    {"AllCausalSelfAttentionPadded", "CCCC", 32, 32, true, {17, 0, 3}, {14, 0, 6}},
+    {"AllCausalSelfAttentionUnpadded", "CCCC", 32, 32, false, {1, 0, 3}, {1, 0, 6}},
+};
+
+class FlashPathBudget : public ::testing::TestWithParam<FlashBudgetCase> {};
+
+TEST_P(FlashPathBudget, ForwardAndBackwardWithinBudget) {
+  const FlashBudgetCase& c = GetParam();
+  at::manual_seed(5);
+  const int64_t batch = 2, heads = static_cast<int64_t>(c.kinds.size()), dim = 4;
+  const int64_t large = batch * c.query_len * c.key_len;
+  ASSERT_LT(batch * heads * std::max(c.query_len, c.key_len) * dim, large) << "sizes must keep H D under S";
+  const Inputs x = head_views(batch, heads, c.query_len, c.key_len, dim);
+  const std::optional<at::Tensor> lengths =
+      c.padded ? std::optional<at::Tensor>(at::tensor(std::vector<int64_t>{c.key_len, c.key_len - 11})) : std::nullopt;
+  std::vector<int64_t> kinds;
+  for (const char letter : c.kinds) kinds.push_back(kind_of(letter));
+  const AttentionParams p =
+      mma_nmt::attention::check_attention_args("test", x.q, x.k, x.v, lengths, kinds, 1, 0.5, 0, 0.0, 0);
+  int groups = 0;
+  FlashSequenceCache forward_cache, backward_cache;
+  Triple result;
+  const DispatchCount f = mma_nmt::testing::count(
+      [&] {
+        result = mma_nmt::attention::attention_forward_per_kind(p, x.q, x.k, x.v, lengths,
+                                                                flash_or_cpu(&groups, &forward_cache));
+      },
+      large);
+  const auto& [out, lse, probs] = result;
+  const DispatchCount b = mma_nmt::testing::count(
+      [&] {
+        (void)mma_nmt::attention::attention_backward_per_kind(p, x.grad_out, x.q, x.k, x.v, out, lse, lengths,
+                                                              flash_or_cpu(&groups, &backward_cache));
+      },
+      large);
+  std::set<char> distinct(c.kinds.begin(), c.kinds.end());
+  EXPECT_EQ(groups, static_cast<int>(distinct.size())) << "every group through FA2";
+  mma_nmt::testing::expect_within(f, c.forward, (c.name + " forward").c_str());
+  mma_nmt::testing::expect_within(b, c.backward, (c.name + " backward").c_str());
+  EXPECT_TRUE(f.large_outputs.empty() && b.large_outputs.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FlashPathBudget, ::testing::ValuesIn(kFlashBudgets),
+                         [](const ::testing::TestParamInfo<FlashBudgetCase>& info) { return info.param.name; });
 
 }  // namespace

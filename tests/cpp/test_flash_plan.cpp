@@ -1,12 +1,13 @@
 // The mapping of head kinds onto FlashAttention-2's windows and variable-length sequences (attention/flash_plan.h),
 // checked row by row against our rule (head_mask.h) for every kind, window, size, offset and sentence length up to
-// small bounds: where flash_packing takes a call, FA2's bottom-right anchored window shows each row exactly the keys
+// small bounds: where flash_sequences takes a call, FA2's bottom-right anchored window shows each row exactly the keys
 // ours does (or the row is a padding query of self-attention, which may come out 0); where it refuses one, the
-// mapping it would otherwise have used is wrong. Then the device-side cumulative lengths and the packing permutation.
+// mapping it would otherwise have used is wrong. Then the device-side sequence starts over a padded batch in place.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -17,32 +18,34 @@
 
 namespace {
 
-using mma_nmt::attention::FlashPacking;
+using mma_nmt::attention::FlashSequences;
 using mma_nmt::attention::KeyRange;
 
 bool same_keys(KeyRange a, KeyRange b) { return (a.empty() && b.empty()) || (a.begin == b.begin && a.end == b.end); }
 
-// FA2's (queries, keys) of sentence b's sequence under a packing.
-std::pair<int64_t, int64_t> sequence_sizes(FlashPacking packing, int64_t query_len, int64_t key_len, int64_t sentence) {
-  switch (packing) {
-    case FlashPacking::kNone:
+// FA2's (queries, keys) of sentence b's sequence of real rows.
+std::pair<int64_t, int64_t> sequence_sizes(FlashSequences sequences, int64_t query_len, int64_t key_len,
+                                           int64_t sentence) {
+  switch (sequences) {
+    case FlashSequences::kBatched:
       return {query_len, key_len};
-    case FlashPacking::kPackedKeys:
+    case FlashSequences::kRealKeys:
       return {query_len, sentence};
-    default:  // kPackedBoth
+    default:  // kRealQueriesAndKeys
       return {sentence, sentence};
   }
 }
 
-// The first row where FA2 under `packing` disagrees with our rule, "" if none (padding queries of kPackedBoth aside).
+// The first row where FA2 under `sequences` disagrees with our rule, "" if none (padding queries of
+// kRealQueriesAndKeys aside).
 std::string first_disagreement(int64_t kind, int64_t window, int64_t query_len, int64_t key_len, int64_t offset,
-                               int64_t sentence, FlashPacking packing) {
-  const auto [queries, keys] = sequence_sizes(packing, query_len, key_len, sentence);
+                               int64_t sentence, FlashSequences sequences) {
+  const auto [queries, keys] = sequence_sizes(sequences, query_len, key_len, sentence);
   const auto w = mma_nmt::attention::flash_window(kind, window);
   for (int64_t row = 0; row < query_len; ++row) {
     const KeyRange ours = mma_nmt::attention::visible_keys(kind, row + offset, window, sentence);
     if (row >= queries) {  // left out of FA2's sequence: only a padding query of self-attention may be
-      if (packing == FlashPacking::kPackedBoth && row >= sentence) continue;
+      if (sequences == FlashSequences::kRealQueriesAndKeys && row >= sentence) continue;
       if (ours.empty()) continue;  // FA2 writes nothing there; the row has no key either
       return "row " + std::to_string(row) + " left out";
     }
@@ -57,7 +60,7 @@ std::string first_disagreement(int64_t kind, int64_t window, int64_t query_len, 
   return "";
 }
 
-TEST(FlashPlan, WindowsGiveOurRuleWhereverThePackingIsTakenAndNotWhereItIsRefused) {
+TEST(FlashPlan, WindowsGiveOurRuleWhereverTheSequencesAreTakenAndNotWhereTheyAreRefused) {
   using namespace mma_nmt::attention;
   int64_t taken = 0, refused = 0;
   for (const int64_t kind : {kGlobal, kLocal, kForward, kBackward, kCausal}) {
@@ -73,11 +76,11 @@ TEST(FlashPlan, WindowsGiveOurRuleWhereverThePackingIsTakenAndNotWhereItIsRefuse
                      << offset << " J " << sentence << (padded ? " padded" : "");
                   return os.str();
                 };
-                const std::optional<FlashPacking> packing =
-                    flash_packing(kind, query_len, key_len, offset, padded);
-                if (packing.has_value()) {
+                const std::optional<FlashSequences> sequences =
+                    flash_sequences(kind, query_len, key_len, offset, padded);
+                if (sequences.has_value()) {
                   ++taken;
-                  EXPECT_EQ(first_disagreement(kind, window, query_len, key_len, offset, sentence, *packing), "")
+                  EXPECT_EQ(first_disagreement(kind, window, query_len, key_len, offset, sentence, *sequences), "")
                       << where();
                 } else {
                   ++refused;
@@ -93,19 +96,19 @@ TEST(FlashPlan, WindowsGiveOurRuleWhereverThePackingIsTakenAndNotWhereItIsRefuse
   EXPECT_GT(refused, 1000);
 }
 
-TEST(FlashPlan, TheRefusedCallsWouldBeWrongUnderTheNearestPacking) {
+TEST(FlashPlan, TheRefusedCallsWouldBeWrongUnderTheNearestSequences) {
   using namespace mma_nmt::attention;
   // a forward head with padding and T != S (a cross-attention of F heads): FA2's diagonal sits J - T away, ours at 0
-  EXPECT_FALSE(flash_packing(kForward, 3, 5, 0, true).has_value());
-  EXPECT_NE(first_disagreement(kForward, 1, 3, 5, 0, 4, FlashPacking::kPackedKeys), "");
+  EXPECT_FALSE(flash_sequences(kForward, 3, 5, 0, true).has_value());
+  EXPECT_NE(first_disagreement(kForward, 1, 3, 5, 0, 4, FlashSequences::kRealKeys), "");
   // causal attention with padding and an offset (three queries after two cached keys): FA2's diagonal sits at the
   // sentence's end, ours at the query's position. (One query, T = 1, would agree: a row at or past its sentence's
-  // end sees every real key either way; flash_packing does not take that case yet.)
-  EXPECT_FALSE(flash_packing(kCausal, 3, 5, 2, true).has_value());
-  EXPECT_NE(first_disagreement(kCausal, 1, 3, 5, 2, 4, FlashPacking::kPackedKeys), "");
+  // end sees every real key either way; flash_sequences does not take that case yet.)
+  EXPECT_FALSE(flash_sequences(kCausal, 3, 5, 2, true).has_value());
+  EXPECT_NE(first_disagreement(kCausal, 1, 3, 5, 2, 4, FlashSequences::kRealKeys), "");
   // no padding, an offset other than FA2's own S - T
-  EXPECT_FALSE(flash_packing(kBackward, 3, 5, 0, false).has_value());
-  EXPECT_NE(first_disagreement(kBackward, 1, 3, 5, 0, 5, FlashPacking::kNone), "");
+  EXPECT_FALSE(flash_sequences(kBackward, 3, 5, 0, false).has_value());
+  EXPECT_NE(first_disagreement(kBackward, 1, 3, 5, 0, 5, FlashSequences::kBatched), "");
   // the windows of the issue, each kind
   EXPECT_EQ(flash_window(kLocal, 3).left, 3);
   EXPECT_EQ(flash_window(kLocal, 3).right, 3);
@@ -115,31 +118,48 @@ TEST(FlashPlan, TheRefusedCallsWouldBeWrongUnderTheNearestPacking) {
   EXPECT_EQ(flash_window(kCausal, 3).right, 0);
 }
 
-TEST(FlashPlan, CumulativeLengthsAreInt32AndClamped) {
-  const at::Tensor cu = mma_nmt::attention::cumulative_lengths(at::tensor(std::vector<int64_t>{3, 0, 7, 2, -1}), 5);
-  EXPECT_EQ(cu.scalar_type(), at::kInt);
-  EXPECT_TRUE(at::equal(cu, at::tensor(std::vector<int32_t>{0, 3, 3, 8, 10, 10})));
+// Sentence b's three sequences, as [begin, end) row ranges of the (B L,) rows.
+std::vector<std::pair<int64_t, int64_t>> sequences_of(const at::Tensor& starts, int64_t sentence) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t s = 3 * sentence; s < 3 * sentence + 3; ++s) {
+    out.push_back({starts[s].item<int64_t>(), starts[s + 1].item<int64_t>()});
+  }
+  return out;
 }
 
-TEST(FlashPlan, PackingIndexPutsEachSentencesRealRowsAtItsCumulativeStartAndIsAPermutation) {
-  const std::vector<int64_t> lengths{3, 0, 5, 2};
-  const int64_t max_len = 5, batch = 4;
-  const at::Tensor index = mma_nmt::attention::packing_index(at::tensor(lengths), max_len);  // (B L,)
-  ASSERT_EQ(index.numel(), batch * max_len);
-  EXPECT_TRUE(at::equal(std::get<0>(index.sort()), at::arange(batch * max_len)));  // a permutation
-  const at::Tensor cu = mma_nmt::attention::cumulative_lengths(at::tensor(lengths), max_len);
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t j = 0; j < lengths[b]; ++j) {
-      EXPECT_EQ(index[b * max_len + j].item<int64_t>(), cu[b].item<int64_t>() + j) << "b " << b << " j " << j;
-    }
+TEST(FlashPlan, SequenceStartsCutEachSentenceInPlaceIntoItsRealRowsAndItsPaddingRows) {
+  using mma_nmt::attention::sequence_starts;
+  const std::vector<int64_t> lengths{3, 0, 7, 2, -1};  // clamped to [0, 5], as the kernels clamp them
+  const int64_t batch = 5, len = 5;
+  const at::Tensor real = mma_nmt::attention::real_rows(at::tensor(lengths), len);  // (B, 1) int32
+  EXPECT_EQ(real.scalar_type(), at::kInt);
+  EXPECT_TRUE(at::equal(real.view({-1}), at::tensor(std::vector<int32_t>{3, 0, 5, 2, 0})));
+  const at::Tensor keys = sequence_starts(real, batch, len, /*rest_second=*/false, real.options());
+  const at::Tensor queries = sequence_starts(real, batch, len, /*rest_second=*/true, real.options());
+  const at::Tensor all_queries = sequence_starts({}, batch, len, /*rest_second=*/true, real.options());
+  for (const at::Tensor& starts : {keys, queries, all_queries}) {
+    EXPECT_EQ(starts.scalar_type(), at::kInt);  // FA2's cu_seqlens
+    ASSERT_EQ(starts.numel(), 3 * batch + 1);
+    EXPECT_EQ(starts[0].item<int64_t>(), 0);
+    EXPECT_EQ(starts[3 * batch].item<int64_t>(), batch * len);
+    // consecutive sequences: every row in exactly one, each sentence's rows in its own three
+    EXPECT_TRUE((starts.narrow(0, 1, 3 * batch) >= starts.narrow(0, 0, 3 * batch)).all().item<bool>());
+    for (int64_t b = 0; b < batch; ++b) EXPECT_EQ(starts[3 * b].item<int64_t>(), b * len) << "sentence " << b;
   }
-  // pack (index_copy) and unpack (index_select) a (B, L, 2) batch: the real rows come back, in order, first
-  const at::Tensor x = at::arange(batch * max_len * 2, at::kFloat).view({batch * max_len, 2});
-  const at::Tensor packed = at::zeros_like(x).index_copy_(0, index, x);
-  EXPECT_TRUE(at::equal(packed.index_select(0, index), x));
-  EXPECT_TRUE(at::equal(packed.narrow(0, 0, 3), x.narrow(0, 0, 3)));          // sentence 0
-  EXPECT_TRUE(at::equal(packed.narrow(0, 3, 5), x.narrow(0, 10, 5)));         // sentence 2 (sentence 1 is empty)
-  EXPECT_TRUE(at::equal(packed.narrow(0, 8, 2), x.narrow(0, 15, 2)));         // sentence 3
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t real_rows = std::clamp<int64_t>(lengths[b], 0, len), begin = b * len, split = begin + real_rows;
+    using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+    // keys: the real ones, an empty sequence, the padding ones (a sequence without queries: FA2 gives them gradient 0)
+    EXPECT_EQ(sequences_of(keys, b), (Ranges{{begin, split}, {split, split}, {split, begin + len}})) << b;
+    // queries: the real ones, the padding ones (a sequence without keys: FA2 gives them output 0), an empty sequence
+    EXPECT_EQ(sequences_of(queries, b), (Ranges{{begin, split}, {split, begin + len}, {begin + len, begin + len}}))
+        << b;
+    // every query row real: all in the first sequence
+    EXPECT_EQ(sequences_of(all_queries, b), (Ranges{{begin, begin + len}, {begin + len, begin + len},
+                                                    {begin + len, begin + len}}))
+        << b;
+  }
+  // So that, sequence by sequence, real queries meet real keys, padding queries no key and padding keys no query.
 }
 
 TEST(FlashPlan, FlashIsTheDefaultFrom256By256PairsASentenceOr4MPairsAUniformCallWithoutPadding) {
@@ -159,7 +179,7 @@ TEST(FlashPlan, FlashIsTheDefaultFrom256By256PairsASentenceOr4MPairsAUniformCall
   EXPECT_FALSE(flash_by_default(256 * 8, 32, 32, false, true));  // 2^21
   EXPECT_TRUE(flash_by_default(32 * 8, 128, 128, false, true));  // 2^22
   EXPECT_TRUE(flash_by_default(128 * 8, 64, 64, false, true));
-  EXPECT_FALSE(flash_by_default(128 * 8, 64, 64, true, true));   // padded: packing costs more than it saves there
+  EXPECT_FALSE(flash_by_default(128 * 8, 64, 64, true, true));   // padded: measured slower there (packed then)
   EXPECT_FALSE(flash_by_default(128 * 8, 64, 64, false, false));  // mixed kinds: a flash call per kind, unmeasured
 }
 

@@ -53,9 +53,10 @@ const AttentionKernels& handwritten_kernels() {
 
 // --- FlashAttention-2 (flash_calls.h): long calls by default, every size with MMA_NMT_CUDA_KERNELS=flash ----------
 // Its probe (14 cases with gradients: every kind, T != S, offsets, padded cross-attention) passed on an H200 on
-// 2026-11-28. A group of heads of one kind goes to FA2 where its window gives our rule (flash_group_packing:
-// unpadded with S - T = query_offset for a non-global kind, global heads with key padding, padded self-attention of
-// any kind with the queries packed too), in float16/bfloat16, without dropout or weights, with equal head sizes up to
+// 2026-11-28 (on packed batches: the in-place sequences of 2026-12-01 are not yet run on a GPU). A group of heads of one
+// kind goes to FA2 where its window gives our rule (flash_group_sequences: unpadded with S - T = query_offset for a
+// non-global kind, global heads with key padding, padded self-attention of any kind, its padding query rows left out
+// too), in float16/bfloat16, without dropout or weights, with equal head sizes up to
 // 256 in steps of 8, on sm80 or newer. Calls of mixed kinds are split into one group per kind, each through FA2 where
 // it serves, else the hand-written kernel. flash_by_default (flash_plan.h) gives the size from which this is the
 // default; MMA_NMT_CUDA_KERNELS=flash takes it at every size, =handwritten never.
@@ -95,20 +96,20 @@ const FlashKernels& torch_flash_kernels() {
 }
 
 // Each kind's group through FA2 where it takes the group, else through the hand-written kernel; the groups of one call
-// share `packing` (flash_calls.h: the padded batch packed once per call).
-AttentionKernels flash_or_handwritten_kernels(FlashPackingCache& packing) {
-  return {[&packing](const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+// share `sequences` (flash_calls.h: the padded batch's sequences computed once per call).
+AttentionKernels flash_or_handwritten_kernels(FlashSequenceCache& sequences) {
+  return {[&sequences](const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const std::optional<at::Tensor>& key_lengths) {
-            if (flash_group_packing(p, key_lengths)) {
-              return flash_group_forward(p, q, k, v, key_lengths, torch_flash_kernels(), &packing);
+            if (flash_group_sequences(p, key_lengths)) {
+              return flash_group_forward(p, q, k, v, key_lengths, torch_flash_kernels(), &sequences);
             }
             return attention_forward(p, q, k, v, key_lengths, /*return_probs=*/false);
           },
-          [&packing](const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+          [&sequences](const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
                      const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
                      const std::optional<at::Tensor>& key_lengths) {
-            if (flash_group_packing(p, key_lengths)) {
-              return flash_group_backward(p, grad_out, q, k, v, out, lse, key_lengths, torch_flash_kernels(), &packing);
+            if (flash_group_sequences(p, key_lengths)) {
+              return flash_group_backward(p, grad_out, q, k, v, out, lse, key_lengths, torch_flash_kernels(), &sequences);
             }
             return attention_backward(p, grad_out, q, k, v, out, lse, key_lengths);
           }};
@@ -125,7 +126,7 @@ bool flash_takes(const AttentionParams& p, const at::Tensor& q, const std::optio
     if (kind < 0 || kind >= kNumHeadKinds || asked[kind]) continue;
     asked[kind] = true;
     group.head_kinds.assign(1, kind);
-    if (flash_group_packing(group, key_lengths)) return true;
+    if (flash_group_sequences(group, key_lengths)) return true;
   }
   return false;
 }
@@ -146,8 +147,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
   // where they already are: FA2's own output, transposed).
   std::tuple<at::Tensor, at::Tensor, at::Tensor> result;
   if (flash_takes(p, q, key_lengths, return_probs)) {
-    FlashPackingCache packing;  // this call's alone
-    result = attention_forward_per_kind(p, q, k, v, key_lengths, flash_or_handwritten_kernels(packing));
+    FlashSequenceCache sequences;  // this call's alone
+    result = attention_forward_per_kind(p, q, k, v, key_lengths, flash_or_handwritten_kernels(sequences));
   } else if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type()) &&
              splittable(p, return_probs)) {
     result = attention_forward_by_kind(p, q, k, v, key_lengths, handwritten_kernels());
@@ -174,9 +175,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   // them so; FlashAttention's and the SDPA composition's are laid out here.
   std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
   if (flash_takes(p, q, key_lengths, /*return_probs=*/false)) {
-    FlashPackingCache packing;  // this call's alone
+    FlashSequenceCache sequences;  // this call's alone
     grads = attention_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths,
-                                        flash_or_handwritten_kernels(packing));
+                                        flash_or_handwritten_kernels(sequences));
   } else if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type()) &&
              splittable(p, /*return_probs=*/false)) {
     grads = attention_backward_by_kind(p, grad_out, q, k, v, out, lse, key_lengths, handwritten_kernels());

@@ -104,8 +104,10 @@ def test_cuda_flash_opt_in_takes_uniform_kinds_and_matches_reference(spec, query
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cuda_flash_opt_in_takes_padded_cross_attention_and_matches_reference(dtype, monkeypatch):
-    """Global heads with key padding (cross-attention): one variable-length FA2 call, the real keys packed, an empty
-    sentence and a length-1 one included; padding keys get a zero gradient (passed on an H200, 2026-11-28)."""
+    """Global heads with key padding (cross-attention): one variable-length FA2 call over the rows in place (each
+    sentence its real queries against its real keys, then no query against its padding keys), an empty sentence and
+    a length-1 one included; padding keys get a zero gradient (passed on an H200, 2026-11-28, with the real keys
+    packed then)."""
     monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", "flash")
     q, k, v = cuda_qkv(4, 4, 9, 23, 64, dtype=dtype)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
@@ -117,9 +119,10 @@ def test_cuda_flash_opt_in_takes_padded_cross_attention_and_matches_reference(dt
 @pytest.mark.parametrize("spec", ["GLFB", "LLFF", "C"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cuda_flash_opt_in_takes_padded_self_attention_per_kind(spec, dtype, monkeypatch):
-    """Padded self-attention (T = S): the heads split by kind, each group one FA2 call; non-global groups pack the
-    queries as the keys, so their padding query rows come out 0 with no gradient (SPEC's shared rules; docs/cuda.md,
-    section 2). Real rows and every gradient as the reference, which gets the same grad_out, zero at padding rows."""
+    """Padded self-attention (T = S): the heads split by kind, each group one FA2 call; non-global groups leave the
+    padding query rows out of each sentence's real sequence (a sequence without keys), so they come out 0 with no
+    gradient (SPEC's shared rules; docs/cuda.md, section 2). Real rows and every gradient as the reference, which gets
+    the same grad_out, zero at padding rows."""
     from attention_cases import assert_close_to_double, reference_in_double
     from mma_nmt.reference import attention_reference
 
@@ -183,3 +186,36 @@ def test_cuda_reads_head_views_in_place_and_returns_the_fake_kernels_layout(kern
         assert grad.stride() == projection_gradient_like(x).stride(), f"grad_{name}"
         assert grad_of_copy.stride() == projection_gradient_like(copy).stride(), f"grad_{name}"
         torch.testing.assert_close(grad, grad_of_copy, **close, msg=f"grad_{name}")
+
+
+@pytest.mark.parametrize("spec, query_len", [("G", 9), ("GLFB", 23)])
+def test_cuda_flash_never_reads_a_padding_row(spec, query_len, monkeypatch):
+    """FA2 over a padded batch in place: a padding key belongs to a sequence without queries and a left-out padding
+    query to one without keys, which FA2 exits before reading (flash_fwd_kernel.h, flash_bwd_kernel.h). NaN behind
+    them changes no result: output, lse and every gradient equal those of the same call without NaN (bit for bit: at
+    these sizes each sequence is one key block, so FA2's backward adds each query's gradient once)."""
+    monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", "flash")
+    batch, heads, key_len = 4, 4, 23
+    q, k, v = cuda_qkv(batch, heads, query_len, key_len, 64, dtype=torch.bfloat16)
+    lengths = torch.tensor([23, 1, 0, 11], device="cuda")
+    padding_keys = (torch.arange(key_len, device="cuda") >= lengths[:, None])[:, None, :, None]  # (B, 1, S, 1)
+    kinds = parse_head_spec(spec, heads)
+    options = dict(head_kinds=kinds, key_lengths=lengths, window=2)
+    grad_out = torch.randn(batch, heads, query_len, 64, device="cuda", dtype=torch.bfloat16)
+    if query_len == key_len:  # the non-global heads leave their padding query rows out: NaN there too
+        left_out = padding_keys & torch.tensor([kind != 0 for kind in kinds], device="cuda").view(1, heads, 1, 1)
+    else:
+        left_out = torch.zeros(batch, heads, query_len, 1, dtype=torch.bool, device="cuda")
+    grad_out = grad_out.masked_fill(left_out, 0.0)
+    clean = fused_attention(q, k, v, **options)
+    clean_grads = torch.autograd.grad(clean.out, (q, k, v), grad_out)
+    nan = float("nan")
+    dirty_q = q.detach().masked_fill(left_out, nan).requires_grad_()
+    dirty_k = k.detach().masked_fill(padding_keys, nan).requires_grad_()
+    dirty_v = v.detach().masked_fill(padding_keys, nan).requires_grad_()
+    dirty = fused_attention(dirty_q, dirty_k, dirty_v, **options)
+    dirty_grads = torch.autograd.grad(dirty.out, (dirty_q, dirty_k, dirty_v), grad_out.masked_fill(left_out, nan))
+    assert torch.equal(dirty.out, clean.out)
+    assert torch.equal(dirty.lse, clean.lse)
+    for name, got, want in zip("qkv", dirty_grads, clean_grads):
+        assert torch.equal(got, want), f"grad_{name}"
