@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from benchmarks import cuda_operators
 from benchmarks.flex import compiled_flex_attention, mask_mod_for
-from benchmarks.gpu_counters import graph_replay_seconds, host_sync, launches_per_call, peak_memory_mib
+from benchmarks.gpu_counters import graph_replay_seconds, host_sync, launch_profile, peak_memory_mib
 from benchmarks.timing import markdown_table, pass_name, time_interleaved, timed_call
 from mma_nmt.ops import HeadKind, fused_attention, parse_head_spec
 from mma_nmt.reference import attention_reference, visibility_mask
@@ -119,10 +119,9 @@ def attention_case(group: str, spec: str, padded: bool, batch: int, length: int,
         # Unpadded: no key lengths at all (full-length lengths would take the padded paths: flash's packed call)
         lengths = _lengths(batch, length, device) if padded else None
         options = dict(head_kinds=kinds, key_lengths=lengths, window=1)
-        # The flash path serves all-G calls and unpadded uniform kinds; elsewhere it is the default path again.
-        flash = spec == "G" or (spec == "C" and not padded)
-        calls = ours(lambda: fused_attention(*heads_of(), **options).out,
-                     modes=(None, "handwritten", "rows", "flash") if flash else (None, "handwritten", "rows"))
+        # MMA_NMT_CUDA_KERNELS=flash serves every case here: unpadded uniform kinds batched, padded ones (and GLFB's
+        # groups, padded self-attention) as variable-length sequences over the rows in place (since 2026-12-01).
+        calls = ours(lambda: fused_attention(*heads_of(), **options).out, modes=(None, "handwritten", "rows", "flash"))
         calls["reference"] = lambda: attention_reference(*heads_of(), **options)[0]
         if not padded and spec in ("G", "C") and dtype in (torch.float16, torch.bfloat16) and device == "cuda":
             calls["SDPA-flash"] = lambda: _sdpa_flash(*heads_of(), causal=spec == "C")
@@ -262,7 +261,7 @@ def measure(case: Case, device: str, dtype: torch.dtype, *, graphs: bool = False
 def _gpu_counters(call, count_launches: bool, graphs: bool) -> dict:
     out = {"peak_mib": peak_memory_mib(call), "host_sync": host_sync(call)}
     if count_launches:
-        out["launches"] = launches_per_call(call)
+        out["launches"], out["kernels"] = launch_profile(call)  # the kernels: where the launches go
     if graphs:
         if out["host_sync"]:
             out["replay"] = "not captured: waits for the host"

@@ -16,13 +16,26 @@ LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaGraphLaunch", "cudaLa
 def launches_per_call(call: Callable[[], object]) -> int:
     """Kernel and graph launches the host issues in one ``call`` (after a warm-up call), from the profiler's record of
     the CUDA runtime's launch calls (memsets and copies are not launches and are not counted)."""
+    return launch_profile(call)[0]
+
+
+def launch_profile(call: Callable[[], object]) -> tuple[int, dict[str, int]]:
+    """:func:`launches_per_call`'s count, and the kernels those launches ran in one ``call``, by name (cut to 90
+    characters), with their counts: where a contender's launches go."""
     call()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as profile:
         call()
         torch.cuda.synchronize()
-    return sum(event.count for event in profile.key_averages() if event.key in LAUNCH_CALLS)
+    events = profile.key_averages()
+    launches = sum(event.count for event in events if event.key in LAUNCH_CALLS)
+    kernels: dict[str, int] = {}
+    for event in events:
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            name = event.key[:90]
+            kernels[name] = kernels.get(name, 0) + event.count
+    return launches, kernels
 
 
 def peak_memory_mib(call: Callable[[], object]) -> float:

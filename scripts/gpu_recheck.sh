@@ -5,6 +5,8 @@
 # ends by LIMIT seconds (default 300). Everything lands in $OUT as in gpu_nmt_sizes.sh. COMPILED_STEPS="MODEL,..."
 # (labels of benchmarks.cuda_training, e.g. "transformer_iwslt_small MMA") also times those training steps with both
 # models compiled under reduce-overhead (CUDA graphs), in bfloat16: about a minute of compilation per model pair.
+# NMT_DTYPE (default bfloat16) is the NMT-size groups' dtype: float32 times the float32 defaults (the compositions),
+# which the full-scale recipes train in (train.amp is off unless set), against the hand-written kernels.
 #
 #   OUT=... LIMIT=300 NMT_GROUPS="decoder attention" bash scripts/gpu_recheck.sh      (carry .whl and runs/data/raw)
 set -uo pipefail
@@ -32,8 +34,9 @@ groups=()
 for group in ${NMT_GROUPS:-decoder attention}; do groups+=(--only "$group"); done
 nmt_end=$((limit * 55 / 100))
 timeout "$(until_s "$nmt_end")" python3 -m benchmarks.cuda_nmt_sizes --out "$OUT/bench" "${groups[@]}" \
-  --deadline "$(until_s $((nmt_end - 15)))" >> "$OUT/bench/bench.log" 2>&1
-say "nmt sizes (${NMT_GROUPS:-decoder attention}): exit $?, $(wc -l < "$OUT/bench/nmt_sizes.jsonl" 2>/dev/null) rows"
+  --dtype "${NMT_DTYPE:-bfloat16}" --deadline "$(until_s $((nmt_end - 15)))" >> "$OUT/bench/bench.log" 2>&1
+say "nmt sizes (${NMT_GROUPS:-decoder attention}, ${NMT_DTYPE:-bfloat16}): exit $?," \
+  "$(wc -l < "$OUT/bench/nmt_sizes.jsonl" 2>/dev/null) rows"
 timeout "$(until_s $((limit - 20)))" python3 -m benchmarks --device cuda --quick --only training --out "$OUT/bench" \
   --name cuda-training > "$OUT/bench/training.log" 2>&1
 say "training steps: exit $?"

@@ -81,7 +81,8 @@ def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_the_follow_up_lease_runs_tests_the_named_groups_then_the_training_steps(tmp_path):
-    root, out, env = _scratch_repository(tmp_path, "gpu_recheck.sh", LIMIT="300", NMT_GROUPS="decoder long")
+    root, out, env = _scratch_repository(tmp_path, "gpu_recheck.sh", LIMIT="300", NMT_GROUPS="decoder long",
+                                         NMT_DTYPE="float32")
 
     done = subprocess.run(["bash", "scripts/gpu_recheck.sh"], cwd=root, env=env, capture_output=True, text=True,
                           timeout=120)
@@ -89,11 +90,13 @@ def test_the_follow_up_lease_runs_tests_the_named_groups_then_the_training_steps
     assert done.returncode == 0, done.stdout + done.stderr
     session = (out / "session.log").read_text()
     steps = ["built: stand-in", "tests: 2 passed in 0.10s | handwritten: 2 passed in 0.10s",
-             "nmt sizes (decoder long): exit 0, 1 rows", "training steps: exit 0", "LSTM step: exit 0", "s] done"]
+             "nmt sizes (decoder long, float32): exit 0, 1 rows", "training steps: exit 0", "LSTM step: exit 0",
+             "s] done"]
     positions = [session.find(step) for step in steps]
     assert -1 not in positions and positions == sorted(positions), session
     calls = (out / "calls.txt").read_text().splitlines()
-    assert re.sub(r"--(out|deadline) \S+", "", calls[0]).split() == ["--only", "decoder", "--only", "long"]
+    assert re.sub(r"--(out|deadline) \S+", "", calls[0]).split() == ["--only", "decoder", "--only", "long", "--dtype",
+                                                                     "float32"]
     assert 0 < float(re.search(r"--deadline (\S+)", calls[0]).group(1)) < 300
     assert calls[1].endswith("--render") and len(calls) == 2
     assert (out / "bench" / "training.log").read_text().startswith("suite --device cuda --quick --only training")
