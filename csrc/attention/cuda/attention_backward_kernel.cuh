@@ -16,6 +16,7 @@
 #include <ATen/Dispatch.h>
 
 #include <tuple>
+#include <utility>
 
 #include "attention/cuda/attention_tile_kernels.cuh"
 #include "common/online_softmax.h"
@@ -44,9 +45,16 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   const RowCoordinates r = locate_row(p);
   if (!r.valid) return;  // the whole warp leaves together
   const acc_t lse = t.lse[r.row];
-  // A fully masked row (lse = -inf) has zero weights: it adds nothing, and grad_q stays at the caller's zeros.
-  if (lse == negative_infinity<acc_t>() || r.keys.empty()) return;
   const int64_t D = p.head_dim, Dv = p.value_dim;
+  acc_t grad_q[kPerLane];
+#pragma unroll
+  for (int e = 0; e < kPerLane; ++e) grad_q[e] = 0;
+  // A fully masked row (lse = -inf) has zero weights: it adds nothing, and its grad_q is 0 (written here: grad_q is
+  // not zero-filled before the launch).
+  if (lse == negative_infinity<acc_t>() || r.keys.empty()) {
+    store_slice<kPerLane>(t.grad_q.row(r.b, r.h, r.i), D, grad_q, acc_t(1));
+    return;
+  }
   const scalar_t* k = t.k.head(r.b, r.h);
   const scalar_t* v = t.v.head(r.b, r.h);
   acc_t* grad_k = t.grad_k.head(r.b, r.h);
@@ -54,16 +62,13 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock* kWarpSize)
   const acc_t scale = static_cast<acc_t>(p.scale);
   const int lane = threadIdx.x % kWarpSize;
 
-  acc_t q[kPerLane], grad_out[kPerLane], out[kPerLane], grad_q[kPerLane];
+  acc_t q[kPerLane], grad_out[kPerLane], out[kPerLane];
   load_slice<kPerLane>(t.q.row(r.b, r.h, r.i), D, q);
   load_slice<kPerLane>(t.grad_out.row(r.b, r.h, r.i), Dv, grad_out);
   load_slice<kPerLane>(t.out.row(r.b, r.h, r.i), Dv, out);
   acc_t delta_part = 0;
 #pragma unroll
-  for (int e = 0; e < kPerLane; ++e) {
-    delta_part += grad_out[e] * out[e];  // zero past Dv, since both slices are
-    grad_q[e] = 0;
-  }
+  for (int e = 0; e < kPerLane; ++e) delta_part += grad_out[e] * out[e];  // zero past Dv, since both slices are
   const acc_t delta = warp_sum(delta_part);  // dO_i . O_i
 
   for (int64_t j = r.keys.begin; j < r.keys.end; ++j) {
@@ -91,6 +96,21 @@ void launch_backward(const AttentionParams& p, const BackwardTensors& t, const g
                      make_kernel_params(p, t.key_lengths), ptrs);
 }
 
+// The warp kernel's dK and dV accumulators in the accumulation type, zero-filled: gradient_like(k) and (v) themselves
+// where that is the input dtype (float, double); else views of one zeroed float buffer (one fill for both), rows
+// position-major, which run_attention_backward copies into the half-precision gradients.
+inline std::pair<at::Tensor, at::Tensor> row_backward_accumulators(const at::Tensor& k, const at::Tensor& v) {
+  const at::ScalarType acc_type = at::toOpMathType(k.scalar_type());
+  if (acc_type == k.scalar_type()) return {gradient_like(k).zero_(), gradient_like(v).zero_()};
+  const int64_t batch = k.size(0), heads = k.size(1), len = k.size(2), dim_k = k.size(3), dim_v = v.size(3);
+  const int64_t k_elements = batch * len * heads * dim_k;
+  const at::Tensor both = at::zeros({k_elements + batch * len * heads * dim_v}, k.options().dtype(acc_type));
+  const auto part = [&](int64_t offset, int64_t count, int64_t dim) {  // (B, L, H, dim) rows -> (B, H, L, dim)
+    return both.narrow(0, offset, count).view({batch, len, heads, dim}).transpose(1, 2);
+  };
+  return {part(0, k_elements, dim_k), part(k_elements, both.numel() - k_elements, dim_v)};
+}
+
 // (grad_q, grad_k, grad_v) of mma_nmt::attention_backward for checked arguments (attention_cuda.cpp), computed on the
 // launch's stream by the two tiled kernels (attention_tile_kernels.cuh) where they serve the call, else by the
 // warp-per-row kernel.
@@ -115,7 +135,10 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_attention_backward(
     });
     return {t.grad_q, t.grad_k_acc, t.grad_v_acc};
   }
-  const at::ScalarType acc_type = at::toOpMathType(q.scalar_type());
+  // The warp kernel writes every row of grad_q (0 for a row without keys) and adds into dK and dV: zero-filled
+  // accumulators, which are the gradients themselves in float and double, else one float buffer for both (one fill)
+  // copied into gradients of the input dtype after the kernel.
+  const auto [grad_k_acc, grad_v_acc] = row_backward_accumulators(k, v);
   const BackwardTensors t{rows_contiguous(grad_out),
                           rows_contiguous(q),
                           rows_contiguous(k),
@@ -123,9 +146,9 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_attention_backward(
                           rows_contiguous(out),
                           lse.contiguous(),
                           contiguous_or_undefined(key_lengths),
-                          gradient_like(q).zero_(),
-                          gradient_like(k, acc_type).zero_(),
-                          gradient_like(v, acc_type).zero_()};
+                          any_work ? gradient_like(q) : gradient_like(q).zero_(),
+                          grad_k_acc,
+                          grad_v_acc};
   if (any_work) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, q.scalar_type(), "mma_nmt::attention cuda backward", [&] {
       with_values_per_lane(p, [&](auto per_lane) {
@@ -133,8 +156,8 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_attention_backward(
       });
     });
   }
-  // A no-op for float and double inputs, whose accumulators already have the input dtype.
-  return {t.grad_q, t.grad_k_acc.to(k.scalar_type()), t.grad_v_acc.to(v.scalar_type())};
+  if (grad_k_acc.scalar_type() == k.scalar_type()) return {t.grad_q, grad_k_acc, grad_v_acc};
+  return {t.grad_q, gradient_like(k).copy_(grad_k_acc), gradient_like(v).copy_(grad_v_acc)};
 }
 
 }  // namespace mma_nmt::attention::cuda

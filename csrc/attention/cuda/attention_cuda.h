@@ -22,9 +22,10 @@ struct ForwardTensors {
   at::Tensor out, lse, probs;
 };
 
-// For the warp-per-row kernel grad_q is zero-filled and grad_k_acc / grad_v_acc are zero-filled accumulators in the
-// accumulation type (float for float/half/bfloat16 inputs, double for double), added to atomically by every query
-// row. For the tiled kernels all three are uninitialised tensors of the input dtype that they write once.
+// For the warp-per-row kernel grad_q is uninitialised (the kernel writes every row, 0 for a row without keys) and
+// grad_k_acc / grad_v_acc are zero-filled accumulators in the accumulation type (float for float/half/bfloat16
+// inputs, double for double), added to atomically by every query row. For the tiled kernels all three are
+// uninitialised tensors of the input dtype that they write once.
 struct BackwardTensors {
   at::Tensor grad_out, q, k, v, out, lse, key_lengths;
   at::Tensor grad_q, grad_k_acc, grad_v_acc;

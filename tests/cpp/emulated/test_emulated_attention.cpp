@@ -7,12 +7,14 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "../dispatch_budget.h"
 #include "attention/cuda/attention_backward_kernel.cuh"
 #include "attention/cuda/attention_forward_kernel.cuh"
 #include "attention/head_mask.h"
@@ -229,6 +231,49 @@ TEST(EmulatedAttentionLayouts, HeadViewsOfProjectionsGoInAsTheyAreAndResultsCome
     EXPECT_EQ(view_grad_q.strides(), q_view.strides());
     EXPECT_EQ(view_grad_v.strides(), v_view.strides());
     EXPECT_TRUE(is_position_major(view_grad_k)) << view_grad_k.strides();  // k's view is not dense: its order
+  }
+}
+
+// The ATen work around the kernels' launches (issue 48, point 5), counted as test_dispatch_budget.cpp counts
+// (dispatch_budget.h: allocations and views are free), with the module's head views: the forward adds nothing to its
+// one kernel, the tiled backward nothing to its two. The warp-per-row backward (the default up to 128 keys) adds its
+// dK and dV accumulators' zero fill, one for both in half precision, where their copy into the half-precision
+// gradients follows the kernel (float: the accumulators are the gradients, two fills); grad_q is written whole by the
+// kernel, rows without keys included, so it is not zero-filled (until 2026-12-01: 3 fills and 2 casts in half
+// precision).
+TEST(EmulatedAttentionLaunches, NoAtenWorkBesideTheKernelsButTheWarpBackwardsAccumulators) {
+  at::manual_seed(17);
+  const std::vector<int64_t> kinds{kGlobal, kLocal, kForward, kBackward};
+  const at::Tensor lengths = at::tensor(std::vector<int64_t>{12, 5});
+  using attention::cuda::AttentionKernelSet;
+  const std::map<std::string, int64_t> nothing, float_fills{{"aten::zero_", 2}},
+      half_fill_and_copies{{"aten::zero_", 1}, {"aten::copy_", 2}};
+  for (const DtypeCase& dtype : {kFloat32, kBFloat16}) {
+    const at::Tensor q = head_view(random_input({2, 4, 12, 8}, dtype), 1, 0);
+    const at::Tensor k = head_view(random_input({2, 4, 12, 8}, dtype), 2, 0);
+    const at::Tensor v = head_view(random_input({2, 4, 12, 8}, dtype), 2, 1);
+    const at::Tensor grad_out = head_view(random_input({2, 4, 12, 8}, dtype), 1, 0);
+    const attention::AttentionParams p =
+        attention::check_attention_args("emulated attention", q, k, v, lengths, kinds, 1, 0.3, 0, 0.0, 0);
+    for (const AttentionKernelSet kernels : {AttentionKernelSet::kTiles, AttentionKernelSet::kRowWarps}) {
+      const bool tiles = kernels == AttentionKernelSet::kTiles;
+      const std::string what = std::string(tiles ? "tiles, " : "row warps, ") + dtype_name(dtype.dtype);
+      const gpu::Launch launch = tiles ? gpu::Launch{nullptr, 4} : emulated_launch();
+      testing::DispatchCount forward, backward;
+      Triple outputs;
+      {
+        testing::DispatchCounter counter(forward, 1 << 30);
+        outputs = attention::cuda::run_attention_forward(p, q, k, v, lengths, false, launch, kernels);
+      }
+      const auto& [out, lse, probs] = outputs;
+      {
+        testing::DispatchCounter counter(backward, 1 << 30);
+        (void)attention::cuda::run_attention_backward(p, grad_out, q, k, v, out, lse, lengths, launch, kernels);
+      }
+      EXPECT_EQ(forward.ops, 0) << what << ": " << testing::describe(forward);
+      const auto& want = tiles ? nothing : (dtype.dtype == at::kFloat ? float_fills : half_fill_and_copies);
+      EXPECT_EQ(backward.by_name, want) << what << ": " << testing::describe(backward);
+    }
   }
 }
 
