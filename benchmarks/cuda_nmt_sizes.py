@@ -116,7 +116,7 @@ def attention_case(group: str, spec: str, padded: bool, batch: int, length: int,
     def make(device, dtype):
         leaves, heads_of = _projections(batch, length, heads, head_dim, device, dtype)
         kinds = parse_head_spec(spec, heads)
-        # Unpadded: no key lengths at all (full-length lengths would take the padded paths: flash's packed call)
+        # Unpadded: no key lengths at all (full-length lengths would take the padded paths: flash's variable-length call)
         lengths = _lengths(batch, length, device) if padded else None
         options = dict(head_kinds=kinds, key_lengths=lengths, window=1)
         # MMA_NMT_CUDA_KERNELS=flash serves every case here: unpadded uniform kinds batched, padded ones (and GLFB's

@@ -41,7 +41,7 @@ struct FlashCall {
   std::optional<int64_t> left, right;
 };
 
-// FA2's calls: forward(q, k, v) -> (out like q, lse: (B, H, T) batched or (H, total rows) packed, float);
+// FA2's calls: forward(q, k, v) -> (out like q, lse: (B, H, T) batched or (H, total rows) variable-length, float);
 // backward(grad_out, q, k, v, out, lse) -> (grad_q, grad_k, grad_v) like q, k, v. Rows outside every sequence are
 // left unwritten.
 struct FlashKernels {

@@ -49,7 +49,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // --- the FA2 stand-ins ---------------------------------------------------------------------------------------------
 
-// One FA2 sequence: its query and key rows, in the batched (B, L, H, D) form (sentence `batch`) or the packed
+// One FA2 sequence: its query and key rows, in the batched (B, L, H, D) form (sentence `batch`) or the variable-length
 // (rows, H, D) form (batch -1).
 struct Sequence {
   int64_t batch, q_begin, queries, k_begin, keys;
@@ -185,7 +185,7 @@ const Case kCases[] = {
     {"GlobalCrossAttentionPaddedEmptySentence", "GG", 3, 4, 6, 8, {6, 1, 0}, 0, 1},
     {"MixedSelfAttentionPaddedEmptySentence", "GLFB", 3, 7, 7, 8, {7, 1, 0}, 0, 4},
     {"CausalSelfAttentionPadded", "CC", 2, 5, 5, 8, {3, 5}, 0, 1},
-    // T != S with key padding: FA2 takes the global heads; no packing gives the forward heads our rule
+    // T != S with key padding: FA2 takes the global heads; no sequences give the forward heads our rule
     {"MixedCrossAttentionPaddedOneGroupLeft", "GF", 2, 4, 6, 8, {6, 2}, 0, 1},
 };
 

@@ -139,14 +139,14 @@ def test_cuda_flash_opt_in_takes_padded_self_attention_per_kind(spec, dtype, mon
     names = {event.key for event in profile.key_averages()}
     assert {"aten::_flash_attention_forward", "aten::_flash_attention_backward"} <= names, sorted(names)
     global_heads = torch.tensor([kind == "G" for kind in spec * (heads // len(spec))], device="cuda")
-    packed_rows = ~real & ~global_heads.view(1, heads, 1, 1)  # (B, H, T, 1): rows FA2 never saw
-    assert torch.equal(result.out * packed_rows, torch.zeros_like(result.out))
-    assert torch.isneginf(result.lse[packed_rows.squeeze(-1)]).all()
+    left_out_rows = ~real & ~global_heads.view(1, heads, 1, 1)  # (B, H, T, 1): rows FA2 never saw
+    assert torch.equal(result.out * left_out_rows, torch.zeros_like(result.out))
+    assert torch.isneginf(result.lse[left_out_rows.squeeze(-1)]).all()
     ref_out, _ = attention_reference(q, k, v, **options)
     ref_grads = torch.autograd.grad(ref_out, (q, k, v), grad_out)
     double_out, double_inputs = reference_in_double(q, k, v, **options)
     double_grads = torch.autograd.grad(double_out, double_inputs, grad_out.double())
-    keep = ~packed_rows
+    keep = ~left_out_rows
     assert_close_to_double(result.out * keep, ref_out * keep, double_out * keep, "out")
     for name, got, low, high in zip("qkv", grads, ref_grads, double_grads):
         assert_close_to_double(got, low, high, f"grad_{name}")
