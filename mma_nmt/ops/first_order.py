@@ -63,6 +63,8 @@ def second_order_error(op: str) -> HigherOrderGradientError:
 
 def refuse_forward_ad(op: str, tensors: Iterable[torch.Tensor | None]) -> None:
     """Raises :class:`HigherOrderGradientError` when any of ``tensors`` carries a forward-mode tangent."""
+    if forward_ad._current_level < 0:  # no dual level entered: no tensor has a tangent (unpack_dual reads the same)
+        return
     if any(isinstance(t, torch.Tensor) and forward_ad.unpack_dual(t).tangent is not None for t in tensors):
         raise HigherOrderGradientError(
             f"{op}: forward-mode derivatives (torch.func.jvp, torch.autograd.forward_ad) are not implemented, only "

@@ -14,10 +14,14 @@ Eager fast path (kept, for every operator). torch.library's generic autograd wra
 from the dispatcher, a redispatch and a rebuild of the schema's argument list (``torch._library.utils.fill_defaults``).
 So an eager call that needs gradients applies the *same* ``setup_context`` and guarded backward through an
 ``autograd.Function`` that calls the operator below autograd, and an eager call without gradients goes straight to the
-device kernel. Where ``csrc/eager/`` has the formula in C++ (``native_eager``; every operator has it), the eager call
-with gradients takes that ``torch::autograd::Function`` instead, with no Python between the kernels in forward or
-backward; its backward raises the same :class:`~mma_nmt.ops.first_order.HigherOrderGradientError`, its argument checks
-the same errors. The Python ``autograd.Function`` stays as the path of an operator registered without one.
+device kernel. Where ``csrc/eager/`` has the formula in C++ (``native_eager``; every operator has it), every eager
+call takes that ``torch::autograd::Function`` instead, with no Python between the kernels in forward or backward; its
+backward raises the same :class:`~mma_nmt.ops.first_order.HigherOrderGradientError`, its argument checks the same
+errors. Without gradients (``no_grad``, inputs that need none) it records no graph, and its call costs less host time
+than the ``OpOverload``'s below autograd (one thread, tiny problem: 1-7 us less per call, every operator;
+``python -m benchmarks.bench_inference_call``, ``benchmarks/results/inference_call.cpu-1thread.md``), which a decoder
+step pays at every target position. The Python ``autograd.Function`` stays as the path of an operator registered
+without one.
 ``python -m benchmarks.bench_registration_path`` times the paths on one forward and backward of ``out.sum()`` (B = 1,
 H = 4, T = S = 16, D = 16, K = 4, one thread; ``benchmarks/results/registration_path.cpu-1thread.md``).
 
@@ -84,9 +88,12 @@ class RegisteredOperator:
         refuse_forward_ad(self.name, tensors)
         if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
             return self.op(*args)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            if self.native_eager is not None:
+        if self.native_eager is not None:  # with or without gradients: no Python between here and the kernel
+            try:
                 return self.native_eager(*args)
+            except TypeError:  # pybind11's message for a wrong argument type names no argument; the dispatcher's does
+                return self.op(*args)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return self.apply_python_autograd(*args)
         with torch._C._AutoDispatchBelowAutograd():  # no gradient wanted: straight to the device kernel
             return self.op(*args)

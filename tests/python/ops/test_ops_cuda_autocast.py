@@ -219,14 +219,18 @@ def test_an_operator_runs_with_cuda_autocast_off_inside(monkeypatch):
     second hop's composition handed the gate operator a bfloat16 projection beside float32 weights. Checked on CPU
     tensors with CUDA autocast switched on by hand."""
     operator = REGISTERED_OPERATORS["attention"]
-    real_op, seen = operator.op, []
+    arguments = _schema_arguments("attention")  # (a call of the library function: before the recording starts)
+    real_op, real_native, seen = operator.op, operator.native_eager, []
 
-    def recording_op(*args):
-        seen.append(torch.is_autocast_enabled("cuda"))
-        return real_op(*args)
+    def recording(function):  # the eager call's C++ function (or the operator, without one)
+        def call(*args):
+            seen.append(torch.is_autocast_enabled("cuda"))
+            return function(*args)
+        return call
 
-    monkeypatch.setattr(operator, "op", recording_op)
-    arguments = _schema_arguments("attention")
+    monkeypatch.setattr(operator, "op", recording(real_op))
+    if real_native is not None:
+        monkeypatch.setattr(operator, "native_eager", recording(real_native))
     previous = torch.is_autocast_enabled("cuda")
     torch.set_autocast_enabled("cuda", True)
     try:
