@@ -25,6 +25,7 @@
 #include <c10/core/Storage.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -145,6 +146,14 @@ struct Budget {
   int64_t large_buffers;  // buffers of >= B x T x S elements allowed
   int64_t target_ops;     // the target (documentation; the test asserts `ops`)
 };
+
+// B x T x S, the size from which an op's buffer counts as large, for an attention call of these sizes; H D must stay
+// well under S there, so that only a (B, ., T, S) mask, bias or weight tensor reaches it.
+inline int64_t attention_large_numel(int64_t batch, int64_t heads, int64_t query_len, int64_t key_len, int64_t dim) {
+  const int64_t large = batch * query_len * key_len;
+  EXPECT_LT(batch * heads * std::max(query_len, key_len) * dim, large) << "sizes must keep H D under S";
+  return large;
+}
 
 inline DispatchCount count(const std::function<void()>& call, int64_t large_numel) {
   DispatchCount result;

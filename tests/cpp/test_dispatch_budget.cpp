@@ -100,8 +100,7 @@ TEST_P(AttentionCompositionBudget, ForwardAndBackwardWithinBudget) {
   const AttentionBudgetCase& c = GetParam();
   at::manual_seed(5);
   const int64_t batch = 2, heads = static_cast<int64_t>(c.kinds.size()), dim = 4;
-  const int64_t large = batch * c.query_len * c.key_len;
-  ASSERT_LT(batch * heads * std::max(c.query_len, c.key_len) * dim, large) << "sizes must keep H D under S";
+  const int64_t large = mma_nmt::testing::attention_large_numel(batch, heads, c.query_len, c.key_len, dim);
   const at::Tensor q = at::randn({batch, heads, c.query_len, dim});
   const at::Tensor k = at::randn({batch, heads, c.key_len, dim});
   const at::Tensor v = at::randn({batch, heads, c.key_len, dim});
