@@ -18,7 +18,7 @@ device kernel. Where ``csrc/eager/`` has the formula in C++ (``native_eager``; e
 call takes that ``torch::autograd::Function`` instead, with no Python between the kernels in forward or backward; its
 backward raises the same :class:`~mma_nmt.ops.first_order.HigherOrderGradientError`, its argument checks the same
 errors. Without gradients (``no_grad``, inputs that need none) it records no graph, and its call costs less host time
-than the ``OpOverload``'s below autograd (one thread, tiny problem: 1-7 us less per call, every operator;
+than the ``OpOverload``'s below autograd (one thread, tiny problem: up to 7 us less per call, level at worst;
 ``python -m benchmarks.bench_inference_call``, ``benchmarks/results/inference_call.cpu-1thread.md``), which a decoder
 step pays at every target position. The Python ``autograd.Function`` stays as the path of an operator registered
 without one.
