@@ -11,7 +11,7 @@ step calls the attention operator once per layer and target position, on the tin
 rounds alternating, each the thread's CPU time per call over ``--calls`` calls; the table gives each path's minimum
 over rounds. Results are the same tensors on every path (the same kernels on the same arguments). It decided, on
 2026-12-01, that a call without gradients takes the C++ Function too: up to 7 us less than the op below autograd,
-level at worst, on every operator over runs of 7, 9 and 15 rounds (``benchmarks/results/inference_call.cpu-1thread.md``).
+level at worst, on every operator in runs of 7, 9 and 15 rounds (``benchmarks/results/inference_call.cpu-1thread.md``).
 
     python -m benchmarks.bench_inference_call [--rounds 7] [--calls 2000]
 """
