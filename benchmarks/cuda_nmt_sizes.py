@@ -10,7 +10,8 @@ measured; ``--deadline`` (seconds from the start) stops starting new cases. The 
 interleaved in one process: read the ratios, not the absolute times (the GPU may be shared with other work).
 
 Contenders of attention: ``ours`` in the dispatch modes (``MMA_NMT_CUDA_KERNELS`` unset, ``handwritten``, ``rows``
-(the warp-per-row kernels instead of the tiled ones), ``flash``: read at every call), the plain formula of SPEC
+(the warp-per-row kernels instead of the tiled ones), ``flash``, and in float32/float64 ``composition``, the default
+there until 2026-12-02: read at every call), the plain formula of SPEC
 (``reference``), ``SDPA-flash`` where flash can serve (no padding, all-G or causal), ``SDPA+mask`` (the (B, H, T, S)
 visibility mask a user would pass), and, in the ``flex`` group, compiled FlexAttention with its block mask built once
 and built again at every call (what a new padded batch costs). q, k and v are views of (B, T, H, D) projections, as
@@ -75,7 +76,8 @@ def dispatch(mode: str | None) -> Iterator[None]:
             os.environ[DISPATCH] = old
 
 
-MODES = {"ours default": None, "ours handwritten": "handwritten", "ours rows": "rows", "ours flash": "flash"}
+MODES = {"ours default": None, "ours handwritten": "handwritten", "ours rows": "rows", "ours flash": "flash",
+         "ours composition": "composition"}
 
 
 def in_mode(mode: str | None, call: Callable) -> Callable:
@@ -87,8 +89,14 @@ def in_mode(mode: str | None, call: Callable) -> Callable:
     return wrapped
 
 
-def ours(fn: Callable, modes=(None, "handwritten", "rows", "flash")) -> dict[str, Callable]:
-    """Our operator under each dispatch mode; :func:`measure` applies the mode around forward and backward."""
+def ours(fn: Callable, modes=(None, "handwritten", "rows", "flash"), dtype: torch.dtype | None = None
+         ) -> dict[str, Callable]:
+    """Our operator under each dispatch mode; :func:`measure` applies the mode around forward and backward. In float32
+    and float64 (``dtype``) also ``composition``: the compositions of PyTorch's kernels, every call's default there
+    until 2026-12-02 and now only long calls' (in half precision that mode hands attention and GMM to the hand-written
+    kernels, so it would time nothing new)."""
+    if dtype in (torch.float32, torch.float64):
+        modes = (*modes, "composition")
     return {name: fn for name, mode in MODES.items() if mode in modes}
 
 
@@ -121,7 +129,8 @@ def attention_case(group: str, spec: str, padded: bool, batch: int, length: int,
         options = dict(head_kinds=kinds, key_lengths=lengths, window=1)
         # MMA_NMT_CUDA_KERNELS=flash serves every case here: unpadded uniform kinds batched, padded ones (and GLFB's
         # groups, padded self-attention) as variable-length sequences over the rows in place (since 2026-12-01).
-        calls = ours(lambda: fused_attention(*heads_of(), **options).out, modes=(None, "handwritten", "rows", "flash"))
+        calls = ours(lambda: fused_attention(*heads_of(), **options).out, modes=(None, "handwritten", "rows", "flash"),
+                     dtype=dtype)
         calls["reference"] = lambda: attention_reference(*heads_of(), **options)[0]
         if not padded and spec in ("G", "C") and dtype in (torch.float16, torch.bfloat16) and device == "cuda":
             calls["SDPA-flash"] = lambda: _sdpa_flash(*heads_of(), causal=spec == "C")
@@ -166,7 +175,8 @@ def attention_step_case(spec: str, batch: int, source: int, heads: int = 8, head
         causal = kinds[0] == HeadKind.CAUSAL
         lengths = None if causal else _lengths(batch, source, device)  # a beam step has no key padding
         options = dict(head_kinds=kinds, key_lengths=lengths, query_offset=source - 1 if causal else 0)
-        calls = ours(lambda: fused_attention(*heads_of(), **options).out, modes=(None, "handwritten", "rows"))
+        calls = ours(lambda: fused_attention(*heads_of(), **options).out, modes=(None, "handwritten", "rows"),
+                     dtype=dtype)
         calls["reference"] = lambda: attention_reference(*heads_of(), **options)[0]
         visible = visibility_mask(kinds, 1, source, window=1, key_lengths=lengths, batch=batch, device=device,
                                   query_offset=options["query_offset"])
@@ -176,11 +186,11 @@ def attention_step_case(spec: str, batch: int, source: int, heads: int = 8, head
 
 
 def operator_case(case: cuda_operators.OperatorCase, what: str | None = None) -> Case:
-    """A case of the operators section in the default and hand-written dispatch modes (flash serves none of these
-    operators)."""
+    """A case of the operators section in the default and hand-written dispatch modes, and in float32/float64 the
+    compositions' (flash serves none of these operators)."""
     def make(device, dtype):
         fused, reference, leaves = case.make(device, dtype)
-        return {**ours(fused, modes=(None, "handwritten")), "reference": reference}, leaves
+        return {**ours(fused, modes=(None, "handwritten"), dtype=dtype), "reference": reference}, leaves
     return Case("decoder", what or case.operator, case.shape, make)
 
 

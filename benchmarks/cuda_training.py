@@ -2,7 +2,10 @@
 fixed batch of random sentences, in float32 and under autocast to float16 and bfloat16, fused operators against a
 baseline: Transformers with MMA encoder heads (GLFB) or all-global heads against the same model built from
 ``nn.MultiheadAttention`` (``implementation="torch"``; issue 48), and the GMM Transformer and the 4-head LSTM against
-their plain-PyTorch reference models (``implementation="reference"``, the same parameters; issue 49).
+their plain-PyTorch reference models (``implementation="reference"``, the same parameters; issue 49). In float32
+the fused model is also timed with ``MMA_NMT_CUDA_KERNELS=composition``: the compositions of PyTorch's kernels, the
+float32 default until 2026-12-02 (``common/cuda_dispatch.h``), against the hand-written kernels that replaced them
+without a measurement.
 
 Alone, with both models of each pair compiled as ``train.compile`` compiles them (``reduce-overhead``: the forward and
 backward replayed as CUDA graphs, issue 48's "also under CUDA graphs"):
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from benchmarks.cuda_nmt_sizes import in_mode
 from benchmarks.profiles import TIMING
 from benchmarks.report import Section, Table
 from benchmarks.section_end_to_end import config_for_vocab
@@ -122,17 +126,20 @@ def run(profile: str, *, compile_mode: bool | str = False, precisions: tuple[str
         batch = random_batch(case.sentences, case.length)
         configs = [case.config(implementation) for implementation in ("fused", case.baseline)]
         for name in precisions or tuple(PRECISIONS):
-            fused, baseline = time_interleaved(
-                [train_step_fn(c, batch, PRECISIONS[name], compile_mode) for c in configs],
-                synchronize=torch.cuda.synchronize, **timing)
+            steps = [train_step_fn(c, batch, PRECISIONS[name], compile_mode) for c in configs]
+            if PRECISIONS[name] is None:  # float32: the fused model on the compositions too
+                steps.append(in_mode("composition", train_step_fn(configs[0], batch, None, compile_mode)))
+            fused, baseline, *composition = time_interleaved(steps, synchronize=torch.cuda.synchronize, **timing)
             label = name + compiled_as
             where = f"{case.label} {case.sentences}x{case.length} {label}"
             rows.append([case.label, f"{case.sentences} x {case.length}", label, case.baseline,
-                         batch.num_tokens / fused, batch.num_tokens / baseline, baseline / fused])
+                         batch.num_tokens / fused, batch.num_tokens / baseline, baseline / fused,
+                         batch.num_tokens / composition[0] if composition else "-"])
             target = "cuda_train_vs_torch" if case.baseline == "torch" else "cuda_train_vs_reference"
             section.figure(target, baseline / fused, where)
     section.tables.append(Table("Training tokens/s", ["model", "batch (sentences x max len)", "precision", "baseline",
-                                                      "fused tok/s", "baseline tok/s", "fused / baseline"], rows))
+                                                      "fused tok/s", "baseline tok/s", "fused / baseline",
+                                                      "fused on compositions tok/s"], rows))
     return section
 
 

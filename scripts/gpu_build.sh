@@ -22,11 +22,13 @@ gpu_build() {
   cp /tmp/mma_build/mma_nmt/_C*.so mma_nmt/
 }
 
-# gpu_cuda_tests DIR: starts the CUDA suite twice in the background, with the default dispatch and with
-# MMA_NMT_CUDA_KERNELS=handwritten, into DIR/test_cuda.log and DIR/test_cuda_handwritten.log (each ends with
-# "exit <status>"); their PIDs are left in cuda_test_pids. The suite: the operators' CUDA cases, the attention kernels
-# (with the opt-in FlashAttention-2 path, which its test turns on itself), every operator under CUDA autocast, the
-# resume of a CUDA-trained run and a training step under torch.cuda.set_sync_debug_mode("error"). That last test
+# gpu_cuda_tests DIR: starts the CUDA suite three times in the background, with the default dispatch, with
+# MMA_NMT_CUDA_KERNELS=handwritten and with MMA_NMT_CUDA_KERNELS=composition (the compositions of PyTorch's kernels,
+# which by default serve only long float32/float64 calls since 2026-12-02), into DIR/test_cuda.log,
+# DIR/test_cuda_handwritten.log and DIR/test_cuda_composition.log (each ends with "exit <status>"); their PIDs are left
+# in cuda_test_pids; cuda_test_results DIR gives their summary lines. The suite: the operators' CUDA cases, the
+# attention kernels (with the opt-in FlashAttention-2 path, which its test turns on itself), every operator under CUDA
+# autocast, the resume of a CUDA-trained run and a training step under torch.cuda.set_sync_debug_mode("error"). That last test
 # prepares a tiny Multi30k subset from the raw corpus, which the lent machine lacks (../shared does not travel): copy
 # ../shared/data/multi30k to runs/data/raw/ before the call (runs/data is carried); without it the test errors at
 # setup, as in the session of 2026-11-28.
@@ -43,7 +45,18 @@ gpu_cuda_tests() {
   (MMA_NMT_REQUIRE_CUDA=1 python3 -m pytest "${workers[@]}" "${tests[@]}" > "$dir/test_cuda.log" 2>&1
    echo "exit $?" >> "$dir/test_cuda.log") &
   cuda_test_pids=($!)
-  (MMA_NMT_REQUIRE_CUDA=1 MMA_NMT_CUDA_KERNELS=handwritten python3 -m pytest "${workers[@]}" "${tests[@]}" \
-     > "$dir/test_cuda_handwritten.log" 2>&1; echo "exit $?" >> "$dir/test_cuda_handwritten.log") &
-  cuda_test_pids+=($!)
+  local mode
+  for mode in handwritten composition; do
+    (MMA_NMT_REQUIRE_CUDA=1 MMA_NMT_CUDA_KERNELS=$mode python3 -m pytest "${workers[@]}" "${tests[@]}" \
+       > "$dir/test_cuda_$mode.log" 2>&1; echo "exit $?" >> "$dir/test_cuda_$mode.log") &
+    cuda_test_pids+=($!)
+  done
+}
+
+# cuda_test_results DIR: pytest's summary line of each run of gpu_cuda_tests (above the "exit" line it appends).
+cuda_test_results() {
+  local dir=$1 mode line
+  line=$(tail -2 "$dir/test_cuda.log" | head -1)
+  for mode in handwritten composition; do line+=" | $mode: $(tail -2 "$dir/test_cuda_$mode.log" | head -1)"; done
+  echo "$line"
 }

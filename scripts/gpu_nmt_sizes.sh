@@ -33,7 +33,7 @@ say "flash probe (flash_probe.log): $(tail -1 "$OUT/flash_probe.log")"
 
 gpu_cuda_tests "$OUT"  # both dispatch modes, in the background; about 20 s on an H200
 wait "${cuda_test_pids[@]}"
-say "tests: $(tail -2 "$OUT/test_cuda.log" | head -1) | handwritten: $(tail -2 "$OUT/test_cuda_handwritten.log" | head -1)"
+say "tests: $(cuda_test_results "$OUT")"
 
 bench=(python3 -m benchmarks.cuda_nmt_sizes --out "$OUT/bench")
 timeout "$(until_s 260)" "${bench[@]}" --only attention --only decoder --only long --deadline "$(until_s 245)" \

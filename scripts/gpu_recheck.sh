@@ -5,8 +5,9 @@
 # ends by LIMIT seconds (default 300). Everything lands in $OUT as in gpu_nmt_sizes.sh. COMPILED_STEPS="MODEL,..."
 # (labels of benchmarks.cuda_training, e.g. "transformer_iwslt_small MMA") also times those training steps with both
 # models compiled under reduce-overhead (CUDA graphs), in bfloat16: about a minute of compilation per model pair.
-# NMT_DTYPE (default bfloat16) is the NMT-size groups' dtype: float32 times the float32 defaults (the compositions),
-# which the full-scale recipes train in (train.amp is off unless set), against the hand-written kernels.
+# NMT_DTYPE (default bfloat16) is the NMT-size groups' dtype: float32 times the float32 defaults, which the
+# full-scale recipes train in (train.amp is off unless set), against the compositions (MMA_NMT_CUDA_KERNELS=composition)
+# that were those defaults until 2026-12-02, when the hand-written kernels took NMT sizes unmeasured.
 #
 #   OUT=... LIMIT=300 NMT_GROUPS="decoder attention" bash scripts/gpu_recheck.sh      (carry .whl and runs/data/raw)
 set -uo pipefail
@@ -27,8 +28,7 @@ say "built: $(python3 -c 'import mma_nmt; print(mma_nmt.build_info())' 2>&1 | ta
 
 gpu_cuda_tests "$OUT"
 wait "${cuda_test_pids[@]}"
-last_result() { tail -2 "$1" | head -1; }  # pytest's summary line, above the "exit" line gpu_cuda_tests appends
-say "tests: $(last_result "$OUT/test_cuda.log") | handwritten: $(last_result "$OUT/test_cuda_handwritten.log")"
+say "tests: $(cuda_test_results "$OUT")"
 
 groups=()
 for group in ${NMT_GROUPS:-decoder attention}; do groups+=(--only "$group"); done

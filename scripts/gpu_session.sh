@@ -64,7 +64,7 @@ for args in "$@"; do
 done
 train_start=$SECONDS
 
-say "CUDA tests (default dispatch, then MMA_NMT_CUDA_KERNELS=handwritten) beside the training"
+say "CUDA tests (default dispatch, MMA_NMT_CUDA_KERNELS=handwritten and =composition) beside the training"
 gpu_cuda_tests "$OUT"
 
 # Progress every 15 s: the newest update of every run (its log.jsonl).
@@ -100,7 +100,7 @@ for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null; done
 wait "${pids[@]}" 2>/dev/null
 say "training commands ended: $(for log in "$OUT"/logs/train*.log; do tail -1 "$log"; done | tr '\n' ' ')"
 wait "${cuda_test_pids[@]}" 2>/dev/null
-say "tests: $(tail -2 "$OUT/test_cuda.log" | head -1) | handwritten: $(tail -2 "$OUT/test_cuda_handwritten.log" | head -1)"
+say "tests: $(cuda_test_results "$OUT")"
 
 # The results must be packed before the command's own limit (LIMIT seconds, default 590) cuts everything off.
 limit=${LIMIT:-590}

@@ -73,8 +73,7 @@ sleep 3
 for pid in "${pids[@]}"; do kill -KILL -- "-$pid" 2>/dev/null; done
 # the side commands still running: the BESIDE one is a process group; the test subshells' pytest is their child
 for pid in "${side_pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || { pkill -TERM -P "$pid"; kill "$pid"; } 2>/dev/null; done
-[ -n "${CUDA_TESTS:-}" ] && say "CUDA tests: $(tail -2 "$OUT/logs/test_cuda.log" | head -1) | handwritten:" \
-  "$(tail -2 "$OUT/logs/test_cuda_handwritten.log" | head -1)"
+[ -n "${CUDA_TESTS:-}" ] && say "CUDA tests: $(cuda_test_results "$OUT/logs")"
 [ -n "${BESIDE:-}" ] && { say "beside the training:"; cat "$OUT/logs/beside.log"; }
 say "trainings stopped: $(for log in "$OUT"/logs/train*.log; do tail -c 200 "$log" | tr '\r' '\n' | tail -1; done)"
 

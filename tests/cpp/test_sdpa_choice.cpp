@@ -4,6 +4,10 @@
 // hand-written kernel, since the fused kernels' gradients failed the CUDA suite on an H200 in half precision.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
+#include <string>
+
 #include "attention/sdpa_choice.h"
 #include "common/cuda_dispatch.h"
 
@@ -39,11 +43,67 @@ TEST(SdpaChoice, MathOrNoAnswerLeavesTheGroupToTheHandwrittenKernel) {
   EXPECT_FALSE(use_efficient_kernel(4, SdpaForm{false, false, 64}));  // overrideable
 }
 
-TEST(SdpaChoice, CompositionsServeFloat32AndFloat64OnlyByDefault) {
-  EXPECT_TRUE(mma_nmt::composition_by_default(c10::ScalarType::Float));
-  EXPECT_TRUE(mma_nmt::composition_by_default(c10::ScalarType::Double));
-  EXPECT_FALSE(mma_nmt::composition_by_default(c10::ScalarType::Half));
-  EXPECT_FALSE(mma_nmt::composition_by_default(c10::ScalarType::BFloat16));
+// Past the hand-written kernels' sizes (long_call) float32 and float64 take the composition, half precision never
+// (flash takes it there); below them every dtype runs the hand-written kernels.
+TEST(SdpaChoice, CompositionsServeLongFloat32AndFloat64CallsOnlyByDefault) {
+  for (const bool long_call : {false, true}) {
+    EXPECT_EQ(mma_nmt::composition_by_default(c10::ScalarType::Float, long_call), long_call);
+    EXPECT_EQ(mma_nmt::composition_by_default(c10::ScalarType::Double, long_call), long_call);
+    EXPECT_FALSE(mma_nmt::composition_by_default(c10::ScalarType::Half, long_call));
+    EXPECT_FALSE(mma_nmt::composition_by_default(c10::ScalarType::BFloat16, long_call));
+  }
+}
+
+// MMA_NMT_CUDA_KERNELS, set for one test and restored.
+class DispatchSwitch {
+ public:
+  explicit DispatchSwitch(const char* value) {
+    if (const char* old = std::getenv(kName)) old_ = old;
+    if (value != nullptr) {
+      setenv(kName, value, 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+  ~DispatchSwitch() {
+    if (old_) {
+      setenv(kName, old_->c_str(), 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+
+ private:
+  static constexpr const char* kName = "MMA_NMT_CUDA_KERNELS";
+  std::optional<std::string> old_;
+};
+
+TEST(SdpaChoice, TheSwitchForcesOrForbidsTheCompositionInEveryDtype) {
+  const c10::ScalarType dtypes[] = {c10::ScalarType::Float, c10::ScalarType::Double, c10::ScalarType::Half,
+                                    c10::ScalarType::BFloat16};
+  for (const c10::ScalarType dtype : dtypes) {
+    for (const bool long_call : {false, true}) {
+      {
+        const DispatchSwitch unset(nullptr);
+        EXPECT_EQ(mma_nmt::composition_wanted(dtype, long_call), mma_nmt::composition_by_default(dtype, long_call));
+      }
+      {
+        const DispatchSwitch flash("flash");  // flash changes attention's flash calls only
+        EXPECT_EQ(mma_nmt::composition_wanted(dtype, long_call), mma_nmt::composition_by_default(dtype, long_call));
+      }
+      {
+        const DispatchSwitch composition("composition");
+        EXPECT_TRUE(mma_nmt::composition_wanted(dtype, long_call));
+        EXPECT_FALSE(mma_nmt::handwritten_cuda_kernels_only());
+        EXPECT_FALSE(mma_nmt::flash_cuda_kernels_opted_in());
+      }
+      for (const char* handwritten : {"handwritten", "rows"}) {
+        const DispatchSwitch forced(handwritten);
+        EXPECT_FALSE(mma_nmt::composition_wanted(dtype, long_call)) << handwritten;
+        EXPECT_FALSE(mma_nmt::composition_cuda_kernels_opted_in()) << handwritten;
+      }
+    }
+  }
 }
 
 }  // namespace

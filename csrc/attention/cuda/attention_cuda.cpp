@@ -1,8 +1,9 @@
 // CUDA implementation of mma_nmt::attention and mma_nmt::attention_backward: argument checks and the device guard, then
 // FlashAttention-2 per head-kind group for long half-precision calls (flash_calls.h), the heads grouped by kind with
-// PyTorch's fused SDPA kernels for every group but the local heads in float32/float64 (attention_composition.h), and
-// the hand-written kernels (attention_cuda.h) for the rest, for dropout and for weights; MMA_NMT_CUDA_KERNELS selects
-// (common/cuda_dispatch.h). Plain C++ (no device code), so only the two kernel files go through nvcc.
+// PyTorch's fused SDPA kernels for every group but the local heads for long float32/float64 calls
+// (attention_composition.h), and the hand-written kernels (attention_cuda.h) for the rest (NMT sizes in every dtype),
+// for dropout and for weights; MMA_NMT_CUDA_KERNELS selects (common/cuda_dispatch.h). Plain C++ (no device code), so
+// only the two kernel files go through nvcc.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -51,6 +52,14 @@ const AttentionKernels& handwritten_kernels() {
   return kernels;
 }
 
+// Whether the call is past the sizes at which the hand-written kernels lead (flash_by_default, measured in half
+// precision): flash takes it in float16/bfloat16, the composition in float32/float64 (common/cuda_dispatch.h).
+bool long_call(const AttentionParams& p, bool padded) {
+  const bool uniform = std::adjacent_find(p.head_kinds.begin(), p.head_kinds.end(), std::not_equal_to<>()) ==
+                       p.head_kinds.end();
+  return flash_by_default(p.batch * p.heads, p.query_len, p.key_len, padded, uniform);
+}
+
 // --- FlashAttention-2 (flash_calls.h): long calls by default, every size with MMA_NMT_CUDA_KERNELS=flash ----------
 // Its probe (14 cases with gradients: every kind, T != S, offsets, padded cross-attention) passed on an H200 on
 // 2026-11-28 (on packed batches: the in-place sequences of 2026-12-01 are not yet run on a GPU). A group of heads of one
@@ -59,15 +68,12 @@ const AttentionKernels& handwritten_kernels() {
 // too), in float16/bfloat16, without dropout or weights, with equal head sizes up to
 // 256 in steps of 8, on sm80 or newer. Calls of mixed kinds are split into one group per kind, each through FA2 where
 // it serves, else the hand-written kernel. flash_by_default (flash_plan.h) gives the size from which this is the
-// default; MMA_NMT_CUDA_KERNELS=flash takes it at every size, =handwritten never.
+// default; MMA_NMT_CUDA_KERNELS=flash takes it at every size, =handwritten and =composition never.
 bool flash_wanted(const AttentionParams& p, const at::Tensor& q, bool padded, bool return_probs) {
-  if (handwritten_cuda_kernels_only() || return_probs || p.dropout_p > 0.0) return false;
-  const bool uniform = std::adjacent_find(p.head_kinds.begin(), p.head_kinds.end(), std::not_equal_to<>()) ==
-                       p.head_kinds.end();
-  if (!flash_cuda_kernels_opted_in() &&
-      !flash_by_default(p.batch * p.heads, p.query_len, p.key_len, padded, uniform)) {
+  if (handwritten_cuda_kernels_only() || composition_cuda_kernels_opted_in() || return_probs || p.dropout_p > 0.0) {
     return false;
   }
+  if (!flash_cuda_kernels_opted_in() && !long_call(p, padded)) return false;
   if (q.scalar_type() != at::kHalf && q.scalar_type() != at::kBFloat16) return false;
   if (p.head_dim != p.value_dim || p.head_dim > 256 || p.head_dim % 8 != 0) return false;
   return at::cuda::getCurrentDeviceProperties()->major >= 8;
@@ -149,7 +155,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
   if (flash_takes(p, q, key_lengths, return_probs)) {
     FlashSequenceCache sequences;  // this call's alone
     result = attention_forward_per_kind(p, q, k, v, key_lengths, flash_or_handwritten_kernels(sequences));
-  } else if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type()) &&
+  } else if (composition_wanted(q.scalar_type(), long_call(p, key_lengths.has_value())) &&
              splittable(p, return_probs)) {
     result = attention_forward_by_kind(p, q, k, v, key_lengths, handwritten_kernels());
   } else {
@@ -178,7 +184,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
     FlashSequenceCache sequences;  // this call's alone
     grads = attention_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths,
                                         flash_or_handwritten_kernels(sequences));
-  } else if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type()) &&
+  } else if (composition_wanted(q.scalar_type(), long_call(p, key_lengths.has_value())) &&
              splittable(p, /*return_probs=*/false)) {
     grads = attention_backward_by_kind(p, grad_out, q, k, v, out, lse, key_lengths, handwritten_kernels());
   } else {

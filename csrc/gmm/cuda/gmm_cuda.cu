@@ -1,7 +1,8 @@
 // CUDA implementation of mma_nmt::gmm_attention and mma_nmt::gmm_attention_backward (float32, float16, bfloat16 and
-// float64; accumulation in float, or double for float64): argument checks and the device guard, then PyTorch's fused
-// SDPA kernels and batched GEMMs where the call is composable (gmm_composition.h), else the launches of
-// gmm_launch.cuh on the current stream; MMA_NMT_CUDA_KERNELS=handwritten forces those (common/cuda_dispatch.h).
+// float64; accumulation in float, or double for float64): argument checks and the device guard, then the launches of
+// gmm_launch.cuh on the current stream; in float32/float64 where a head's keys and values do not fit the block-per-head
+// kernels, PyTorch's fused SDPA kernels and batched GEMMs where the call is composable (gmm_composition.h).
+// MMA_NMT_CUDA_KERNELS=handwritten or =composition forces either (common/cuda_dispatch.h).
 #include "gmm/cuda/gmm_launch.cuh"  // first: it includes common/cuda_compat.h
 
 #include <c10/cuda/CUDAGuard.h>
@@ -35,7 +36,8 @@ GmmForwardResult gmm_attention_cuda(const at::Tensor& q, const at::Tensor& k, co
       check_gmm_args(op, q, k, v, key_lengths, omega, mu, sigma, gate, local, scale, normalization, sigma_floor);
   check_cuda_limits(op, p, q);
   const c10::cuda::CUDAGuard guard(q.device());
-  if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type())) {
+  const bool long_call = !head_blocks_fit(p, q.scalar_type(), /*backward=*/false, gpu::current_launch());
+  if (composition_wanted(q.scalar_type(), long_call)) {
     if (auto result = gmm_forward_by_composition(p, q, k, v, key_lengths, omega, mu, sigma, gate, return_weights)) {
       return *result;
     }
@@ -59,7 +61,8 @@ GmmBackwardResult gmm_attention_backward_cuda(
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
   const c10::cuda::CUDAGuard guard(q.device());
   // Either backend's saved statistics serve either backward (gmm_composition.h), so the choice is made again here.
-  if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type())) {
+  const bool long_call = !head_blocks_fit(p, q.scalar_type(), /*backward=*/true, gpu::current_launch());
+  if (composition_wanted(q.scalar_type(), long_call)) {
     if (auto grads = gmm_backward_by_composition(p, grad_out, q, k, v, key_lengths, omega, mu, sigma, gate, lse,
                                                  alpha_context, beta_context)) {
       return *grads;

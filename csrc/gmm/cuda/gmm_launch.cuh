@@ -94,6 +94,18 @@ bool use_head_blocks(const GmmParams& p, const gpu::Launch& launch, bool backwar
   return choice == GmmKernels::kHeadBlocks || (choice == GmmKernels::kAuto && fits);
 }
 
+// Whether the block-per-head kernels take a call in `dtype` (one direction) without a forced choice: GMM's size rule.
+// Beyond it the one-warp-per-row kernels run, which the H200 measured behind the composition (bfloat16, B 128, T = S
+// = 64: 8.16 against 4.44 ms forward+backward, 2026-11-28), so float32 and float64 calls take the composition there
+// (common/cuda_dispatch.h, composition_by_default).
+inline bool head_blocks_fit(const GmmParams& p, at::ScalarType dtype, bool backward, const gpu::Launch& launch) {
+  bool fits = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "mma_nmt::gmm_attention head blocks", [&] {
+    fits = use_head_blocks<scalar_t, at::opmath_type<scalar_t>>(p, launch, backward, GmmKernels::kAuto);
+  });
+  return fits;
+}
+
 // Blocks of launch.warps_per_block warps, one column of blocks per (sentence, head), each block taking
 // kBlockRowsPerWarp rows per warp.
 inline WarpGrid head_block_grid(const GmmParams& p, const gpu::Launch& launch) {

@@ -1,7 +1,7 @@
 // CUDA implementation of mma_nmt::shared_value_attention and its backward: argument checks and the device guard, then
-// the forward kernel of shared_value_kernels.cuh in half precision (the composition in float32/float64), and the
-// backward by batched GEMMs (shared_value_composition.h) in every dtype; with MMA_NMT_CUDA_KERNELS=handwritten the
-// kernels of shared_value_kernels.cuh on the current stream, both ways.
+// the forward kernel of shared_value_kernels.cuh in every dtype (its composition with MMA_NMT_CUDA_KERNELS=composition),
+// and the backward by batched GEMMs (shared_value_composition.h) in every dtype; with MMA_NMT_CUDA_KERNELS=handwritten
+// the kernels of shared_value_kernels.cuh on the current stream, both ways.
 #include "luong/cuda/shared_value_kernels.cuh"  // first: it includes common/cuda_compat.h
 
 #include <c10/cuda/CUDAGuard.h>
@@ -19,7 +19,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_cuda(
     double scale, bool return_probs) {
   const SharedValueParams p = check_shared_value_args("mma_nmt.shared_value_attention", q, k, v, key_lengths, scale);
   const c10::cuda::CUDAGuard guard(q.device());
-  if (!handwritten_cuda_kernels_only() && composition_by_default(q.scalar_type())) {
+  // The hand-written forward in every dtype (5.0x and 2.8x the formula in bfloat16 on the H200; float32 inferred,
+  // common/cuda_dispatch.h): the Luong step has no long calls.
+  if (composition_wanted(q.scalar_type(), /*long_call=*/false)) {
     return shared_value_forward_by_composition(p, q, k, v, key_lengths, return_probs);
   }
   return run_shared_value_forward(p, q, k, v, key_lengths, return_probs, gpu::current_launch());
@@ -34,7 +36,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> shared_value_attention_backward_c
   const c10::cuda::CUDAGuard guard(q.device());
   // In every dtype: five GEMMs in the inputs' dtype beat the kernel of then, one block per sentence, 2.5-4x in bfloat16
   // on an H200 (benchmarks/results/2026-11-29.nmt-sizes.notes.md). Its two-pass successor is not measured yet.
-  if (!handwritten_cuda_kernels_only()) {
+  if (!handwritten_cuda_kernels_only()) {  // MMA_NMT_CUDA_KERNELS=composition: this, as by default
     return shared_value_backward_by_composition(p, grad_out, q, k, v, out, lse, key_lengths);
   }
   return run_shared_value_backward(p, grad_out, q, k, v, out, lse, key_lengths, gpu::current_launch());

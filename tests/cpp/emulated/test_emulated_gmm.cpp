@@ -392,6 +392,25 @@ TEST(EmulatedGmmWideMixture, KeepsMeansFarIntoALongSentenceWhereBfloat16WouldMov
       << "rounding the means to bfloat16 should move the mixture's weight";
 }
 
+// GMM's size rule on the GPU (4 warps a block): where the block-per-head kernels fit, every dtype runs them by
+// default; beyond, float32 and float64 take the composition (common/cuda_dispatch.h). Decoder sizes (S = 64, D = 64,
+// K = 4) fit in every dtype but float64; a 128-key source still fits in bfloat16 and no longer in float32.
+TEST(EmulatedGmmHeadBlocks, FitDecoderSizesInFloat32AndLongerSourcesInHalfPrecision) {
+  gmm::GmmParams p;
+  p.batch = 64, p.heads = 8, p.head_dim = 64, p.value_dim = 64, p.components = 4;
+  const gpu::Launch gpu_launch{nullptr, 4};
+  for (const bool backward : {false, true}) {
+    p.query_len = p.key_len = 64;
+    EXPECT_TRUE(gmm::cuda::head_blocks_fit(p, at::kFloat, backward, gpu_launch)) << backward;
+    EXPECT_TRUE(gmm::cuda::head_blocks_fit(p, at::kBFloat16, backward, gpu_launch)) << backward;
+    EXPECT_FALSE(gmm::cuda::head_blocks_fit(p, at::kDouble, backward, gpu_launch)) << backward;
+    p.query_len = p.key_len = 128;
+    EXPECT_FALSE(gmm::cuda::head_blocks_fit(p, at::kFloat, backward, gpu_launch)) << backward;
+    EXPECT_TRUE(gmm::cuda::head_blocks_fit(p, at::kBFloat16, backward, gpu_launch)) << backward;
+    EXPECT_TRUE(gmm::cuda::head_blocks_fit(p, at::kHalf, backward, gpu_launch)) << backward;
+  }
+}
+
 std::string case_name(const ::testing::TestParamInfo<std::tuple<GmmCase, DtypeCase, GmmKernels>>& info) {
   const char* kernels = std::get<2>(info.param) == GmmKernels::kHeadBlocks ? "HeadBlocks" : "RowWarps";
   return std::get<0>(info.param).name + "_" + dtype_name(std::get<1>(info.param).dtype) + "_" + kernels;

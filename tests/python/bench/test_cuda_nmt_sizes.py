@@ -78,8 +78,9 @@ def test_a_failing_contender_is_reported_and_the_others_are_timed():
     rows = measure(Case("tiny", good.what, good.shape, make), "cpu", torch.float64)
     broken = [r for r in rows if r["contender"] == "broken"]
     assert [r["error"] for r in broken] == ["RuntimeError: no kernel for this"] * 2
+    # all-G: flash is a contender; float64: the compositions too
     assert {r["contender"] for r in rows if "ms" in r} == {"ours default", "ours handwritten", "ours rows", "ours flash",
-                                                           "reference", "SDPA+mask"}  # all-G: flash is a contender
+                                                           "ours composition", "reference", "SDPA+mask"}
 
 
 def test_rows_are_written_per_case_and_the_deadline_stops_new_cases(tmp_path, monkeypatch):
@@ -88,7 +89,7 @@ def test_rows_are_written_per_case_and_the_deadline_stops_new_cases(tmp_path, mo
     assert run(["tiny"], tmp_path, device="cpu", dtype=torch.float64, deadline=None, graphs=False,
                log=lines.append) == 2
     rows = [json.loads(line) for line in (tmp_path / "nmt_sizes.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * 2 * 6  # cases x passes x contenders
+    assert len(rows) == 2 * 2 * 7  # cases x passes x contenders
     report = render(tmp_path)
     assert "## tiny, float64" in report and report.count("| ours default |") == 4
     assert run(["tiny"], tmp_path / "late", device="cpu", dtype=torch.float64, deadline=-1, graphs=False,

@@ -66,10 +66,11 @@ def test_trains_runs_tests_and_a_side_command_then_stages_the_unfinished_runs(tm
     with tarfile.open(out / "runs_state.tgz") as tar:
         logs = {Path(m.name).name: tar.extractfile(m).read().decode() for m in tar.getmembers()
                 if m.name.startswith("gpu_logs/") and m.isfile()}
-    for name in ("test_cuda.log", "test_cuda_handwritten.log"):  # both dispatch modes, given the carried raw data
+    # the three dispatch modes, given the carried raw data
+    for name in ("test_cuda.log", "test_cuda_handwritten.log", "test_cuda_composition.log"):
         assert logs[name].splitlines() == [f"data: {root / 'runs' / 'data' / 'raw'}", "2 passed in 0.10s", "exit 0"]
     assert logs["beside.log"] == "probe table\n"
     assert logs["train1.log"] == "trained ends\n" and logs["train2.log"] == "trained hangs\n"
     session = logs["session.log"]
-    assert "CUDA tests: 2 passed in 0.10s | handwritten: 2 passed in 0.10s" in session
+    assert "CUDA tests: 2 passed in 0.10s | handwritten: 2 passed in 0.10s | composition: 2 passed in 0.10s" in session
     assert "trainings stopped" in session and "staging" in session

@@ -152,11 +152,12 @@ def test_cuda_flash_opt_in_takes_padded_self_attention_per_kind(spec, dtype, mon
         assert_close_to_double(got, low, high, f"grad_{name}")
 
 
-@pytest.mark.parametrize("kernels", [None, "handwritten", "rows", "flash"])
+@pytest.mark.parametrize("kernels", [None, "handwritten", "rows", "flash", "composition"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("spec, padded", [("GLFB", True), ("G", False), ("G", True), ("C", False)])
 def test_cuda_reads_head_views_in_place_and_returns_the_fake_kernels_layout(kernels, dtype, spec, padded, monkeypatch):
-    """Every CUDA path (the hand-written kernels, FlashAttention per kind, the float32 SDPA composition) takes head
+    """Every CUDA path (the hand-written kernels, FlashAttention per kind, the SDPA composition, which float32 takes
+    from 256 x 256 pairs a sentence by default and at this size with MMA_NMT_CUDA_KERNELS=composition) takes head
     views of a joint (B, L, 3 H D) projection as they are and returns what the fake kernel promises, as the CPU does:
     out position-major, each gradient laid out like its input. A mismatch fails torch.compile at run time, or feeds the
     next kernel a wrong layout; the same values as from contiguous copies."""
