@@ -148,6 +148,42 @@ TEST_P(SharedValueBackwardInBfloat16, NearFloat64) {
 INSTANTIATE_TEST_SUITE_P(Cases, SharedValueBackwardInBfloat16, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
+// The forward in bfloat16, which only MMA_NMT_CUDA_KERNELS=composition sends here on the GPU (the hand-written kernel
+// is the default in every dtype): out and the weights in bfloat16 near the CPU kernel's float64 ones, lse in float.
+class SharedValueForwardInBfloat16 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SharedValueForwardInBfloat16, NearFloat64) {
+  const Case& c = GetParam();
+  at::manual_seed(37);
+  const auto [q, k, v, grad_out, lengths] = random_inputs(c, at::kDouble);
+  const double scale = 0.3;
+  const auto forward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::shared_value_attention", "").typed<ForwardFn>();
+  const Triple want = forward.call(q, k, v, lengths, scale, true);
+
+  const auto bf16 = [](const at::Tensor& x) { return x.to(at::kBFloat16); };
+  const auto p = mma_nmt::luong::check_shared_value_args("test", bf16(q), bf16(k), bf16(v), lengths, scale);
+  const Triple got = mma_nmt::luong::shared_value_forward_by_composition(p, bf16(q), bf16(k), bf16(v), lengths, true);
+  const char* names[] = {"out", "lse", "probs"};
+  const at::Tensor wants[] = {std::get<0>(want), std::get<1>(want), std::get<2>(want)};
+  const at::Tensor gots[] = {std::get<0>(got), std::get<1>(got), std::get<2>(got)};
+  const at::ScalarType dtypes[] = {at::kBFloat16, at::kFloat, at::kBFloat16};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(gots[i].scalar_type(), dtypes[i]) << names[i];
+    ASSERT_EQ(gots[i].sizes(), wants[i].sizes()) << names[i];
+    // -inf (a row without keys) compares equal to -inf; elsewhere bfloat16's 8 bits of q and k reach the logits
+    const at::Tensor finite = wants[i].isfinite();
+    ASSERT_TRUE(gots[i].isfinite().equal(finite)) << names[i];
+    const double error = (gots[i].to(at::kDouble) - wants[i]).masked_fill(finite.logical_not(), 0).abs().max()
+                             .item<double>();
+    const double size = wants[i].masked_fill(finite.logical_not(), 0).abs().max().item<double>();
+    EXPECT_LE(error, 0.03 * size + 1e-2) << names[i] << ": max error " << error << " against max " << size;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SharedValueForwardInBfloat16, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, SharedValueCompositionMatchesCpuKernel,
     ::testing::Combine(::testing::ValuesIn(kCases), ::testing::Values(at::kDouble, at::kFloat)),
