@@ -17,6 +17,7 @@
 
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "attention/cuda/attention_tile_kernels.cuh"
 #include "common/online_softmax.h"
@@ -96,19 +97,22 @@ void launch_backward(const AttentionParams& p, const BackwardTensors& t, const g
                      make_kernel_params(p, t.key_lengths), ptrs);
 }
 
-// The warp kernel's dK and dV accumulators in the accumulation type, zero-filled: gradient_like(k) and (v) themselves
-// where that is the input dtype (float, double); else views of one zeroed float buffer (one fill for both), rows
-// position-major, which run_attention_backward copies into the half-precision gradients.
+// The warp kernel's dK and dV accumulators in the accumulation type, zero-filled by one fill: views of one buffer,
+// each laid out as gradient_like lays out its gradient. In float and double they are the gradients themselves (the
+// entry point's as_gradient_layout then copies nothing); else run_attention_backward copies them into gradients of the
+// input dtype. Until 2026-12-02 float and double filled dK and dV one at a time (3 launches with the kernel).
 inline std::pair<at::Tensor, at::Tensor> row_backward_accumulators(const at::Tensor& k, const at::Tensor& v) {
   const at::ScalarType acc_type = at::toOpMathType(k.scalar_type());
-  if (acc_type == k.scalar_type()) return {gradient_like(k).zero_(), gradient_like(v).zero_()};
-  const int64_t batch = k.size(0), heads = k.size(1), len = k.size(2), dim_k = k.size(3), dim_v = v.size(3);
-  const int64_t k_elements = batch * len * heads * dim_k;
-  const at::Tensor both = at::zeros({k_elements + batch * len * heads * dim_v}, k.options().dtype(acc_type));
-  const auto part = [&](int64_t offset, int64_t count, int64_t dim) {  // (B, L, H, dim) rows -> (B, H, L, dim)
-    return both.narrow(0, offset, count).view({batch, len, heads, dim}).transpose(1, 2);
+  // gradient_like's layouts, read off tensors freed before the buffer is allocated (an allocation, no launch)
+  const auto layout = [&](const at::Tensor& x) {
+    const at::Tensor like = gradient_like(x, acc_type);
+    return std::make_pair(like.sizes().vec(), like.strides().vec());
   };
-  return {part(0, k_elements, dim_k), part(k_elements, both.numel() - k_elements, dim_v)};
+  const auto [k_sizes, k_strides] = layout(k);
+  const auto [v_sizes, v_strides] = layout(v);
+  const int64_t k_elements = k.numel();
+  const at::Tensor both = at::zeros({k_elements + v.numel()}, k.options().dtype(acc_type));
+  return {both.as_strided(k_sizes, k_strides, 0), both.as_strided(v_sizes, v_strides, k_elements)};
 }
 
 // (grad_q, grad_k, grad_v) of mma_nmt::attention_backward for checked arguments (attention_cuda.cpp), computed on the
@@ -135,9 +139,9 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_attention_backward(
     });
     return {t.grad_q, t.grad_k_acc, t.grad_v_acc};
   }
-  // The warp kernel writes every row of grad_q (0 for a row without keys) and adds into dK and dV: zero-filled
-  // accumulators, which are the gradients themselves in float and double, else one float buffer for both (one fill)
-  // copied into gradients of the input dtype after the kernel.
+  // The warp kernel writes every row of grad_q (0 for a row without keys) and adds into dK and dV: views of one
+  // zero-filled buffer in the accumulation type, which are the gradients themselves in float and double, else copied
+  // into gradients of the input dtype after the kernel.
   const auto [grad_k_acc, grad_v_acc] = row_backward_accumulators(k, v);
   const BackwardTensors t{rows_contiguous(grad_out),
                           rows_contiguous(q),

@@ -236,17 +236,18 @@ TEST(EmulatedAttentionLayouts, HeadViewsOfProjectionsGoInAsTheyAreAndResultsCome
 
 // The ATen work around the kernels' launches (issue 48, point 5), counted as test_dispatch_budget.cpp counts
 // (dispatch_budget.h: allocations and views are free), with the module's head views: the forward adds nothing to its
-// one kernel, the tiled backward nothing to its two. The warp-per-row backward (the default up to 128 keys) adds its
-// dK and dV accumulators' zero fill, one for both in half precision, where their copy into the half-precision
-// gradients follows the kernel (float: the accumulators are the gradients, two fills); grad_q is written whole by the
-// kernel, rows without keys included, so it is not zero-filled (until 2026-12-01: 3 fills and 2 casts in half
-// precision).
+// one kernel, the tiled backward nothing to its two. The warp-per-row backward (the default up to 128 keys) adds one
+// zero fill for its dK and dV accumulators (views of one buffer), and in half precision their copies into the
+// gradients after the kernel (float: the accumulators are the gradients, laid out as gradient_like lays them out, so
+// that the entry point copies nothing); grad_q is written whole by the kernel, rows without keys included, so it is
+// not zero-filled (until 2026-12-01: 3 fills and 2 casts in half precision, 3 fills in float; until 2026-12-02, 2
+// fills in float).
 TEST(EmulatedAttentionLaunches, NoAtenWorkBesideTheKernelsButTheWarpBackwardsAccumulators) {
   at::manual_seed(17);
   const std::vector<int64_t> kinds{kGlobal, kLocal, kForward, kBackward};
   const at::Tensor lengths = at::tensor(std::vector<int64_t>{12, 5});
   using attention::cuda::AttentionKernelSet;
-  const std::map<std::string, int64_t> nothing, float_fills{{"aten::zero_", 2}},
+  const std::map<std::string, int64_t> nothing, float_fill{{"aten::zero_", 1}},
       half_fill_and_copies{{"aten::zero_", 1}, {"aten::copy_", 2}};
   for (const DtypeCase& dtype : {kFloat32, kBFloat16}) {
     const at::Tensor q = head_view(random_input({2, 4, 12, 8}, dtype), 1, 0);
@@ -266,13 +267,20 @@ TEST(EmulatedAttentionLaunches, NoAtenWorkBesideTheKernelsButTheWarpBackwardsAcc
         outputs = attention::cuda::run_attention_forward(p, q, k, v, lengths, false, launch, kernels);
       }
       const auto& [out, lse, probs] = outputs;
+      Triple grads;
       {
         testing::DispatchCounter counter(backward, 1 << 30);
-        (void)attention::cuda::run_attention_backward(p, grad_out, q, k, v, out, lse, lengths, launch, kernels);
+        grads = attention::cuda::run_attention_backward(p, grad_out, q, k, v, out, lse, lengths, launch, kernels);
       }
       EXPECT_EQ(forward.ops, 0) << what << ": " << testing::describe(forward);
-      const auto& want = tiles ? nothing : (dtype.dtype == at::kFloat ? float_fills : half_fill_and_copies);
+      const auto& want = tiles ? nothing : (dtype.dtype == at::kFloat ? float_fill : half_fill_and_copies);
       EXPECT_EQ(backward.by_name, want) << what << ": " << testing::describe(backward);
+      const at::Tensor inputs[] = {q, k, v};
+      const at::Tensor gradients[] = {std::get<0>(grads), std::get<1>(grads), std::get<2>(grads)};
+      for (int i = 0; i < 3; ++i) {  // as the entry point lays them out (as_gradient_layout): no copy there
+        EXPECT_EQ(gradients[i].strides(), gradient_like(inputs[i]).strides()) << what << ", gradient " << i;
+        EXPECT_EQ(gradients[i].scalar_type(), inputs[i].scalar_type()) << what << ", gradient " << i;
+      }
     }
   }
 }
