@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <vector>
 
 namespace mma_nmt {
 
@@ -26,12 +27,21 @@ inline at::Tensor position_major(int64_t batch, int64_t heads, int64_t len, int6
 // input's strides and a strided input's dimension order), so that autograd hands it on without a copy: a head view of
 // a projection gets a position-major gradient, which the projection's backward reads as its (B, L, H * D) gradient.
 // Position-major where that layout would not leave the last dimension contiguous. `dtype`: another dtype than the
-// input's (an accumulator in float), same layout.
-inline at::Tensor gradient_like(const at::Tensor& input, std::optional<at::ScalarType> dtype = std::nullopt) {
-  const at::TensorOptions options = dtype.has_value() ? input.options().dtype(*dtype) : input.options();
+// input's (an accumulator in float), same layout. gradient_like_with: the same rule with other options (a device).
+inline at::Tensor gradient_like_with(const at::Tensor& input, const at::TensorOptions& options) {
   at::Tensor grad = at::empty_like(input, options);
   if (grad.stride(-1) == 1 || grad.size(-1) <= 1) return grad;
   return position_major(input.size(0), input.size(1), input.size(2), input.size(3), options);
+}
+
+inline at::Tensor gradient_like(const at::Tensor& input, std::optional<at::ScalarType> dtype = std::nullopt) {
+  return gradient_like_with(input, dtype.has_value() ? input.options().dtype(*dtype) : input.options());
+}
+
+// The strides gradient_like gives a gradient of `input` (in any dtype), read off a tensor on the meta device: no
+// memory and no launch. Dense, so a gradient of that layout fills input.numel() consecutive elements.
+inline std::vector<int64_t> gradient_strides(const at::Tensor& input) {
+  return gradient_like_with(input, input.options().device(at::kMeta)).strides().vec();
 }
 
 // `x` (batch, heads, len, dim) as position_major allocates it: `x` itself when it has those strides, else a copy. For

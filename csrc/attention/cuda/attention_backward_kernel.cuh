@@ -17,7 +17,6 @@
 
 #include <tuple>
 #include <utility>
-#include <vector>
 
 #include "attention/cuda/attention_tile_kernels.cuh"
 #include "common/online_softmax.h"
@@ -98,21 +97,16 @@ void launch_backward(const AttentionParams& p, const BackwardTensors& t, const g
 }
 
 // The warp kernel's dK and dV accumulators in the accumulation type, zero-filled by one fill: views of one buffer,
-// each laid out as gradient_like lays out its gradient. In float and double they are the gradients themselves (the
-// entry point's as_gradient_layout then copies nothing); else run_attention_backward copies them into gradients of the
-// input dtype. Until 2026-12-02 float and double filled dK and dV one at a time (3 launches with the kernel).
+// each laid out as gradient_like lays out its gradient (gradient_strides). In float and double they are the gradients
+// themselves (the entry point's as_gradient_layout then copies nothing); else run_attention_backward copies them into
+// gradients of the input dtype. Until 2026-12-02 float and double filled dK and dV one at a time (3 launches with the
+// kernel).
 inline std::pair<at::Tensor, at::Tensor> row_backward_accumulators(const at::Tensor& k, const at::Tensor& v) {
   const at::ScalarType acc_type = at::toOpMathType(k.scalar_type());
-  // gradient_like's layouts, read off tensors freed before the buffer is allocated (an allocation, no launch)
-  const auto layout = [&](const at::Tensor& x) {
-    const at::Tensor like = gradient_like(x, acc_type);
-    return std::make_pair(like.sizes().vec(), like.strides().vec());
-  };
-  const auto [k_sizes, k_strides] = layout(k);
-  const auto [v_sizes, v_strides] = layout(v);
   const int64_t k_elements = k.numel();
   const at::Tensor both = at::zeros({k_elements + v.numel()}, k.options().dtype(acc_type));
-  return {both.as_strided(k_sizes, k_strides, 0), both.as_strided(v_sizes, v_strides, k_elements)};
+  return {both.as_strided(k.sizes(), gradient_strides(k), 0),
+          both.as_strided(v.sizes(), gradient_strides(v), k_elements)};
 }
 
 // (grad_q, grad_k, grad_v) of mma_nmt::attention_backward for checked arguments (attention_cuda.cpp), computed on the
