@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <array>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -110,6 +111,25 @@ TEST_P(SharedValueCompositionMatchesCpuKernel, ForwardAndBackward) {
   expect_untouched_by_padding(n_grad_v, c_grad_v, "grad_v");
 }
 
+// Each of the three results `got` in its dtype of `dtypes`, within 3 % of the largest |want| plus `absolute` of the
+// float64 results `want`, where bfloat16's 8 bits of q and k reach the logits and every GEMM's result rounds to them;
+// -inf (the lse of a row without keys) must be -inf in both.
+void expect_near_float64(const Triple& got, const Triple& want, const std::array<const char*, 3>& names,
+                         const std::array<at::ScalarType, 3>& dtypes, double absolute) {
+  const at::Tensor wants[] = {std::get<0>(want), std::get<1>(want), std::get<2>(want)};
+  const at::Tensor gots[] = {std::get<0>(got), std::get<1>(got), std::get<2>(got)};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(gots[i].scalar_type(), dtypes[i]) << names[i];
+    ASSERT_EQ(gots[i].sizes(), wants[i].sizes()) << names[i];
+    const at::Tensor finite = wants[i].isfinite();
+    ASSERT_TRUE(gots[i].isfinite().equal(finite)) << names[i];
+    const double error = (gots[i].to(at::kDouble) - wants[i]).masked_fill(finite.logical_not(), 0).abs().max()
+                             .item<double>();
+    const double size = wants[i].masked_fill(finite.logical_not(), 0).abs().max().item<double>();
+    EXPECT_LE(error, 0.03 * size + absolute) << names[i] << ": max error " << error << " against max " << size;
+  }
+}
+
 // The CUDA default in half precision: the backward's GEMMs in bfloat16 (on CPU tensors here), against the CPU kernel
 // in float64. The bound is bfloat16's: 8 significant bits in the logits and in every GEMM's result.
 class SharedValueBackwardInBfloat16 : public ::testing::TestWithParam<Case> {};
@@ -133,16 +153,7 @@ TEST_P(SharedValueBackwardInBfloat16, NearFloat64) {
   // As on the GPU: the half-precision forward keeps lse in float.
   const Triple got = mma_nmt::luong::shared_value_backward_by_composition(p, bf16(grad_out), q16, k16, v16, bf16(out),
                                                                           lse.to(at::kFloat), lengths);
-  const char* names[] = {"grad_q", "grad_k", "grad_v"};
-  const at::Tensor wants[] = {std::get<0>(want), std::get<1>(want), std::get<2>(want)};
-  const at::Tensor gots[] = {std::get<0>(got), std::get<1>(got), std::get<2>(got)};
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(gots[i].scalar_type(), at::kBFloat16) << names[i];
-    ASSERT_EQ(gots[i].sizes(), wants[i].sizes()) << names[i];
-    const double error = (gots[i].to(at::kDouble) - wants[i]).abs().max().item<double>();
-    const double size = wants[i].abs().max().item<double>();
-    EXPECT_LE(error, 0.03 * size + 1e-3) << names[i] << ": max error " << error << " against max |grad| " << size;
-  }
+  expect_near_float64(got, want, {"grad_q", "grad_k", "grad_v"}, {at::kBFloat16, at::kBFloat16, at::kBFloat16}, 1e-3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, SharedValueBackwardInBfloat16, ::testing::ValuesIn(kCases),
@@ -164,21 +175,7 @@ TEST_P(SharedValueForwardInBfloat16, NearFloat64) {
   const auto bf16 = [](const at::Tensor& x) { return x.to(at::kBFloat16); };
   const auto p = mma_nmt::luong::check_shared_value_args("test", bf16(q), bf16(k), bf16(v), lengths, scale);
   const Triple got = mma_nmt::luong::shared_value_forward_by_composition(p, bf16(q), bf16(k), bf16(v), lengths, true);
-  const char* names[] = {"out", "lse", "probs"};
-  const at::Tensor wants[] = {std::get<0>(want), std::get<1>(want), std::get<2>(want)};
-  const at::Tensor gots[] = {std::get<0>(got), std::get<1>(got), std::get<2>(got)};
-  const at::ScalarType dtypes[] = {at::kBFloat16, at::kFloat, at::kBFloat16};
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(gots[i].scalar_type(), dtypes[i]) << names[i];
-    ASSERT_EQ(gots[i].sizes(), wants[i].sizes()) << names[i];
-    // -inf (a row without keys) compares equal to -inf; elsewhere bfloat16's 8 bits of q and k reach the logits
-    const at::Tensor finite = wants[i].isfinite();
-    ASSERT_TRUE(gots[i].isfinite().equal(finite)) << names[i];
-    const double error = (gots[i].to(at::kDouble) - wants[i]).masked_fill(finite.logical_not(), 0).abs().max()
-                             .item<double>();
-    const double size = wants[i].masked_fill(finite.logical_not(), 0).abs().max().item<double>();
-    EXPECT_LE(error, 0.03 * size + 1e-2) << names[i] << ": max error " << error << " against max " << size;
-  }
+  expect_near_float64(got, want, {"out", "lse", "probs"}, {at::kBFloat16, at::kFloat, at::kBFloat16}, 1e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, SharedValueForwardInBfloat16, ::testing::ValuesIn(kCases),
