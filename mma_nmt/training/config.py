@@ -60,6 +60,9 @@ class TrainConfig:
     resume: bool = True  # continue from save_dir/last.pt when it exists; false refuses a save_dir holding checkpoints
     overwrite: bool = False  # with resume = false: delete the checkpoints of save_dir and start over (--overwrite)
     compile: CompileMode = False  # train through torch.compile(model, mode=...): compiled forward and backward
+    # torch.use_deterministic_algorithms(True) while training: GPU runs of one config repeat bit for bit, at a cost in
+    # speed (attention's tiled backward; mma_nmt.training.determinism); an operator with no deterministic form raises
+    deterministic: bool = False
     # live views beside log.jsonl: ["tensorboard"] writes save_dir/tensorboard (pip install "mma_nmt[tensorboard]")
     loggers: list[LoggerName] = field(default_factory=list)
 

@@ -26,6 +26,7 @@ from mma_nmt.models.lstm_attention import holds_reference_layout
 from mma_nmt.training import distributed as dist
 from mma_nmt.training.checkpoint import (CheckpointError, CheckpointManager, check_same_model, checkpoint_step,
                                          load_checkpoint, load_weights, tokenizer_fingerprints)
+from mma_nmt.training.determinism import deterministic_algorithms
 from mma_nmt.training.early_stopping import EarlyStopping
 from mma_nmt.training.hardware import hardware
 from mma_nmt.training.config import LossNormalization, RunConfig
@@ -445,7 +446,8 @@ class Trainer:
                 self._resume_event = None
             dist.barrier(self.info)
             try:
-                return self._train()
+                with deterministic_algorithms(self.run.train.deterministic):
+                    return self._train()
             except KeyboardInterrupt:
                 raise TrainingInterrupted(self.step, self._resume_point()) from None
             finally:

@@ -135,7 +135,14 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> run_attention_backward(
   }
   // The warp kernel writes every row of grad_q (0 for a row without keys) and adds into dK and dV: views of one
   // zero-filled buffer in the accumulation type, which are the gradients themselves in float and double, else copied
-  // into gradients of the input dtype after the kernel.
+  // into gradients of the input dtype after the kernel. Several query rows add to a key in an order that changes from
+  // run to run, so under torch.use_deterministic_algorithms(True) this path is taken only where the tiles cannot serve
+  // the call (tile_warps_for), and says so: an error, or a warning with warn_only=True.
+  if (any_work && p.query_len > 1) {
+    at::globalContext().alertNotDeterministic(
+        "mma_nmt::attention_backward on CUDA with head sizes above 128 or MMA_NMT_CUDA_KERNELS=rows (the warp-per-row "
+        "kernel adds dK and dV atomically)");
+  }
   const auto [grad_k_acc, grad_v_acc] = row_backward_accumulators(k, v);
   const BackwardTensors t{rows_contiguous(grad_out),
                           rows_contiguous(q),

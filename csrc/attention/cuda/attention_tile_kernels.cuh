@@ -18,6 +18,7 @@
 #include "attention/cuda/warp_row.cuh"  // first: it includes common/cuda_compat.h
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <ATen/Dispatch.h>
 
 #include <tuple>
@@ -476,13 +477,19 @@ constexpr int64_t kRowBackwardMaxKeys = 128;
 // The warps of the tiled kernels for this call under `kernels` (0: the warp-per-row kernels run); refuses kTiles
 // where the tiles cannot serve the call. kAuto leaves calls of fewer query rows than a warp's tile rows (an incremental
 // decoding step has one) to the warp kernels, which give a row a whole warp instead of 4 threads of a mostly empty
-// tile, and backward calls of up to kRowBackwardMaxKeys keys.
+// tile, and backward calls of up to kRowBackwardMaxKeys keys; but under torch.use_deterministic_algorithms(True) it
+// gives every backward call the tiles can serve to the tiles, which write each gradient once, where the warp kernel
+// adds dK and dV atomically in an order that changes from run to run (run_attention_backward alerts where the tiles
+// cannot serve). The forward kernels add nothing atomically, so the forward choice ignores that mode.
 template <typename scalar_t>
 int tile_warps_for(const AttentionParams& p, const gpu::Launch& launch, bool backward, bool return_probs,
                    AttentionKernelSet kernels) {
   if (kernels == AttentionKernelSet::kRowWarps) return 0;
-  if (kernels == AttentionKernelSet::kAuto && p.query_len < kTileRowsPerWarp) return 0;
-  if (kernels == AttentionKernelSet::kAuto && backward && p.key_len <= kRowBackwardMaxKeys) return 0;
+  const bool deterministic_backward = backward && at::globalContext().deterministicAlgorithms();
+  if (kernels == AttentionKernelSet::kAuto && !deterministic_backward) {
+    if (p.query_len < kTileRowsPerWarp) return 0;
+    if (backward && p.key_len <= kRowBackwardMaxKeys) return 0;
+  }
   const int warps = return_probs ? 0 : tile_warps<scalar_t>(p, launch, backward);
   TORCH_CHECK(kernels != AttentionKernelSet::kTiles || warps > 0, "mma_nmt attention: the tiled kernels take head ",
               "sizes up to ", kTileMaxHeadDim, " without weights, got head_dim=", p.head_dim, ", value_dim=",

@@ -4,7 +4,9 @@
 // warp-per-row kernels and the tiled ones (attention_tile_kernels.cuh), the latter in blocks of 1 and 4 warps.
 #include "emulated_testing.h"  // first: torch's headers before HIP's
 
+#include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <map>
@@ -297,6 +299,124 @@ TEST(EmulatedAttentionRows, FullyMaskedRowsHaveZeroOutputAndMinusInfinityLse) {
   EXPECT_TRUE(at::all(at::isneginf(lse[1])).item<bool>()) << lse;
   EXPECT_TRUE(at::all(out[1] == 0).item<bool>()) << out;
   EXPECT_TRUE(at::all(at::isfinite(lse[0])).item<bool>()) << lse;
+}
+
+// torch.use_deterministic_algorithms as Python sets it, for one test; restored on the way out.
+class DeterministicAlgorithms {
+ public:
+  DeterministicAlgorithms(bool on, bool warn_only)
+      : was_on_(at::globalContext().deterministicAlgorithms()),
+        was_warn_only_(at::globalContext().deterministicAlgorithmsWarnOnly()) {
+    at::globalContext().setDeterministicAlgorithms(on, warn_only);
+  }
+  ~DeterministicAlgorithms() { at::globalContext().setDeterministicAlgorithms(was_on_, was_warn_only_); }
+
+ private:
+  bool was_on_, was_warn_only_;
+};
+
+// The warnings raised in its scope, kept instead of printed.
+class WarningsKept : public c10::WarningHandler {
+ public:
+  WarningsKept() : guard_(this) {}
+  void process(const c10::Warning& warning) override { messages.push_back(warning.msg()); }
+  std::vector<std::string> messages;
+
+ private:
+  c10::WarningUtils::WarningHandlerGuard guard_;
+};
+
+TEST(EmulatedAttentionDeterminism, EveryBackwardTheTilesServeGoesToThemAndTheWarpBackwardAlerts) {
+  // The warp-per-row backward (kAuto's choice up to kRowBackwardMaxKeys keys) adds dK and dV atomically, in an order
+  // a GPU changes from run to run; the tiled backward writes each gradient once. Under deterministic algorithms kAuto
+  // sends every backward call the tiles serve to them, incremental steps and short sentences included, and leaves
+  // the forward choice alone (the forward kernels add nothing atomically).
+  at::manual_seed(19);
+  const at::Tensor q = at::randn({2, 3, 9, 8}), k = at::randn({2, 3, 11, 8}), v = at::randn({2, 3, 11, 6});
+  const at::Tensor grad_out = at::randn({2, 3, 9, 6});
+  const at::Tensor lengths = at::tensor(std::vector<int64_t>{11, 4});
+  const std::vector<int64_t> kinds{kGlobal, kLocal, kCausal};
+  const attention::AttentionParams p =
+      attention::check_attention_args("emulated attention", q, k, v, lengths, kinds, 1, 0.5, 0, 0.0, 0);
+  attention::AttentionParams step = p;
+  step.query_len = 1;
+  using attention::cuda::AttentionKernelSet;
+  using attention::cuda::tile_warps_for;
+  const gpu::Launch four_warps{nullptr, 4};
+  ASSERT_EQ(tile_warps_for<float>(p, four_warps, true, false, AttentionKernelSet::kAuto), 0) << "warp backward";
+  const auto [out, lse, probs] = attention::cuda::run_attention_forward(p, q, k, v, lengths, false, emulated_launch());
+  const Triple tiles = attention::cuda::run_attention_backward(p, grad_out, q, k, v, out, lse, lengths,
+                                                               emulated_launch(), AttentionKernelSet::kTiles);
+  for (const bool warn_only : {false, true}) {
+    SCOPED_TRACE(warn_only ? "warn_only" : "error");
+    DeterministicAlgorithms deterministic(true, warn_only);
+    WarningsKept warnings;
+    EXPECT_EQ(tile_warps_for<float>(p, four_warps, true, false, AttentionKernelSet::kAuto), 4);
+    EXPECT_EQ(tile_warps_for<at::BFloat16>(step, four_warps, true, false, AttentionKernelSet::kAuto), 4);
+    EXPECT_EQ(tile_warps_for<float>(step, four_warps, false, false, AttentionKernelSet::kAuto), 0) << "forward";
+    EXPECT_EQ(tile_warps_for<float>(p, four_warps, true, false, AttentionKernelSet::kRowWarps), 0) << "forced";
+    testing::DispatchCount backward;
+    Triple grads;
+    {
+      testing::DispatchCounter counter(backward, 1 << 30);
+      grads = attention::cuda::run_attention_backward(p, grad_out, q, k, v, out, lse, lengths, emulated_launch());
+    }
+    // (deterministic mode fills new tensors with NaN, so fills of empty tensors may show; the warp backward's
+    // accumulator fill must not)
+    EXPECT_EQ(backward.by_name.count("aten::zero_"), 0u) << "the tiled backward: " << testing::describe(backward);
+    EXPECT_TRUE(at::equal(std::get<0>(grads), std::get<0>(tiles)));
+    EXPECT_TRUE(at::equal(std::get<1>(grads), std::get<1>(tiles)));
+    EXPECT_TRUE(at::equal(std::get<2>(grads), std::get<2>(tiles)));
+    EXPECT_TRUE(warnings.messages.empty()) << warnings.messages.front();
+  }
+
+  // Where the tiles cannot serve (head sizes past kTileMaxHeadDim) or the warp kernels are forced, the warp backward
+  // says it is not deterministic: an error, or with warn_only a warning and the gradients. One query row adds to each
+  // key once, so a decoding step's backward runs without a word.
+  const at::Tensor wide_q = at::randn({1, 2, 5, 130}), wide_k = at::randn({1, 2, 5, 130});
+  const at::Tensor wide_v = at::randn({1, 2, 5, 72}), wide_grad_out = at::randn({1, 2, 5, 72});
+  const std::vector<int64_t> two_kinds{kGlobal, kForward};
+  const attention::AttentionParams wide = attention::check_attention_args(
+      "emulated attention", wide_q, wide_k, wide_v, std::nullopt, two_kinds, 1, 0.5, 0, 0.0, 0);
+  const auto [wide_out, wide_lse, wide_probs] =
+      attention::cuda::run_attention_forward(wide, wide_q, wide_k, wide_v, std::nullopt, false, emulated_launch());
+  const auto wide_backward = [&](const attention::AttentionParams& params, const at::Tensor& grad, const at::Tensor& q_,
+                                 const at::Tensor& out_, const at::Tensor& lse_) {
+    return attention::cuda::run_attention_backward(params, grad, q_, wide_k, wide_v, out_, lse_, std::nullopt,
+                                                   emulated_launch());
+  };
+  {
+    DeterministicAlgorithms deterministic(true, false);
+    try {
+      wide_backward(wide, wide_grad_out, wide_q, wide_out, wide_lse);
+      ADD_FAILURE() << "the warp backward ran under deterministic algorithms without an error";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("does not have a deterministic implementation"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("mma_nmt::attention_backward"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(attention::cuda::run_attention_backward(p, grad_out, q, k, v, out, lse, lengths, emulated_launch(),
+                                                         AttentionKernelSet::kRowWarps),
+                 c10::Error);
+    attention::AttentionParams wide_step = wide;
+    wide_step.query_len = 1;
+    const at::Tensor step_q = wide_q.narrow(2, 0, 1), step_grad_out = wide_grad_out.narrow(2, 0, 1);
+    const auto [step_out, step_lse, step_probs] = attention::cuda::run_attention_forward(
+        wide_step, step_q, wide_k, wide_v, std::nullopt, false, emulated_launch());
+    EXPECT_NO_THROW(wide_backward(wide_step, step_grad_out, step_q, step_out, step_lse));
+  }
+  {
+    DeterministicAlgorithms deterministic(true, true);
+    WarningsKept warnings;
+    const Triple warned = wide_backward(wide, wide_grad_out, wide_q, wide_out, wide_lse);
+    ASSERT_EQ(warnings.messages.size(), 1u);
+    EXPECT_NE(warnings.messages[0].find("mma_nmt::attention_backward"), std::string::npos) << warnings.messages[0];
+    const Triple plain = [&] {
+      DeterministicAlgorithms off(false, false);
+      return wide_backward(wide, wide_grad_out, wide_q, wide_out, wide_lse);
+    }();
+    EXPECT_TRUE(at::equal(std::get<1>(warned), std::get<1>(plain))) << "the emulator adds in one order";
+  }
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::tuple<AttentionCase, DtypeCase>>& info) {

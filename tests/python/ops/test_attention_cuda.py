@@ -220,3 +220,39 @@ def test_cuda_flash_never_reads_a_padding_row(spec, query_len, monkeypatch):
     assert torch.equal(dirty.lse, clean.lse)
     for name, got, want in zip("qkv", dirty_grads, clean_grads):
         assert torch.equal(got, want), f"grad_{name}"
+
+
+@pytest.fixture
+def deterministic_algorithms():
+    """torch.use_deterministic_algorithms(True) for one test, restored after it."""
+    was_on = torch.are_deterministic_algorithms_enabled()
+    was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(was_on, warn_only=was_warn_only)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_backward_is_bitwise_repeatable_under_deterministic_algorithms(dtype, deterministic_algorithms):
+    """At NMT sizes the default backward is the warp-per-row kernel, which adds dK and dV atomically; under
+    torch.use_deterministic_algorithms(True) the tiled backward takes the call (attention_tile_kernels.cuh,
+    tile_warps_for), so the same call gives the same gradients bit for bit (the tests above check its values)."""
+    q, k, v = cuda_qkv(16, 8, 64, 64, 64, dtype=dtype)
+    lengths = padded_lengths(16, 64).to("cuda")
+    grad_out = torch.randn(16, 8, 64, 64, device="cuda", dtype=dtype)
+    options = dict(head_kinds=parse_head_spec("GLFB", 8), key_lengths=lengths, window=2)
+    first = torch.autograd.grad(fused_attention(q, k, v, **options).out, (q, k, v), grad_out)
+    for _ in range(3):
+        again = torch.autograd.grad(fused_attention(q, k, v, **options).out, (q, k, v), grad_out)
+        for name, got, want in zip("qkv", again, first):
+            assert torch.equal(got, want), f"grad_{name}"
+
+
+def test_cuda_warp_backward_refuses_deterministic_algorithms(deterministic_algorithms, monkeypatch):
+    """Forced onto the warp-per-row backward (or with heads past the tiles' 128), a call under deterministic
+    algorithms is refused with torch's own message, as torch's non-deterministic kernels are."""
+    monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", "rows")
+    q, k, v = cuda_qkv(2, 4, 9, 9, 16)
+    out = fused_attention(q, k, v, head_kinds=parse_head_spec("GLFB", 4)).out
+    with pytest.raises(RuntimeError, match="mma_nmt::attention_backward.*does not have a deterministic implementation"):
+        out.sum().backward()
