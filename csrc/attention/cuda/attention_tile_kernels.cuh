@@ -478,14 +478,15 @@ constexpr int64_t kRowBackwardMaxKeys = 128;
 // where the tiles cannot serve the call. kAuto leaves calls of fewer query rows than a warp's tile rows (an incremental
 // decoding step has one) to the warp kernels, which give a row a whole warp instead of 4 threads of a mostly empty
 // tile, and backward calls of up to kRowBackwardMaxKeys keys; but under torch.use_deterministic_algorithms(True) it
-// gives every backward call the tiles can serve to the tiles, which write each gradient once, where the warp kernel
-// adds dK and dV atomically in an order that changes from run to run (run_attention_backward alerts where the tiles
-// cannot serve). The forward kernels add nothing atomically, so the forward choice ignores that mode.
+// gives every backward call of several query rows the tiles can serve to the tiles, which write each gradient once,
+// where the warp kernel adds dK and dV atomically in an order that changes from run to run (run_attention_backward
+// alerts where the tiles cannot serve). One query row adds once to each key, onto zero: the same result every run.
+// The forward kernels add nothing atomically, so the forward choice ignores that mode.
 template <typename scalar_t>
 int tile_warps_for(const AttentionParams& p, const gpu::Launch& launch, bool backward, bool return_probs,
                    AttentionKernelSet kernels) {
   if (kernels == AttentionKernelSet::kRowWarps) return 0;
-  const bool deterministic_backward = backward && at::globalContext().deterministicAlgorithms();
+  const bool deterministic_backward = backward && p.query_len > 1 && at::globalContext().deterministicAlgorithms();
   if (kernels == AttentionKernelSet::kAuto && !deterministic_backward) {
     if (p.query_len < kTileRowsPerWarp) return 0;
     if (backward && p.key_len <= kRowBackwardMaxKeys) return 0;

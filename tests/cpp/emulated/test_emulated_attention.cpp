@@ -329,8 +329,8 @@ class WarningsKept : public c10::WarningHandler {
 TEST(EmulatedAttentionDeterminism, EveryBackwardTheTilesServeGoesToThemAndTheWarpBackwardAlerts) {
   // The warp-per-row backward (kAuto's choice up to kRowBackwardMaxKeys keys) adds dK and dV atomically, in an order
   // a GPU changes from run to run; the tiled backward writes each gradient once. Under deterministic algorithms kAuto
-  // sends every backward call the tiles serve to them, incremental steps and short sentences included, and leaves
-  // the forward choice alone (the forward kernels add nothing atomically).
+  // sends every backward call of several query rows the tiles serve to them, and leaves the forward choice alone (the
+  // forward kernels add nothing atomically) and one-row calls too (one addition per key, onto zero).
   at::manual_seed(19);
   const at::Tensor q = at::randn({2, 3, 9, 8}), k = at::randn({2, 3, 11, 8}), v = at::randn({2, 3, 11, 6});
   const at::Tensor grad_out = at::randn({2, 3, 9, 6});
@@ -352,7 +352,8 @@ TEST(EmulatedAttentionDeterminism, EveryBackwardTheTilesServeGoesToThemAndTheWar
     DeterministicAlgorithms deterministic(true, warn_only);
     WarningsKept warnings;
     EXPECT_EQ(tile_warps_for<float>(p, four_warps, true, false, AttentionKernelSet::kAuto), 4);
-    EXPECT_EQ(tile_warps_for<at::BFloat16>(step, four_warps, true, false, AttentionKernelSet::kAuto), 4);
+    EXPECT_EQ(tile_warps_for<at::BFloat16>(p, four_warps, true, false, AttentionKernelSet::kAuto), 4);
+    EXPECT_EQ(tile_warps_for<float>(step, four_warps, true, false, AttentionKernelSet::kAuto), 0) << "one row";
     EXPECT_EQ(tile_warps_for<float>(step, four_warps, false, false, AttentionKernelSet::kAuto), 0) << "forward";
     EXPECT_EQ(tile_warps_for<float>(p, four_warps, true, false, AttentionKernelSet::kRowWarps), 0) << "forced";
     testing::DispatchCount backward;
