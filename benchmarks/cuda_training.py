@@ -5,7 +5,8 @@ baseline: Transformers with MMA encoder heads (GLFB) or all-global heads against
 their plain-PyTorch reference models (``implementation="reference"``, the same parameters; issue 49). In float32
 the fused model is also timed with ``MMA_NMT_CUDA_KERNELS=composition``: the compositions of PyTorch's kernels, the
 float32 default until 2026-12-02 (``common/cuda_dispatch.h``), against the hand-written kernels that replaced them
-without a measurement.
+without a measurement; and under ``train.deterministic`` (torch's deterministic algorithms: attention's tiled backward
+instead of its atomic warp-per-row one at these sizes), the price of bit-identical GPU runs.
 
 Alone, with both models of each pair compiled as ``train.compile`` compiles them (``reduce-overhead``: the forward and
 backward replayed as CUDA graphs, issue 48's "also under CUDA graphs"):
@@ -28,6 +29,7 @@ from benchmarks.section_end_to_end import config_for_vocab
 from benchmarks.timing import markdown_table, time_interleaved
 from mma_nmt.data.batch import Batch, pad_sequences
 from mma_nmt.models import build_model, preset
+from mma_nmt.training.determinism import deterministic_algorithms
 from mma_nmt.training.loss import label_smoothed_cross_entropy
 from mma_nmt.training.trainer import compiled
 
@@ -110,6 +112,14 @@ def train_step_fn(config, batch: Batch, precision: torch.dtype | None, compile_m
     return step
 
 
+def deterministic(step):
+    """``step`` under torch's deterministic algorithms, as ``train.deterministic`` trains (the backward included)."""
+    def wrapped():
+        with deterministic_algorithms(True):
+            step()
+    return wrapped
+
+
 def run(profile: str, *, compile_mode: bool | str = False, precisions: tuple[str, ...] | None = None,
         models: tuple[str, ...] | None = None) -> Section:
     """The section: every case of ``profile`` (or those whose label is in ``models``) in each of ``precisions``
@@ -127,19 +137,21 @@ def run(profile: str, *, compile_mode: bool | str = False, precisions: tuple[str
         configs = [case.config(implementation) for implementation in ("fused", case.baseline)]
         for name in precisions or tuple(PRECISIONS):
             steps = [train_step_fn(c, batch, PRECISIONS[name], compile_mode) for c in configs]
-            if PRECISIONS[name] is None:  # float32: the fused model on the compositions too
+            if PRECISIONS[name] is None:  # float32: the fused model on the compositions, and deterministic, too
                 steps.append(in_mode("composition", train_step_fn(configs[0], batch, None, compile_mode)))
-            fused, baseline, *composition = time_interleaved(steps, synchronize=torch.cuda.synchronize, **timing)
+                steps.append(deterministic(train_step_fn(configs[0], batch, None, compile_mode)))
+            fused, baseline, *float32_only = time_interleaved(steps, synchronize=torch.cuda.synchronize, **timing)
             label = name + compiled_as
             where = f"{case.label} {case.sentences}x{case.length} {label}"
             rows.append([case.label, f"{case.sentences} x {case.length}", label, case.baseline,
                          batch.num_tokens / fused, batch.num_tokens / baseline, baseline / fused,
-                         batch.num_tokens / composition[0] if composition else "-"])
+                         *(batch.num_tokens / t for t in float32_only)] + ["-"] * (2 - len(float32_only)))
             target = "cuda_train_vs_torch" if case.baseline == "torch" else "cuda_train_vs_reference"
             section.figure(target, baseline / fused, where)
     section.tables.append(Table("Training tokens/s", ["model", "batch (sentences x max len)", "precision", "baseline",
                                                       "fused tok/s", "baseline tok/s", "fused / baseline",
-                                                      "fused on compositions tok/s"], rows))
+                                                      "fused on compositions tok/s",
+                                                      "fused deterministic tok/s"], rows))
     return section
 
 

@@ -87,6 +87,12 @@ def test_training_steps_take_the_trainers_compile_modes(monkeypatch):
         cuda_training.main(["--precision", "float8"])
 
 
+def test_the_deterministic_contender_runs_its_step_under_deterministic_algorithms():
+    seen = []
+    cuda_training.deterministic(lambda: seen.append(torch.are_deterministic_algorithms_enabled()))()
+    assert seen == [True] and not torch.are_deterministic_algorithms_enabled()
+
+
 def test_training_section_times_the_issues_systems_against_their_baselines():
     quick = {(case.preset, case.attention, case.baseline) for case in cuda_training.SIZES["quick"].models}
     assert quick == {("transformer_iwslt_small", "MMA", "torch"), ("transformer_iwslt_small", None, "torch"),
