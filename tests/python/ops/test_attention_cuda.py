@@ -9,6 +9,7 @@ import torch
 
 from attention_cases import assert_fused_matches_reference, make_qkv, padded_lengths
 from mma_nmt.ops import fused_attention, parse_head_spec
+from mma_nmt.training.determinism import deterministic_algorithms
 
 pytestmark = pytest.mark.cuda
 
@@ -223,17 +224,14 @@ def test_cuda_flash_never_reads_a_padding_row(spec, query_len, monkeypatch):
 
 
 @pytest.fixture
-def deterministic_algorithms():
-    """torch.use_deterministic_algorithms(True) for one test, restored after it."""
-    was_on = torch.are_deterministic_algorithms_enabled()
-    was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    torch.use_deterministic_algorithms(True)
-    yield
-    torch.use_deterministic_algorithms(was_on, warn_only=was_warn_only)
+def deterministic():
+    """torch.use_deterministic_algorithms(True) for one test, as train.deterministic sets it; restored after it."""
+    with deterministic_algorithms(True):
+        yield
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_backward_is_bitwise_repeatable_under_deterministic_algorithms(dtype, deterministic_algorithms):
+def test_cuda_backward_is_bitwise_repeatable_under_deterministic_algorithms(dtype, deterministic):
     """At NMT sizes the default backward is the warp-per-row kernel, which adds dK and dV atomically; under
     torch.use_deterministic_algorithms(True) the tiled backward takes the call (attention_tile_kernels.cuh,
     tile_warps_for), so the same call gives the same gradients bit for bit (the tests above check its values)."""
@@ -248,7 +246,7 @@ def test_cuda_backward_is_bitwise_repeatable_under_deterministic_algorithms(dtyp
             assert torch.equal(got, want), f"grad_{name}"
 
 
-def test_cuda_warp_backward_refuses_deterministic_algorithms(deterministic_algorithms, monkeypatch):
+def test_cuda_warp_backward_refuses_deterministic_algorithms(deterministic, monkeypatch):
     """Forced onto the warp-per-row backward (or with heads past the tiles' 128), a call under deterministic
     algorithms is refused with torch's own message, as torch's non-deterministic kernels are."""
     monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", "rows")
