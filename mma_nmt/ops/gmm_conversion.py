@@ -14,6 +14,8 @@ import math
 
 import torch
 
+from mma_nmt.ops.running_sum import running_sum
+
 EXP_LIMIT = 30.0
 
 
@@ -47,9 +49,11 @@ def synthesis_mixture(w_hat: torch.Tensor, mu_hat: torch.Tensor, sigma_hat: torc
     :mod:`mma_nmt.ops.gmm_normalization`).
 
     ``previous_mu`` (B, H, 1, K) is the mean of the step before the first one given (incremental decoding); 0 if None.
+    The running sum over the steps is :func:`~mma_nmt.ops.running_sum.running_sum`: ``cumsum``, or under torch's
+    deterministic algorithms (``train.deterministic``) additions by doubling, which CUDA runs in a fixed order.
     """
     omega = torch.exp(w_hat.clamp(max=EXP_LIMIT))
-    mu = torch.cumsum(torch.exp(mu_hat.clamp(max=EXP_LIMIT)), dim=2)  # (B, H, T, K), monotone along T
+    mu = running_sum(torch.exp(mu_hat.clamp(max=EXP_LIMIT)), dim=2)  # (B, H, T, K), monotone along T
     if previous_mu is not None:
         mu = mu + previous_mu
     sigma = torch.exp(-0.5 * sigma_hat.clamp(min=-EXP_LIMIT)) / math.sqrt(2.0)
