@@ -44,9 +44,15 @@ def fused_attention(
 ) -> AttentionResult:
     """Attention of ``q`` (B, H, T, D) over ``k`` (B, H, S, D) and ``v`` (B, H, S, Dv), each head with its own mask kind.
 
-    On the CPU, head views of (B, L, H * D) projections are read in place (only the last dimension must be
+    On every device, head views of (B, L, H * D) projections are read in place (only the last dimension must be
     contiguous), ``out`` is stored position-major, (B, T, H, Dv) in memory, so that merging its heads is a view, and
-    each input's gradient is laid out like the input. CUDA calls take and give contiguous tensors.
+    each input's gradient is laid out like the input (docs/cuda.md, "Layouts").
+
+    A call with key padding, T = S, no ``query_offset`` and heads other than global ones is self-attention: its
+    query rows at the padding positions (``i >= J_b``) are never read by the models, and CUDA's FlashAttention path
+    returns 0 there with a zero gradient (SPEC, shared rules); every other path, and the CPU, computes them. For
+    cross-attention with such heads and equal lengths by chance, read ``out`` at ``i < J_b`` only, or set
+    ``MMA_NMT_CUDA_KERNELS=handwritten``, which keeps every call off FlashAttention.
 
     Args:
         head_kinds: one kind per head as letters (``"GLFB"``; stretched to H heads the paper's way) or HeadKind values.
