@@ -1,7 +1,8 @@
 # The two commands of the README, each of which sets up what it needs on first use (scripts/setup.sh: the virtual
 # environment .venv, torch, the dependencies, the build, and for the tests GoogleTest):
 #   make demo         prepare Multi30k, train the tiny MMA Transformer for 3 minutes, translate, score (DEMO_ARGS=...)
-#   make test         the Python tests, then the GoogleTest suite of the C++ code (what CI runs)
+#   make test         the Python tests, then the GoogleTest suite of the C++ code (what CI runs), each spread over
+#                     the machine's cores (TEST_WORKERS=0 runs the Python tests in make's own process, one at a time)
 # and a quick third:
 #   make translate    translate SENTENCE (German) with the committed converged example model, no training
 # Others:
@@ -15,6 +16,8 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 DEMO_ARGS ?=
+# pytest-xdist workers of make test: one per core
+TEST_WORKERS ?= auto
 SENTENCE ?= Ein Mann mit einem roten Hut fährt mit dem Fahrrad durch die Stadt.
 EXAMPLE ?= examples/mma_multi30k_de_en
 
@@ -33,8 +36,8 @@ translate: setup
 	@echo '$(SENTENCE)' | $(PYTHON) -m mma_nmt translate --model $(EXAMPLE) --input -
 
 test: setup-tests
-	$(PYTHON) -m pytest
-	ctest --test-dir build/dev --output-on-failure
+	$(PYTHON) -m pytest -n $(TEST_WORKERS)
+	ctest --test-dir build/dev --output-on-failure --parallel $(shell nproc 2> /dev/null || echo 2)
 
 notebooks-html: setup-tests
 	$(PYTHON) -m mma_nmt.demos.export_notebooks
