@@ -1,12 +1,13 @@
 """Running sums that torch's deterministic algorithms accept on every device.
 
-torch's floating-point ``cumsum`` on CUDA has no deterministic implementation: under
-``torch.use_deterministic_algorithms(True)`` it raises (torch's docs list it), in the forward and in the backward,
-which is a ``cumsum`` too. :func:`running_sum` then adds by doubling instead: after ``ceil(log2 n)`` rounds of
-``out[i] += out[i - 2^r]`` every position holds the sum of its prefix. Each round is one elementwise addition of a
-shifted copy, so the additions happen in one fixed order on every run, forward and backward (autograd through
-``cat``, ``narrow`` and ``add``). O(n log n) additions instead of n: meant for the short sequences of a mixture's
-target steps, not for long ones.
+torch 2.13's floating-point ``cumsum`` on CUDA has no deterministic implementation: under
+``torch.use_deterministic_algorithms(True)`` it raises (torch 2.13's docs list it), in the forward and in the
+backward, which is a ``cumsum`` too; torch 2.14 moved it to the operators that act deterministically. The package
+supports both, so :func:`running_sum` adds by doubling under the mode on every torch version: after ``ceil(log2 n)``
+rounds of ``out[i] += out[i - 2^r]`` every position holds the sum of its prefix. Each round is one elementwise
+addition of a shifted copy, so the additions happen in one fixed order on every run, forward and backward (autograd
+through ``cat``, ``narrow`` and ``add``). O(n log n) additions instead of n: meant for the short sequences of a
+mixture's target steps, not for long ones.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ already sets it. torch sizes a stream's cuBLAS workspace at the process's first 
 GEMMs on the GPU before training (a notebook) must set the variable itself before them. On the CPU the runs of one
 config already repeat bit for bit; the flag changes nothing there but the checks. Not yet run on a GPU (2026-12-02).
 No model family's training, validation or search dispatches an operator that torch's docs say raises on CUDA under the
-mode (``tests/python/training/test_deterministic_model_paths.py``, on CPU tensors); the one that did, the synthesis
-network's float ``cumsum``, takes :func:`mma_nmt.ops.running_sum.running_sum`.
+mode (``tests/python/training/test_deterministic_model_paths.py``, on CPU tensors); the one that did under torch 2.13,
+the synthesis network's float ``cumsum``, takes :func:`mma_nmt.ops.running_sum.running_sum`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""``running_sum``: cumsum, or additions by doubling under deterministic algorithms (torch's float cumsum on CUDA
-raises there). The doubling scan against cumsum in float64 on odd lengths, its gradients, and the mode's dispatch."""
+"""``running_sum``: cumsum, or additions by doubling under deterministic algorithms (torch 2.13's float cumsum on
+CUDA raises there). The doubling scan against cumsum in float64 on odd lengths, its gradients, and the mode's
+dispatch."""
 
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ forward and its searches run on CPU tensors under torch's deterministic algorith
 dispatch is held against the operators that raise on CUDA in that mode.
 
 The list is torch's own ("The following normally-nondeterministic operations will throw a RuntimeError", in
-``torch.use_deterministic_algorithms``' docstring, torch 2.13 and 2.14), as ATen names with the condition under which
-each raises. The fused operators' CUDA kernels decide for themselves (``alertNotDeterministic``, docs/cuda.md) and
+``torch.use_deterministic_algorithms``' docstring), as ATen names with the condition under which each raises: torch
+2.13's, the oldest the package supports (2.14.1's is the same less floating-point ``cumsum``, which it made
+deterministic). The fused operators' CUDA kernels decide for themselves (``alertNotDeterministic``, docs/cuda.md) and
 are tested in the emulated build; this test sees them as one operator each.
 """
 
@@ -173,7 +174,7 @@ def test_training_validation_and_search_use_no_operator_that_raises_on_cuda(name
 
 
 def test_the_audit_sees_an_operator_that_raises_on_cuda():
-    """The test above can fail: torch's float cumsum (the synthesis network's running mean before it took
+    """The test above can fail: torch 2.13's float cumsum (the synthesis network's running mean before it took
     ``running_sum``) and an averaged nll_loss are caught, an integer cumsum and an unreduced nll_loss are not."""
     x = torch.randn(2, 5, requires_grad=True)
     with RaisingOnCuda() as mode:
