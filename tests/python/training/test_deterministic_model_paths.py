@@ -30,33 +30,26 @@ from mma_nmt.training.trainer import forward_backward
 from nmt_fixtures import random_batch, tiny_mma_mlmha_transformer, tiny_transformer
 
 
-def _floating(args, kwargs) -> bool:
-    return args[0].is_floating_point() or args[0].is_complex()
-
-
-def _reduced(args, kwargs) -> bool:  # nll_loss*_forward(self, target, weight, reduction, ignore_index): 0 = none
-    return (args[3] if len(args) > 3 else kwargs.get("reduction", 1)) != 0
-
-
-def _always(args, kwargs) -> bool:
+def _always(arguments: dict) -> bool:
     return True
 
 
-# ATen operator -> when it raises on CUDA under torch.use_deterministic_algorithms(True)
-RAISES_ON_CUDA: dict[str, Callable] = {
-    "cumsum": _floating,
-    "nll_loss_forward": _reduced,
-    "nll_loss2d_forward": _reduced,
+# ATen operator -> when it raises on CUDA under torch.use_deterministic_algorithms(True), given the call's arguments
+# by their schema names
+RAISES_ON_CUDA: dict[str, Callable[[dict], bool]] = {
+    "cumsum": lambda a: a["self"].is_floating_point() or a["self"].is_complex(),
+    "nll_loss_forward": lambda a: a["reduction"] != 0,  # 0: none
+    "nll_loss2d_forward": lambda a: a["reduction"] != 0,
     "_ctc_loss_backward": _always,
-    "_embedding_bag_backward": lambda a, k: (a[5] if len(a) > 5 else k.get("mode")) == 2,  # mode "max"
-    "_embedding_bag_dense_backward": lambda a, k: (a[5] if len(a) > 5 else k.get("mode")) == 2,
+    "_embedding_bag_backward": lambda a: a["mode"] == 2,  # 2: "max"
+    "_embedding_bag_dense_backward": lambda a: a["mode"] == 2,
     "put": _always,
     "put_": _always,
     "histc": _always,
-    "bincount": lambda a, k: (a[1] if len(a) > 1 else k.get("weights")) is not None,
-    "median": lambda a, k: len(a) > 1 or "dim" in k,  # with indices: median(self, dim, keepdim)
-    "nanmedian": lambda a, k: len(a) > 1 or "dim" in k,
-    "scatter_reduce": lambda a, k: (a[3] if len(a) > 3 else k.get("reduce")) == "prod",
+    "bincount": lambda a: a.get("weights") is not None,
+    "median": lambda a: "dim" in a,  # with indices
+    "nanmedian": lambda a: "dim" in a,
+    "scatter_reduce": lambda a: a["reduce"] == "prod",
     "grid_sampler_2d_backward": _always,
     "grid_sampler_3d_backward": _always,
     "avg_pool3d_backward": _always,
@@ -86,9 +79,12 @@ class RaisingOnCuda(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = func.overloadpacket.__name__
-        if name in RAISES_ON_CUDA and RAISES_ON_CUDA[name](args, kwargs):
-            self.found.append(str(func))
+        raises = RAISES_ON_CUDA.get(func.overloadpacket.__name__)
+        if raises is not None:
+            defaults = {a.name: a.default_value for a in func._schema.arguments if a.has_default_value()}
+            given = dict(zip((a.name for a in func._schema.arguments), args))
+            if raises({**defaults, **given, **kwargs}):
+                self.found.append(str(func))
         return func(*args, **kwargs)
 
 
@@ -175,14 +171,23 @@ def test_training_validation_and_search_use_no_operator_that_raises_on_cuda(name
 
 def test_the_audit_sees_an_operator_that_raises_on_cuda():
     """The test above can fail: torch 2.13's float cumsum (the synthesis network's running mean before it took
-    ``running_sum``) and an averaged nll_loss are caught, an integer cumsum and an unreduced nll_loss are not."""
+    ``running_sum``), an averaged nll_loss, median with indices, a weighted bincount and a product scatter_reduce are
+    caught; an integer cumsum, an unreduced nll_loss, a plain median, an unweighted bincount and a summing
+    scatter_reduce are not."""
     x = torch.randn(2, 5, requires_grad=True)
     with RaisingOnCuda() as mode:
         torch.cumsum(x, 1).sum().backward()
         torch.cumsum(torch.arange(5), 0)
         torch.nn.functional.nll_loss(torch.log_softmax(x, 1), torch.tensor([1, 3]))
         torch.nn.functional.nll_loss(torch.log_softmax(x, 1), torch.tensor([1, 3]), reduction="none")
-    assert mode.found == ["aten.cumsum.default", "aten.cumsum.default", "aten.nll_loss_forward.default"]  # fwd, bwd
+        values = x.detach()
+        values.median(), values.median(dim=1)
+        torch.bincount(torch.tensor([0, 2])), torch.bincount(torch.tensor([0, 2]), weights=torch.tensor([0.5, 1.0]))
+        index = torch.tensor([[0, 1, 0, 1, 0], [1, 0, 1, 0, 1]])
+        values.scatter_reduce(1, index, values, "sum"), values.scatter_reduce(1, index, values, "prod")
+    assert mode.found == ["aten.cumsum.default", "aten.cumsum.default",  # forward and backward
+                          "aten.nll_loss_forward.default", "aten.median.dim", "aten.bincount.default",
+                          "aten.scatter_reduce.two"]
 
 
 @pytest.mark.cuda
