@@ -84,6 +84,13 @@ if [ "$tests" = 1 ]; then
   fi
 fi
 
+# ccache, when it is installed, caches the compiles (a rebuild from a fresh build folder or clone takes the objects it
+# already made); CMake reads the launcher from the environment when it first configures build/dev. A launcher the
+# caller set is kept. Not installed here: `apt-get install ccache` (CI does, .ci/run).
+if command -v ccache > /dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
+fi
+
 extras=""
 [ "$tests" = 1 ] && extras="[test]"
 say "building and installing mma_nmt$extras (build/dev; 5-15 minutes the first time on 2 cores)"
