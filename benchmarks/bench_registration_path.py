@@ -85,7 +85,7 @@ def schema_arguments(problem: Problem = TINY, device: str = "cpu", dtype: torch.
     w_b, u_b, u_c, v_b = (leaf(head_dim, head_dim), leaf(heads, head_dim, head_dim), leaf(heads, head_dim, head_dim),
                           leaf(head_dim))
     kinds = [kind for kind in (0, 1, 2, 3) for _ in range(heads // 4)]  # GLFB stretched to the heads
-    return {"attention": (q, k, v, lengths, kinds, 1, scale, 0, 0.0, 0, False),
+    return {"attention": (q, k, v, lengths, kinds, 1, scale, 0, 0.0, 0, False, True),  # the encoder's self-attention
             "shared_value_attention": (q, k, shared_v, lengths, 1.0, False),
             "gmm_attention": (q, k, v, lengths, omega, mu, sigma, gate, None, None, scale, 0, 0.01, False),
             "multilayer_attention": (layer_q, layer_k, [layer_v], lengths, heads, scale, False, False),

@@ -58,7 +58,8 @@ def contenders(spec: str, q, k, v, lengths, dtype) -> dict:
     mask = visibility_mask(kinds, length, length, window=1, key_lengths=lengths, batch=batch, device=q.device)
     block_mask = create_block_mask(mask_mod_for(kinds, 1, lengths), batch, heads, length, length,
                                    device=str(q.device))
-    calls = {"fused": lambda: fused_attention(q, k, v, head_kinds=kinds, key_lengths=lengths, window=1).out,
+    calls = {"fused": lambda: fused_attention(q, k, v, head_kinds=kinds, key_lengths=lengths, window=1,
+                                              self_attention=True).out,  # T = S: the encoder's self-attention
              "SDPA+mask": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
              "Flex": lambda: compiled_flex()(q, k, v, block_mask=block_mask)}
     if spec == "G" and dtype != torch.float32 and bool((lengths == length).all()):

@@ -128,9 +128,10 @@ def attention_case(group: str, spec: str, padded: bool, batch: int, length: int,
         lengths = _lengths(batch, length, device) if padded else None
         options = dict(head_kinds=kinds, key_lengths=lengths, window=1)
         # MMA_NMT_CUDA_KERNELS=flash serves every case here: unpadded uniform kinds batched, padded ones (and GLFB's
-        # groups, padded self-attention) as variable-length sequences over the rows in place (since 2026-12-01).
-        calls = ours(lambda: fused_attention(*heads_of(), **options).out, modes=(None, "handwritten", "rows", "flash"),
-                     dtype=dtype)
+        # groups, padded self-attention) as variable-length sequences over the rows in place (since 2026-12-01). These
+        # are self-attention, said as the encoder's module says it: FA2 may leave the padding query rows out.
+        calls = ours(lambda: fused_attention(*heads_of(), **options, self_attention=True).out,
+                     modes=(None, "handwritten", "rows", "flash"), dtype=dtype)
         calls["reference"] = lambda: attention_reference(*heads_of(), **options)[0]
         if not padded and spec in ("G", "C") and dtype in (torch.float16, torch.bfloat16) and device == "cuda":
             calls["SDPA-flash"] = lambda: _sdpa_flash(*heads_of(), causal=spec == "C")

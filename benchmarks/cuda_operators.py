@@ -46,7 +46,7 @@ def attention_case(spec: str, batch: int, heads: int, length: int, head_dim: int
     def make(device, dtype):
         q, k, v = (_leaf(batch, heads, length, head_dim, device=device, dtype=dtype) for _ in range(3))
         options = dict(head_kinds=parse_head_spec(spec, heads), key_lengths=_lengths(batch, length, device), window=1)
-        return (lambda: fused_attention(q, k, v, **options).out,
+        return (lambda: fused_attention(q, k, v, **options, self_attention=True).out,  # encoder self-attention
                 lambda: attention_reference(q, k, v, **options)[0], [q, k, v])
     return OperatorCase("attention", f"{spec} B={batch} H={heads} T=S={length}", make)
 

@@ -4,14 +4,17 @@
 
 TORCH_LIBRARY(mma_nmt, m) {
   // Fused scaled-dot-product attention with a per-head mask kind (see csrc/attention/head_mask.h) and key padding given
-  // as lengths. Returns (out (B,H,T,Dv), lse (B,H,T), probs (B,H,T,S) if return_probs else (0,)).
+  // as lengths. Returns (out (B,H,T,Dv), lse (B,H,T), probs (B,H,T,S) if return_probs else (0,)). self_attention: the
+  // caller says the queries are the keys' own positions (T = S, query_offset 0), so query rows past a sentence's
+  // length are padding, which a path may return as 0 with no gradient (SPEC, shared rules; attention/flash_plan.h).
   m.def(
       "attention(Tensor q, Tensor k, Tensor v, Tensor? key_lengths, int[] head_kinds, int window, float scale, "
-      "int query_offset=0, float dropout_p=0.0, SymInt seed=0, bool return_probs=False) -> (Tensor, Tensor, Tensor)");
+      "int query_offset=0, float dropout_p=0.0, SymInt seed=0, bool return_probs=False, bool self_attention=False) "
+      "-> (Tensor, Tensor, Tensor)");
   m.def(
       "attention_backward(Tensor grad_out, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, Tensor? key_lengths, "
-      "int[] head_kinds, int window, float scale, int query_offset, float dropout_p, SymInt seed) "
-      "-> (Tensor, Tensor, Tensor)");
+      "int[] head_kinds, int window, float scale, int query_offset, float dropout_p, SymInt seed, "
+      "bool self_attention=False) -> (Tensor, Tensor, Tensor)");
 
   // Gaussian-mixture concentrated cross-attention (SPEC section 5, csrc/gmm/): per query, out = (1 - gate) * (alpha v)
   // + gate * (beta v) with alpha the dot-product softmax (plus the localness-Gaussian logit bias when local_center and

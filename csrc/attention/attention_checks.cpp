@@ -16,7 +16,8 @@ constexpr int64_t kMaxQueryOffset = int64_t(1) << 60;  // keeps i + query_offset
 
 AttentionParams check_attention_args(const char* op, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                      const std::optional<at::Tensor>& key_lengths, at::IntArrayRef head_kinds,
-                                     int64_t window, double scale, int64_t query_offset, double dropout_p, int64_t seed) {
+                                     int64_t window, double scale, int64_t query_offset, double dropout_p, int64_t seed,
+                                     bool self_attention) {
   AttentionParams p;
   static_cast<AttentionSizes&>(p) = check_query_key_value(op, q, k, v, ValueLayout::kPerHead);
   TORCH_CHECK_VALUE(static_cast<int64_t>(head_kinds.size()) == p.heads, op, ": head_kinds must give one kind per head (",
@@ -33,6 +34,10 @@ AttentionParams check_attention_args(const char* op, const at::Tensor& q, const 
   if (key_lengths.has_value()) {
     check_key_lengths(op, *key_lengths, q, p.key_len);
   }
+  TORCH_CHECK_VALUE(!self_attention || (p.query_len == p.key_len && query_offset == 0), op,
+                    ": self_attention=True says the queries are the keys' own positions, which needs query_len == "
+                    "key_len and query_offset == 0; got query_len ", p.query_len, ", key_len ", p.key_len,
+                    ", query_offset ", query_offset);
   p.head_kinds.assign(head_kinds.begin(), head_kinds.end());
   // A window wider than every query-key distance sees the same keys as any wider one; clamping it keeps the kernels'
   // position arithmetic (query_pos + window + 1) far from int64 overflow.
@@ -42,6 +47,7 @@ AttentionParams check_attention_args(const char* op, const at::Tensor& q, const 
   p.dropout_p = dropout_p;
   p.seed = static_cast<uint64_t>(seed);
   p.has_key_lengths = key_lengths.has_value();
+  p.self_attention = self_attention;
   return p;
 }
 

@@ -99,7 +99,8 @@ std::optional<FlashSequences> flash_group_sequences(const AttentionParams& p,
   for (const int64_t other : p.head_kinds) {
     if (other != kind) return std::nullopt;
   }
-  return flash_sequences(kind, p.query_len, p.key_len, p.query_offset, key_lengths.has_value());
+  return flash_sequences(kind, p.query_len, p.key_len, p.query_offset, key_lengths.has_value(),
+                         p.self_attention);
 }
 
 FlashTriple flash_group_forward(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -9,8 +9,9 @@
 // sequences (flash_plan.h, sequence_starts):
 //   - kBatched: no key padding, one FA2 sequence per sentence;
 //   - kRealKeys: global heads with padding: every query row against the sentence's real keys;
-//   - kRealQueriesAndKeys: padded self-attention of any kind (T = S, no offset): the real queries against the real
-//     keys; the padding query rows come out 0 with lse -inf and pass no gradient, as SPEC's shared rules allow there.
+//   - kRealQueriesAndKeys: padded self-attention of any kind (the caller's self_attention: T = S, no offset): the
+//     real queries against the real keys; the padding query rows come out 0 with lse -inf and pass no gradient, as
+//     SPEC's shared rules allow there.
 // FA2 writes every row of every tensor it returns (a row without keys: output 0; a key without queries: gradient 0),
 // so nothing is zero-filled, packed or unpacked: out, lse and the gradients come back as views of FA2's results but for
 // the lse's rows without keys (-inf, where FA2 writes +inf). Until 2026-12-01 the real rows were packed first

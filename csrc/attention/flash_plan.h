@@ -84,22 +84,25 @@ enum class FlashSequences {
   kRealKeys,            // G heads with padding: all T queries of a sentence against its J_b real keys. A sentence
                         // without keys is a sequence without keys: output 0, lse +inf, which a caller maps to ours
                         // (-inf)
-  kRealQueriesAndKeys,  // self-attention with padding (T = S, no offset): the J_b real queries against the J_b real
-                        // keys; the padding query rows come out 0 (a sequence without keys), as SPEC's shared rules
-                        // allow there, with lse -inf and no gradient
+  kRealQueriesAndKeys,  // self-attention with padding (the caller's self_attention: T = S, no offset): the J_b real
+                        // queries against the J_b real keys; the padding query rows come out 0 (a sequence without
+                        // keys), as SPEC's shared rules allow there, with lse -inf and no gradient
 };
 
 // The sequences that make FA2 compute exactly our rule for a group of `kind` (every row that is not a padding query of
-// self-attention), or nullopt where none do: with key padding, a non-global kind needs s_q = J_b - query_offset,
-// which only self-attention (T = S, no offset) gives; without padding, the offset must be FA2's own S - T.
+// self-attention), or nullopt where none do: with key padding, a non-global kind needs s_q = J_b - query_offset, which
+// the real queries of self-attention give (their padding rows are then left out). `self_attention` is the caller's
+// word for that, never inferred from T = S: in cross-attention with T = S by chance, the query rows past a sentence's
+// key length are real target positions, and a backward or local head there sees keys (the hand-written kernel
+// computes them). Without padding, the offset must be FA2's own S - T.
 inline std::optional<FlashSequences> flash_sequences(int64_t kind, int64_t query_len, int64_t key_len,
-                                                     int64_t query_offset, bool padded) {
+                                                     int64_t query_offset, bool padded, bool self_attention) {
   if (kind == kGlobal) return padded ? FlashSequences::kRealKeys : FlashSequences::kBatched;  // no alignment needed
   if (!padded) {
     if (key_len - query_len != query_offset) return std::nullopt;
     return FlashSequences::kBatched;
   }
-  if (query_len == key_len && query_offset == 0) return FlashSequences::kRealQueriesAndKeys;
+  if (self_attention && query_len == key_len && query_offset == 0) return FlashSequences::kRealQueriesAndKeys;
   return std::nullopt;
 }
 

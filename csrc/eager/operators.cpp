@@ -19,13 +19,14 @@ struct Attention {
   static constexpr const char* kName = "mma_nmt.attention";
   static constexpr const char* kSchema = "mma_nmt::attention";
   static constexpr const char* kBackwardSchema = "mma_nmt::attention_backward";
-  // head_kinds, window, scale, query_offset, dropout_p, seed
-  using Options = std::tuple<std::vector<int64_t>, int64_t, double, int64_t, double, int64_t>;
+  // head_kinds, window, scale, query_offset, dropout_p, seed, then (after return_probs in the forward) self_attention
+  using Options = std::tuple<std::vector<int64_t>, int64_t, double, int64_t, double, int64_t, bool>;
+  static constexpr std::size_t kOptionsBeforeReturnProbs = 6;
   using ForwardSignature = OutLse(const Tensor&, const Tensor&, const Tensor&, const OptionalTensor&, at::IntArrayRef,
-                                  int64_t, double, int64_t, double, int64_t, bool);
+                                  int64_t, double, int64_t, double, int64_t, bool, bool);
   using BackwardSignature = OutLse(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                    const Tensor&, const OptionalTensor&, at::IntArrayRef, int64_t, double, int64_t,
-                                   double, int64_t);
+                                   double, int64_t, bool);
 };
 
 struct SharedValueAttention {
@@ -33,6 +34,7 @@ struct SharedValueAttention {
   static constexpr const char* kSchema = "mma_nmt::shared_value_attention";
   static constexpr const char* kBackwardSchema = "mma_nmt::shared_value_attention_backward";
   using Options = std::tuple<double>;  // scale
+  static constexpr std::size_t kOptionsBeforeReturnProbs = 1;
   using ForwardSignature = OutLse(const Tensor&, const Tensor&, const Tensor&, const OptionalTensor&, double, bool);
   using BackwardSignature = OutLse(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                    const Tensor&, const OptionalTensor&, double);
@@ -40,9 +42,9 @@ struct SharedValueAttention {
 
 OutLse attention_with_autograd(const Tensor& q, const Tensor& k, const Tensor& v, const OptionalTensor& key_lengths,
                                std::vector<int64_t> head_kinds, int64_t window, double scale, int64_t query_offset,
-                               double dropout_p, int64_t seed, bool return_probs) {
+                               double dropout_p, int64_t seed, bool return_probs, bool self_attention) {
   return OutLseFunction<Attention>::apply_operator(q, k, v, key_lengths, return_probs, std::move(head_kinds), window,
-                                                   scale, query_offset, dropout_p, seed);
+                                                   scale, query_offset, dropout_p, seed, self_attention);
 }
 
 OutLse shared_value_attention_with_autograd(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -19,7 +19,7 @@ using OutLse = std::tuple<at::Tensor, at::Tensor, at::Tensor>;  // (out, lse, pr
 OutLse attention_with_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const std::optional<at::Tensor>& key_lengths, std::vector<int64_t> head_kinds,
                                int64_t window, double scale, int64_t query_offset, double dropout_p, int64_t seed,
-                               bool return_probs);
+                               bool return_probs, bool self_attention);
 
 OutLse shared_value_attention_with_autograd(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                             const std::optional<at::Tensor>& key_lengths, double scale,

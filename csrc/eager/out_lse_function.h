@@ -1,18 +1,20 @@
 // A C++ autograd Function for the operators shaped like mma_nmt::attention and mma_nmt::shared_value_attention:
-//   <op>(q, k, v, key_lengths, *options, return_probs) -> (out, lse, probs)
+//   <op>(q, k, v, key_lengths, *leading_options, return_probs, *trailing_options) -> (out, lse, probs)
 //   <op>_backward(grad_out, q, k, v, out, lse, key_lengths, *options) -> (grad_q, grad_k, grad_v)
 // with out differentiable in q, k and v, and lse and probs not. What their Python setup_context and backward do
 // (mma_nmt/ops/fused_attention.py, shared_value_attention.py), without Python between the kernels.
 //
 // `Op` names the operator (`static constexpr const char* kSchema = "mma_nmt::attention"`, `kName =
-// "mma_nmt.attention"` for messages) and its options (`using Options = std::tuple<...>`, the schema's arguments
-// between key_lengths and return_probs, as the unboxed kernel takes them).
+// "mma_nmt.attention"` for messages) and its options (`using Options = std::tuple<...>`: the backward's arguments after
+// key_lengths, as the unboxed kernel takes them; the forward takes the first `kOptionsBeforeReturnProbs` of them
+// before return_probs and the rest after it).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cstddef>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -34,11 +36,8 @@ struct OutLseFunction : torch::autograd::Function<OutLseFunction<Op>> {
     Triple outputs;
     {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
-      outputs = std::apply(
-          [&](const auto&... option) {
-            return forward_op().call(q, k, v, key_lengths, option..., return_probs);
-          },
-          options);
+      outputs = call_forward(q, k, v, key_lengths, options, return_probs, std::make_index_sequence<kBefore>(),
+                             std::make_index_sequence<std::tuple_size_v<Options> - kBefore>());
     }
     auto& [out, lse, probs] = outputs;
     ctx->save_for_backward({q, k, v, out, lse, key_lengths.value_or(at::Tensor())});
@@ -75,6 +74,16 @@ struct OutLseFunction : torch::autograd::Function<OutLseFunction<Op>> {
   }
 
  private:
+  static constexpr std::size_t kBefore = Op::kOptionsBeforeReturnProbs;
+
+  template <std::size_t... Before, std::size_t... After>
+  static Triple call_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const std::optional<at::Tensor>& key_lengths, const Options& options, bool return_probs,
+                             std::index_sequence<Before...>, std::index_sequence<After...>) {
+    return forward_op().call(q, k, v, key_lengths, std::get<Before>(options)..., return_probs,
+                             std::get<kBefore + After>(options)...);
+  }
+
   static const auto& forward_op() {
     static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(Op::kSchema, "").template typed<
         typename Op::ForwardSignature>();

@@ -52,8 +52,8 @@ Triple call_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                              .findSchemaOrThrow("mma_nmt::attention", "")
                              .typed<Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                            const std::optional<at::Tensor>&, at::IntArrayRef, int64_t, double, int64_t,
-                                           double, int64_t, bool)>();
-  return op.call(q, k, v, key_lengths, kinds, 0, scale, 0, 0.0, 0, return_probs);
+                                           double, int64_t, bool, bool)>();
+  return op.call(q, k, v, key_lengths, kinds, 0, scale, 0, 0.0, 0, return_probs, /*self_attention=*/false);
 }
 
 Triple call_attention_backward(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
@@ -64,8 +64,8 @@ Triple call_attention_backward(const at::Tensor& grad_out, const at::Tensor& q, 
           .findSchemaOrThrow("mma_nmt::attention_backward", "")
           .typed<Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                         const at::Tensor&, const std::optional<at::Tensor>&, at::IntArrayRef, int64_t, double, int64_t,
-                        double, int64_t)>();
-  return op.call(grad_out, q, k, v, out, lse, key_lengths, kinds, 0, scale, 0, 0.0, 0);
+                        double, int64_t, bool)>();
+  return op.call(grad_out, q, k, v, out, lse, key_lengths, kinds, 0, scale, 0, 0.0, 0, /*self_attention=*/false);
 }
 
 }  // namespace

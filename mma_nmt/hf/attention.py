@@ -54,7 +54,7 @@ def mma_nmt_attention(module, query, key, value, attention_mask, dropout: float 
     if padding.right_padding:
         result = fused_attention(query, key, value, head_kinds=kinds,  # head views are read in place
                                  key_lengths=padding.lengths, window=spec.window, scale=scaling, dropout_p=dropout,
-                                 return_probs=wants_weights)
+                                 return_probs=wants_weights, self_attention=True)  # an encoder self-attention call
         out, weights = result.out, result.probs  # (B, H, T, Dv), (B, H, T, S) or None
     else:
         visible = hf_visibility(attention_mask, module, query_len, key_len, query.device) & visibility_mask(

@@ -72,7 +72,9 @@ class MixedMultiheadAttention(nn.Module):
     boolean ``key_padding_mask`` or ``key_lengths`` (B,); a causal ``attn_mask`` on global heads, which then become
     causal) runs on it; any other mask runs on the plain-PyTorch formula, with the same parameters. Differences from
     torch: a query that sees no key gets zero output and weights (torch: NaN); the weights returned are those before
-    dropout.
+    dropout. A call whose ``key`` and ``value`` are left out or are ``query`` itself (with no ``query_offset``) is
+    self-attention: on CUDA's FlashAttention path its query rows at padding positions may come out 0
+    (``fused_attention``'s ``self_attention``); a call with other key tensors gets every query row computed.
     """
 
     # No packed (3E, E) input projection: torch's fused fast paths (TransformerEncoderLayer in eval mode), which read
@@ -230,7 +232,8 @@ class MixedMultiheadAttention(nn.Module):
                                       query.device, keys=(batch, k.shape[2]), op=op)
         head_kinds, logit_bias = self._kinds_and_bias(masks, query_len, k.shape[2], q.dtype, q.device)
         out, weights = self.attend(q, k, v, lengths, need_weights=need_weights, query_offset=query_offset,
-                                   head_kinds=head_kinds, logit_bias=logit_bias)
+                                   head_kinds=head_kinds, logit_bias=logit_bias,
+                                   self_attention=self_attention and query_offset == 0)
         out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, E)
         if weights is not None and average:
             weights = weights.mean(dim=1)  # (B, H, T, S) -> (B, T, S)
@@ -278,10 +281,12 @@ class MixedMultiheadAttention(nn.Module):
         return self.head_kinds, (bias if masks.logit_bias is None else masks.logit_bias + bias)
 
     def attend(self, q, k, v, key_lengths, *, need_weights: bool, query_offset: int, head_kinds=None,
-               logit_bias: torch.Tensor | None = None):
+               logit_bias: torch.Tensor | None = None, self_attention: bool = False):
         """Per-head attention on already projected (B, H, L, D) tensors; returns (out, weights or None). ``head_kinds``
         replaces the module's own; a ``logit_bias`` (broadcastable to (B, H, T, S), -inf = hidden) is added to the
-        logits by the plain-PyTorch formula, whichever the implementation (the fused operator takes no bias)."""
+        logits by the plain-PyTorch formula, whichever the implementation (the fused operator takes no bias).
+        ``self_attention``: the queries are the keys' own positions, so the fused operator may return 0 at padding
+        query rows (``fused_attention``)."""
         c = self.config
         head_kinds = self.head_kinds if head_kinds is None else head_kinds
         dropout = c.dropout if self.training else 0.0
@@ -292,7 +297,8 @@ class MixedMultiheadAttention(nn.Module):
                                              logit_bias=logit_bias)
             return out, (probs if need_weights else None)
         result = fused_attention(q, k, v, head_kinds=head_kinds, key_lengths=key_lengths, window=c.window,
-                                 query_offset=query_offset, dropout_p=dropout, return_probs=need_weights)
+                                 query_offset=query_offset, dropout_p=dropout, return_probs=need_weights,
+                                 self_attention=self_attention)
         return result.out, result.probs
 
 

@@ -41,6 +41,7 @@ def fused_attention(
     dropout_p: float = 0.0,
     seed: int | None = None,
     return_probs: bool = False,
+    self_attention: bool = False,
 ) -> AttentionResult:
     """Attention of ``q`` (B, H, T, D) over ``k`` (B, H, S, D) and ``v`` (B, H, S, Dv), each head with its own mask kind.
 
@@ -48,11 +49,11 @@ def fused_attention(
     contiguous), ``out`` is stored position-major, (B, T, H, Dv) in memory, so that merging its heads is a view, and
     each input's gradient is laid out like the input (docs/cuda.md, "Layouts").
 
-    A call with key padding, T = S, no ``query_offset`` and heads other than global ones is self-attention: its
-    query rows at the padding positions (``i >= J_b``) are never read by the models, and CUDA's FlashAttention path
-    returns 0 there with a zero gradient (SPEC, shared rules); every other path, and the CPU, computes them. For
-    cross-attention with such heads and equal lengths by chance, read ``out`` at ``i < J_b`` only, or set
-    ``MMA_NMT_CUDA_KERNELS=handwritten``, which keeps every call off FlashAttention.
+    ``self_attention=True`` says that the queries are the keys' own positions (T = S, no ``query_offset``; checked):
+    query rows at a sentence's padding positions (``i >= J_b``) are then padding, which the models never read, and
+    CUDA's FlashAttention path may return 0 there with a zero gradient (SPEC, shared rules), which lets it take
+    padded heads of every kind. Every other path, and the CPU, computes those rows. Without the flag every query row
+    is a real one, also in a cross-attention whose lengths are equal by chance.
 
     Args:
         head_kinds: one kind per head as letters (``"GLFB"``; stretched to H heads the paper's way) or HeadKind values.
@@ -63,6 +64,7 @@ def fused_attention(
         dropout_p: attention dropout probability; the mask is redrawn from ``seed`` in backward, never stored.
         seed: dropout seed; drawn from torch's default generator when None and dropout is on.
         return_probs: also return the (B, H, T, S) weights (for analysis; not differentiable).
+        self_attention: the queries are the keys' own positions (see above); the modules pass it for self-attention.
     """
     # With q of the wrong rank the operator itself raises the error that names q; give it placeholders until then.
     kinds = parse_head_spec(head_kinds, q.shape[1]) if q.dim() == 4 else []
@@ -73,7 +75,7 @@ def fused_attention(
     if seed is None:
         seed = draw_dropout_seed(dropout_p)
     out, lse, probs = _OPERATOR(q, k, v, lengths, kinds, window, float(scale), query_offset, float(dropout_p), seed,
-                                return_probs)
+                                return_probs, bool(self_attention))
     return AttentionResult(out, lse, probs if return_probs else None)
 
 
@@ -104,9 +106,10 @@ def _check_fake_layout(op, q, k, v, key_lengths, head_kinds, **more):
 
 
 def _attention_fake(q, k, v, key_lengths, head_kinds, window, scale, query_offset=0, dropout_p=0.0, seed=0,
-                    return_probs=False):
+                    return_probs=False, self_attention=False):
     check_same_device("mma_nmt.attention", "q", q, k=k, v=v, key_lengths=key_lengths)
     _check_fake_layout("mma_nmt.attention", q, k, v, key_lengths, head_kinds)
+    _check_self_attention("mma_nmt.attention", q, k, query_offset, self_attention)
     batch, heads, query_len, _ = q.shape
     key_len, value_dim = k.shape[2], v.shape[3]
     out = position_major(q, value_dim)
@@ -116,27 +119,37 @@ def _attention_fake(q, k, v, key_lengths, head_kinds, window, scale, query_offse
 
 
 def _attention_backward_fake(grad_out, q, k, v, out, lse, key_lengths, head_kinds, window, scale, query_offset,
-                             dropout_p, seed):
+                             dropout_p, seed, self_attention=False):
     check_same_device("mma_nmt.attention_backward", "q", q, grad_out=grad_out, k=k, v=v, out=out, lse=lse,
                       key_lengths=key_lengths)
     out_shape = lambda q, k, v: (q.shape[0], q.shape[1], q.shape[2], v.shape[3])  # noqa: E731
     _check_fake_layout("mma_nmt.attention_backward", q, k, v, key_lengths, head_kinds, grad_out=(grad_out, out_shape),
                        out=(out, out_shape), lse=(lse, lambda q, k, v: tuple(q.shape[:3])))
+    _check_self_attention("mma_nmt.attention_backward", q, k, query_offset, self_attention)
     return projection_gradient_like(q), projection_gradient_like(k), projection_gradient_like(v)
 
 
+def _check_self_attention(op, q, k, query_offset, self_attention):
+    """attention_checks.cpp's check of the self_attention flag, with its message."""
+    if not self_attention:
+        return
+    torch._check_value(q.shape[2] == k.shape[2] and query_offset == 0, lambda: (
+        f"{op}: self_attention=True says the queries are the keys' own positions, which needs query_len == key_len "
+        f"and query_offset == 0; got query_len {q.shape[2]}, key_len {k.shape[2]}, query_offset {query_offset}"))
+
+
 def _setup_context(ctx, inputs, output):
-    q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed, _ = inputs
+    q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed, _, self_attention = inputs
     out, lse, probs = output
     ctx.save_for_backward(q, k, v, out, lse, key_lengths)
-    ctx.options = (head_kinds, window, scale, query_offset, dropout_p, seed)
+    ctx.options = (head_kinds, window, scale, query_offset, dropout_p, seed, self_attention)
     ctx.mark_non_differentiable(lse, probs)
 
 
 def _backward(ctx, grad_out, _grad_lse, _grad_probs):
     q, k, v, out, lse, key_lengths = ctx.saved_tensors
     grad_q, grad_k, grad_v = _BACKWARD_OP(grad_out, q, k, v, out, lse, key_lengths, *ctx.options)
-    return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None
+    return grad_q, grad_k, grad_v, None, None, None, None, None, None, None, None, None
 
 
 _OPERATOR = register_operator("attention", fake=_attention_fake, backward_fake=_attention_backward_fake,

@@ -12,10 +12,10 @@ namespace mma_nmt::testing {
 using AttentionTriple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 using AttentionFn = AttentionTriple(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                     const std::optional<at::Tensor>&, at::IntArrayRef, int64_t, double, int64_t, double,
-                                    int64_t, bool);
+                                    int64_t, bool, bool);
 using AttentionBackwardFn = AttentionTriple(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                             const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                             const std::optional<at::Tensor>&, at::IntArrayRef, int64_t, double, int64_t,
-                                            double, int64_t);
+                                            double, int64_t, bool);
 
 }  // namespace mma_nmt::testing

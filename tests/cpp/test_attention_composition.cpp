@@ -83,7 +83,8 @@ TEST_P(AttentionCompositionMatchesCpuKernel, ForwardAndBackward) {
   };
 
   const auto forward = c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention", "").typed<AttentionFn>();
-  const auto [out, lse, probs] = forward.call(q, k, v, lengths, kinds, kWindow, kScale, c.query_offset, 0.0, 0, false);
+  const auto [out, lse, probs] =
+      forward.call(q, k, v, lengths, kinds, kWindow, kScale, c.query_offset, 0.0, 0, false, false);
   const auto composed = mma_nmt::attention::attention_forward_by_sdpa(p, q, k, v, lengths);
   ASSERT_TRUE(composed.has_value()) << "torch has a CPU flash kernel for every dtype tested";
   close(std::get<0>(*composed), out, "out");
@@ -96,7 +97,7 @@ TEST_P(AttentionCompositionMatchesCpuKernel, ForwardAndBackward) {
   const auto backward =
       c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention_backward", "").typed<AttentionBackwardFn>();
   const auto [grad_q, grad_k, grad_v] =
-      backward.call(grad_out, q, k, v, out, lse, lengths, kinds, kWindow, kScale, c.query_offset, 0.0, 0);
+      backward.call(grad_out, q, k, v, out, lse, lengths, kinds, kWindow, kScale, c.query_offset, 0.0, 0, false);
   const auto grads = mma_nmt::attention::attention_backward_by_sdpa(p, grad_out, q, k, v, out, lse, lengths);
   ASSERT_TRUE(grads.has_value());
   close(std::get<0>(*grads), grad_q, "grad_q");
@@ -206,16 +207,17 @@ TEST_P(MixedKindsMatchCpuKernel, ForwardAndBackward) {
           const std::optional<at::Tensor>& kl) {
         kernel_forward_kinds.insert(kernel_forward_kinds.end(), gp.head_kinds.begin(), gp.head_kinds.end());
         EXPECT_EQ(gq.size(1), gp.heads);
-        return forward.call(gq, gk, gv, kl, gp.head_kinds, gp.window, gp.scale, gp.query_offset, 0.0, 0, false);
+        return forward.call(gq, gk, gv, kl, gp.head_kinds, gp.window, gp.scale, gp.query_offset, 0.0, 0, false, false);
       },
       [&](const AttentionParams& gp, const at::Tensor& g_grad_out, const at::Tensor& gq, const at::Tensor& gk,
           const at::Tensor& gv, const at::Tensor& g_out, const at::Tensor& g_lse, const std::optional<at::Tensor>& kl) {
         kernel_backward_kinds.insert(kernel_backward_kinds.end(), gp.head_kinds.begin(), gp.head_kinds.end());
         return backward.call(g_grad_out, gq, gk, gv, g_out, g_lse, kl, gp.head_kinds, gp.window, gp.scale,
-                             gp.query_offset, 0.0, 0);
+                             gp.query_offset, 0.0, 0, false);
       }};
 
-  const auto [out, lse, probs] = forward.call(q, k, v, lengths, c.kinds, kWindow, kScale, c.query_offset, 0.0, 0, false);
+  const auto [out, lse, probs] =
+      forward.call(q, k, v, lengths, c.kinds, kWindow, kScale, c.query_offset, 0.0, 0, false, false);
   const auto [got_out, got_lse, got_probs] =
       mma_nmt::attention::attention_forward_by_kind(p, q, k, v, lengths, cpu_kernels);
   close(got_out, out, "out");
@@ -223,7 +225,7 @@ TEST_P(MixedKindsMatchCpuKernel, ForwardAndBackward) {
   EXPECT_EQ(got_probs.numel(), 0);
 
   const auto [grad_q, grad_k, grad_v] =
-      backward.call(grad_out, q, k, v, out, lse, lengths, c.kinds, kWindow, kScale, c.query_offset, 0.0, 0);
+      backward.call(grad_out, q, k, v, out, lse, lengths, c.kinds, kWindow, kScale, c.query_offset, 0.0, 0, false);
   const auto [got_q, got_k, got_v] =
       mma_nmt::attention::attention_backward_by_kind(p, grad_out, q, k, v, out, lse, lengths, cpu_kernels);
   close(got_q, grad_q, "grad_q");

@@ -8,12 +8,11 @@
 #include <tuple>
 #include <vector>
 
+#include "attention_op_types.h"
+
 namespace {
 
-using AttentionFn = std::tuple<at::Tensor, at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
-                                                                   const at::Tensor&, const std::optional<at::Tensor>&,
-                                                                   at::IntArrayRef, int64_t, double, int64_t, double,
-                                                                   int64_t, bool);
+using mma_nmt::testing::AttentionFn;
 
 c10::TypedOperatorHandle<AttentionFn> attention_op() {
   return c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention", "").typed<AttentionFn>();
@@ -34,7 +33,7 @@ TEST(AttentionOp, GlobalHeadsMatchNaiveAttention) {
   const at::Tensor q = at::randn({2, 3, 5, 8}, opts), k = at::randn({2, 3, 7, 8}, opts), v = at::randn({2, 3, 7, 4}, opts);
   const at::Tensor lengths = at::tensor(std::vector<int64_t>{7, 3});
   const std::vector<int64_t> kinds{0, 0, 0};
-  auto [out, lse, probs] = attention_op().call(q, k, v, lengths, kinds, 0, 0.25, 0, 0.0, 0, false);
+  auto [out, lse, probs] = attention_op().call(q, k, v, lengths, kinds, 0, 0.25, 0, 0.0, 0, false, false);
   EXPECT_TRUE(at::allclose(out, naive_attention(q, k, v, lengths, 0.25), 1e-10, 1e-10));
   EXPECT_EQ(probs.numel(), 0);
   EXPECT_EQ(lse.sizes(), at::IntArrayRef({2, 3, 5}));
@@ -44,7 +43,7 @@ TEST(AttentionOp, LocalHeadWithZeroWindowReturnsOwnValue) {
   const auto opts = at::TensorOptions().dtype(at::kFloat);
   const at::Tensor q = at::randn({1, 1, 6, 4}, opts), k = at::randn({1, 1, 6, 4}, opts), v = at::randn({1, 1, 6, 4}, opts);
   const std::vector<int64_t> kinds{1};
-  auto [out, lse, probs] = attention_op().call(q, k, v, std::nullopt, kinds, 0, 0.5, 0, 0.0, 0, true);
+  auto [out, lse, probs] = attention_op().call(q, k, v, std::nullopt, kinds, 0, 0.5, 0, 0.0, 0, true, false);
   EXPECT_TRUE(at::allclose(out, v));
   EXPECT_TRUE(at::allclose(probs[0][0], at::eye(6, opts)));
 }
@@ -53,7 +52,7 @@ TEST(AttentionOp, BadInputThrowsNamingTheArgument) {
   const at::Tensor q = at::randn({1, 2, 3, 4}), k = at::randn({1, 2, 3, 5}), v = at::randn({1, 2, 3, 4});
   const std::vector<int64_t> kinds{0, 0};
   try {
-    attention_op().call(q, k, v, std::nullopt, kinds, 0, 0.5, 0, 0.0, 0, false);
+    attention_op().call(q, k, v, std::nullopt, kinds, 0, 0.5, 0, 0.0, 0, false, false);
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("k must have shape [1, 2, 3, 4]"), std::string::npos) << e.what();

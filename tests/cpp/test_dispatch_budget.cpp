@@ -20,6 +20,7 @@
 
 #include "attention/attention_composition.h"
 #include "attention/head_mask.h"
+#include "attention_op_types.h"
 #include "dispatch_budget.h"
 #include "gmm/gmm_composition.h"
 #include "luong/shared_value_composition.h"
@@ -62,11 +63,8 @@ TEST(DispatchCounter, CountsLeavesAndFusedKernelsOnceAndViewsNever) {
 constexpr int64_t G = mma_nmt::attention::kGlobal, L = mma_nmt::attention::kLocal, F = mma_nmt::attention::kForward,
                   B = mma_nmt::attention::kBackward, C = mma_nmt::attention::kCausal;
 
-using AttentionFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                           at::IntArrayRef, int64_t, double, int64_t, double, int64_t, bool);
-using AttentionBackwardFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                   const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                   at::IntArrayRef, int64_t, double, int64_t, double, int64_t);
+using mma_nmt::testing::AttentionBackwardFn;
+using mma_nmt::testing::AttentionFn;
 
 struct AttentionBudgetCase {
   std::string name;
@@ -117,12 +115,12 @@ TEST_P(AttentionCompositionBudget, ForwardAndBackwardWithinBudget) {
   const mma_nmt::attention::AttentionKernels kernels{
       [&](const AttentionParams& gp, const at::Tensor& gq, const at::Tensor& gk, const at::Tensor& gv,
           const std::optional<at::Tensor>& kl) {
-        return forward.call(gq, gk, gv, kl, gp.head_kinds, gp.window, gp.scale, gp.query_offset, 0.0, 0, false);
+        return forward.call(gq, gk, gv, kl, gp.head_kinds, gp.window, gp.scale, gp.query_offset, 0.0, 0, false, false);
       },
       [&](const AttentionParams& gp, const at::Tensor& g_grad_out, const at::Tensor& gq, const at::Tensor& gk,
           const at::Tensor& gv, const at::Tensor& g_out, const at::Tensor& g_lse, const std::optional<at::Tensor>& kl) {
         return backward.call(g_grad_out, gq, gk, gv, g_out, g_lse, kl, gp.head_kinds, gp.window, gp.scale,
-                             gp.query_offset, 0.0, 0);
+                             gp.query_offset, 0.0, 0, false);
       }};
 
   Triple result;

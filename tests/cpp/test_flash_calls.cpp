@@ -6,9 +6,10 @@
 // kind, the sequences of padded batches in place, the lse layouts and the split by kind. Checked against the CPU
 // kernel through the dispatcher: every kind of sequences, each kind of head, padding with a length-1 and an empty
 // sentence, T != S with an offset, NaN behind the padding, and mixed kinds with a group FA2 cannot take (which goes
-// to the CPU kernel here, the hand-written one on the GPU). Padding query rows of padded self-attention must come out
-// 0 with lse -inf and pass no gradient (SPEC's shared rules); the reference is the CPU kernel with those rows'
-// grad_out set to 0. Then the ATen ops around FA2, counted as the launch budgets count them.
+// to the CPU kernel here, the hand-written one on the GPU). Padding query rows of a padded call declared
+// self-attention must come out 0 with lse -inf and pass no gradient (SPEC's shared rules); the reference is the CPU
+// kernel with those rows' grad_out set to 0. A cross-attention whose lengths are equal by chance keeps every row.
+// Then the ATen ops around FA2, counted as the launch budgets count them.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -38,7 +39,6 @@ using mma_nmt::attention::AttentionParams;
 using mma_nmt::attention::FlashCall;
 using mma_nmt::attention::FlashKernels;
 using mma_nmt::attention::FlashSequenceCache;
-using mma_nmt::attention::FlashSequences;
 using mma_nmt::testing::DispatchCount;
 using Triple = mma_nmt::testing::AttentionTriple;
 using mma_nmt::testing::AttentionBackwardFn;
@@ -134,7 +134,7 @@ const FlashKernels kStandins{flash_forward_standin, flash_backward_standin};
 Triple cpu_forward(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    const std::optional<at::Tensor>& lengths) {
   static const auto op = c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention", "").typed<AttentionFn>();
-  return op.call(q, k, v, lengths, p.head_kinds, p.window, p.scale, p.query_offset, 0.0, 0, false);
+  return op.call(q, k, v, lengths, p.head_kinds, p.window, p.scale, p.query_offset, 0.0, 0, false, false);
 }
 
 Triple cpu_backward(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
@@ -142,7 +142,7 @@ Triple cpu_backward(const AttentionParams& p, const at::Tensor& grad_out, const 
                     const std::optional<at::Tensor>& lengths) {
   static const auto op =
       c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention_backward", "").typed<AttentionBackwardFn>();
-  return op.call(grad_out, q, k, v, out, lse, lengths, p.head_kinds, p.window, p.scale, p.query_offset, 0.0, 0);
+  return op.call(grad_out, q, k, v, out, lse, lengths, p.head_kinds, p.window, p.scale, p.query_offset, 0.0, 0, false);
 }
 
 // FA2 (the stand-ins) for each group it takes, the CPU kernel for the others; counts the groups FA2 took. `cache`:
@@ -172,21 +172,25 @@ struct Case {
   int64_t batch, query_len, key_len, dim;
   std::vector<int64_t> key_lengths;  // empty: no padding
   int64_t query_offset;
-  int flash_groups;  // how many groups FA2 must take
+  bool self_attention;  // the caller's flag (the operator's self_attention)
+  int flash_groups;     // how many groups FA2 must take
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 const Case kCases[] = {
-    {"GlobalUnpaddedTNotS", "GG", 2, 5, 7, 8, {}, 0, 1},
-    {"CausalStepAfterCachedKeys", "C", 2, 3, 7, 8, {}, 4, 1},
-    {"LocalForwardBackwardUnpadded", "LFBL", 2, 6, 6, 8, {}, 0, 3},
-    {"ForwardWithOffsetUnpadded", "F", 2, 3, 5, 8, {}, 2, 1},
-    {"GlobalCrossAttentionPaddedEmptySentence", "GG", 3, 4, 6, 8, {6, 1, 0}, 0, 1},
-    {"MixedSelfAttentionPaddedEmptySentence", "GLFB", 3, 7, 7, 8, {7, 1, 0}, 0, 4},
-    {"CausalSelfAttentionPadded", "CC", 2, 5, 5, 8, {3, 5}, 0, 1},
+    {"GlobalUnpaddedTNotS", "GG", 2, 5, 7, 8, {}, 0, false, 1},
+    {"CausalStepAfterCachedKeys", "C", 2, 3, 7, 8, {}, 4, false, 1},
+    {"LocalForwardBackwardUnpadded", "LFBL", 2, 6, 6, 8, {}, 0, false, 3},
+    {"ForwardWithOffsetUnpadded", "F", 2, 3, 5, 8, {}, 2, false, 1},
+    {"GlobalCrossAttentionPaddedEmptySentence", "GG", 3, 4, 6, 8, {6, 1, 0}, 0, false, 1},
+    {"MixedSelfAttentionPaddedEmptySentence", "GLFB", 3, 7, 7, 8, {7, 1, 0}, 0, true, 4},
+    {"CausalSelfAttentionPadded", "CC", 2, 5, 5, 8, {3, 5}, 0, true, 1},
     // T != S with key padding: FA2 takes the global heads; no sequences give the forward heads our rule
-    {"MixedCrossAttentionPaddedOneGroupLeft", "GF", 2, 4, 6, 8, {6, 2}, 0, 1},
+    {"MixedCrossAttentionPaddedOneGroupLeft", "GF", 2, 4, 6, 8, {6, 2}, 0, false, 1},
+    // T = S by chance in a cross-attention: the query rows past a sentence's keys are real and see keys in the L, B
+    // and C heads (the F heads' see none), so only the global heads go to FA2 and every row is compared
+    {"MixedCrossAttentionPaddedEqualLengths", "GLFBC", 3, 6, 6, 8, {6, 2, 0}, 0, false, 1},
 };
 
 int64_t kind_of(char letter) {
@@ -229,24 +233,22 @@ TEST_P(FlashCallsMatchCpuKernel, ForwardAndBackward) {
   std::vector<int64_t> kinds;
   for (const char letter : c.kinds) kinds.push_back(kind_of(letter));
   const AttentionParams p =
-      mma_nmt::attention::check_attention_args("test", q, k, v, lengths, kinds, 1, 0.3, c.query_offset, 0.0, 0);
+      mma_nmt::attention::check_attention_args("test", q, k, v, lengths, kinds, 1, 0.3, c.query_offset, 0.0, 0,
+                                               c.self_attention);
 
   int flash_groups = 0;
   const AttentionKernels kernels = flash_or_cpu(&flash_groups);
   const auto [out, lse, probs] = mma_nmt::attention::attention_forward_per_kind(p, q, k, v, lengths, kernels);
   EXPECT_EQ(flash_groups, c.flash_groups);
 
-  // The padding query rows FA2 leaves out: heads of a padded self-attention group.
+  // The rows that may come out 0 (SPEC's shared rules), by the test's own rule rather than the code's: the padding
+  // query rows of the non-global heads of a padded call declared self-attention (the global heads keep every query).
   const auto options = q.options();
   at::Tensor left_out = at::zeros({c.batch, heads, c.query_len}, options.dtype(at::kBool));
-  if (lengths.has_value()) {
+  if (lengths.has_value() && c.self_attention) {
     const at::Tensor past = at::arange(c.query_len).view({1, -1}) >= lengths->view({-1, 1});  // (B, T)
     for (int64_t h = 0; h < heads; ++h) {
-      AttentionParams head = p;
-      head.heads = 1;
-      head.head_kinds.assign(1, kinds[h]);
-      const auto sequences = mma_nmt::attention::flash_group_sequences(head, lengths);
-      if (sequences == FlashSequences::kRealQueriesAndKeys) left_out.select(1, h).copy_(past);
+      if (kinds[h] != mma_nmt::attention::kGlobal) left_out.select(1, h).copy_(past);
     }
   }
   const auto [want_out, want_lse, want_probs] = cpu_forward(p, q, k, v, lengths);
@@ -289,7 +291,7 @@ TEST(FlashSequences, TheGroupsOfOneCallShareTheSequencesOfItsBatch) {
   const std::optional<at::Tensor> lengths = at::tensor(std::vector<int64_t>{7, 1, 0});
   const std::vector<int64_t> kinds{kind_of('G'), kind_of('L'), kind_of('F'), kind_of('B')};
   const AttentionParams p =
-      mma_nmt::attention::check_attention_args("test", x.q, x.k, x.v, lengths, kinds, 1, 0.3, 0, 0.0, 0);
+      mma_nmt::attention::check_attention_args("test", x.q, x.k, x.v, lengths, kinds, 1, 0.3, 0, 0.0, 0, true);
   const auto cats = [](const DispatchCount& c) {
     const auto it = c.by_name.find("aten::cat");
     return it == c.by_name.end() ? int64_t{0} : it->second;
@@ -371,7 +373,8 @@ TEST_P(FlashPathBudget, ForwardAndBackwardWithinBudget) {
   std::vector<int64_t> kinds;
   for (const char letter : c.kinds) kinds.push_back(kind_of(letter));
   const AttentionParams p =
-      mma_nmt::attention::check_attention_args("test", x.q, x.k, x.v, lengths, kinds, 1, 0.5, 0, 0.0, 0);
+      mma_nmt::attention::check_attention_args("test", x.q, x.k, x.v, lengths, kinds, 1, 0.5, 0, 0.0, 0,
+                                               /*self_attention=*/c.query_len == c.key_len);  // as the encoder's
   int groups = 0;
   FlashSequenceCache forward_cache, backward_cache;
   Triple result;

@@ -1,8 +1,9 @@
 // The mapping of head kinds onto FlashAttention-2's windows and variable-length sequences (attention/flash_plan.h),
 // checked row by row against our rule (head_mask.h) for every kind, window, size, offset and sentence length up to
 // small bounds: where flash_sequences takes a call, FA2's bottom-right anchored window shows each row exactly the keys
-// ours does (or the row is a padding query of self-attention, which may come out 0); where it refuses one, the
-// mapping it would otherwise have used is wrong. Then the device-side sequence starts over a padded batch in place.
+// ours does (or the row is a padding query of a call its caller declared self-attention, which may come out 0); where
+// it refuses one, the mapping it would otherwise have used is wrong, cross-attention with T = S by chance included.
+// Then the device-side sequence starts over a padded batch in place.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -36,16 +37,16 @@ std::pair<int64_t, int64_t> sequence_sizes(FlashSequences sequences, int64_t que
   }
 }
 
-// The first row where FA2 under `sequences` disagrees with our rule, "" if none (padding queries of
-// kRealQueriesAndKeys aside).
+// The first row where FA2 under `sequences` disagrees with our rule, "" if none (the padding queries of a call declared
+// self-attention aside: SPEC lets those rows come out 0).
 std::string first_disagreement(int64_t kind, int64_t window, int64_t query_len, int64_t key_len, int64_t offset,
-                               int64_t sentence, FlashSequences sequences) {
+                               int64_t sentence, FlashSequences sequences, bool self_attention) {
   const auto [queries, keys] = sequence_sizes(sequences, query_len, key_len, sentence);
   const auto w = mma_nmt::attention::flash_window(kind, window);
   for (int64_t row = 0; row < query_len; ++row) {
     const KeyRange ours = mma_nmt::attention::visible_keys(kind, row + offset, window, sentence);
     if (row >= queries) {  // left out of FA2's sequence: only a padding query of self-attention may be
-      if (sequences == FlashSequences::kRealQueriesAndKeys && row >= sentence) continue;
+      if (self_attention && row >= sentence) continue;
       if (ours.empty()) continue;  // FA2 writes nothing there; the row has no key either
       return "row " + std::to_string(row) + " left out";
     }
@@ -69,21 +70,26 @@ TEST(FlashPlan, WindowsGiveOurRuleWhereverTheSequencesAreTakenAndNotWhereTheyAre
         for (int64_t key_len = 1; key_len <= 6; ++key_len) {
           for (int64_t offset = 0; offset <= key_len; ++offset) {
             for (const bool padded : {false, true}) {
-              for (int64_t sentence = padded ? 0 : key_len; sentence <= key_len; ++sentence) {
-                const auto where = [&] {
-                  std::ostringstream os;
-                  os << "kind " << kind << " w " << window << " T " << query_len << " S " << key_len << " offset "
-                     << offset << " J " << sentence << (padded ? " padded" : "");
-                  return os.str();
-                };
-                const std::optional<FlashSequences> sequences =
-                    flash_sequences(kind, query_len, key_len, offset, padded);
-                if (sequences.has_value()) {
-                  ++taken;
-                  EXPECT_EQ(first_disagreement(kind, window, query_len, key_len, offset, sentence, *sequences), "")
-                      << where();
-                } else {
-                  ++refused;
+              // the operator accepts self_attention only with T = S and no offset (check_attention_args)
+              for (const bool self : {false, true}) {
+                if (self && (query_len != key_len || offset != 0)) continue;
+                for (int64_t sentence = padded ? 0 : key_len; sentence <= key_len; ++sentence) {
+                  const auto where = [&] {
+                    std::ostringstream os;
+                    os << "kind " << kind << " w " << window << " T " << query_len << " S " << key_len << " offset "
+                       << offset << " J " << sentence << (padded ? " padded" : "") << (self ? " self" : " cross");
+                    return os.str();
+                  };
+                  const std::optional<FlashSequences> sequences =
+                      flash_sequences(kind, query_len, key_len, offset, padded, self);
+                  if (sequences.has_value()) {
+                    ++taken;
+                    EXPECT_EQ(
+                        first_disagreement(kind, window, query_len, key_len, offset, sentence, *sequences, self), "")
+                        << where();
+                  } else {
+                    ++refused;
+                  }
                 }
               }
             }
@@ -99,16 +105,24 @@ TEST(FlashPlan, WindowsGiveOurRuleWhereverTheSequencesAreTakenAndNotWhereTheyAre
 TEST(FlashPlan, TheRefusedCallsWouldBeWrongUnderTheNearestSequences) {
   using namespace mma_nmt::attention;
   // a forward head with padding and T != S (a cross-attention of F heads): FA2's diagonal sits J - T away, ours at 0
-  EXPECT_FALSE(flash_sequences(kForward, 3, 5, 0, true).has_value());
-  EXPECT_NE(first_disagreement(kForward, 1, 3, 5, 0, 4, FlashSequences::kRealKeys), "");
+  EXPECT_FALSE(flash_sequences(kForward, 3, 5, 0, true, false).has_value());
+  EXPECT_NE(first_disagreement(kForward, 1, 3, 5, 0, 4, FlashSequences::kRealKeys, false), "");
+  // a cross-attention of B, C or L heads with padding and T = S by chance: the query rows past a sentence's keys are
+  // real target positions and see keys (all of them, for B and C), which the real-queries sequences would leave out
+  for (const int64_t kind : {kBackward, kCausal, kLocal}) {
+    EXPECT_FALSE(flash_sequences(kind, 4, 4, 0, true, false).has_value()) << kind;
+    EXPECT_TRUE(flash_sequences(kind, 4, 4, 0, true, true).has_value()) << kind;
+    EXPECT_NE(first_disagreement(kind, 1, 4, 4, 0, 2, FlashSequences::kRealQueriesAndKeys, false), "") << kind;
+    EXPECT_EQ(first_disagreement(kind, 1, 4, 4, 0, 2, FlashSequences::kRealQueriesAndKeys, true), "") << kind;
+  }
   // causal attention with padding and an offset (three queries after two cached keys): FA2's diagonal sits at the
   // sentence's end, ours at the query's position. (One query, T = 1, would agree: a row at or past its sentence's
   // end sees every real key either way; flash_sequences does not take that case yet.)
-  EXPECT_FALSE(flash_sequences(kCausal, 3, 5, 2, true).has_value());
-  EXPECT_NE(first_disagreement(kCausal, 1, 3, 5, 2, 4, FlashSequences::kRealKeys), "");
+  EXPECT_FALSE(flash_sequences(kCausal, 3, 5, 2, true, false).has_value());
+  EXPECT_NE(first_disagreement(kCausal, 1, 3, 5, 2, 4, FlashSequences::kRealKeys, false), "");
   // no padding, an offset other than FA2's own S - T
-  EXPECT_FALSE(flash_sequences(kBackward, 3, 5, 0, false).has_value());
-  EXPECT_NE(first_disagreement(kBackward, 1, 3, 5, 0, 5, FlashSequences::kBatched), "");
+  EXPECT_FALSE(flash_sequences(kBackward, 3, 5, 0, false, false).has_value());
+  EXPECT_NE(first_disagreement(kBackward, 1, 3, 5, 0, 5, FlashSequences::kBatched, false), "");
   // the windows of the issue, each kind
   EXPECT_EQ(flash_window(kLocal, 3).left, 3);
   EXPECT_EQ(flash_window(kLocal, 3).right, 3);

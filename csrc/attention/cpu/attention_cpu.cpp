@@ -18,9 +18,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q
                                                              const std::optional<at::Tensor>& key_lengths,
                                                              at::IntArrayRef head_kinds, int64_t window, double scale,
                                                              int64_t query_offset, double dropout_p, int64_t seed,
-                                                             bool return_probs) {
+                                                             bool return_probs, bool self_attention) {
+  // self_attention is checked and has no effect here: the CPU kernel computes every query row (SPEC, shared rules)
   const AttentionParams p = check_attention_args("mma_nmt.attention", q, k, v, key_lengths, head_kinds, window, scale,
-                                                 query_offset, dropout_p, seed);
+                                                 query_offset, dropout_p, seed, self_attention);
   TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble,
                    "mma_nmt.attention: on the CPU q must be float32 or float64, got ", q.scalar_type());
   ForwardOutputs o = allocate_forward_outputs(p, q, return_probs, OutLayout::kPositionMajor);
@@ -36,10 +37,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cpu(const at::Tensor& q
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cpu(
     const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
     const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths, at::IntArrayRef head_kinds, int64_t window,
-    double scale, int64_t query_offset, double dropout_p, int64_t seed) {
+    double scale, int64_t query_offset, double dropout_p, int64_t seed, bool self_attention) {
   const char* op = "mma_nmt.attention_backward";
-  const AttentionParams p =
-      check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
+  const AttentionParams p = check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset,
+                                                 dropout_p, seed, self_attention);
   TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble, op,
                    ": on the CPU q must be float32 or float64, got ", q.scalar_type());
   check_backward_extras(op, p, q, grad_out, out, lse, stats_dtype(q.scalar_type()));

@@ -142,10 +142,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
                                                               const std::optional<at::Tensor>& key_lengths,
                                                               at::IntArrayRef head_kinds, int64_t window, double scale,
                                                               int64_t query_offset, double dropout_p, int64_t seed,
-                                                              bool return_probs) {
+                                                              bool return_probs, bool self_attention) {
   const char* op = "mma_nmt.attention";
-  const AttentionParams p =
-      check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
+  const AttentionParams p = check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset,
+                                                 dropout_p, seed, self_attention);
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());
   // Every path returns out position-major, as the CPU kernel and the fake kernel (common/head_layout.h). The
@@ -168,10 +168,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
     const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
     const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths, at::IntArrayRef head_kinds, int64_t window,
-    double scale, int64_t query_offset, double dropout_p, int64_t seed) {
+    double scale, int64_t query_offset, double dropout_p, int64_t seed, bool self_attention) {
   const char* op = "mma_nmt.attention_backward";
-  const AttentionParams p =
-      check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset, dropout_p, seed);
+  const AttentionParams p = check_attention_args(op, q, k, v, key_lengths, head_kinds, window, scale, query_offset,
+                                                 dropout_p, seed, self_attention);
   check_backward_extras(op, p, q, grad_out, out, lse, stats_dtype(q.scalar_type()));
   check_cuda_limits(op, p, q);
   const c10::cuda::OptionalCUDAGuard guard(q.device());

@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../attention_op_types.h"
 #include "../dispatch_budget.h"
 #include "attention/cuda/attention_backward_kernel.cuh"
 #include "attention/cuda/attention_forward_kernel.cuh"
@@ -58,11 +59,8 @@ const AttentionCase kCases[] = {
     {"DropoutAcrossTiles", 2, 21, 27, 8, 8, {kGlobal, kLocal, kBackward}, {27, 13}, 2, 0, 0.25},
 };
 
-using AttentionFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                           at::IntArrayRef, int64_t, double, int64_t, double, int64_t, bool);
-using AttentionBackwardFn = Triple(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                   const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                   at::IntArrayRef, int64_t, double, int64_t, double, int64_t);
+using mma_nmt::testing::AttentionBackwardFn;
+using mma_nmt::testing::AttentionFn;
 
 constexpr double kScale = 0.4;
 constexpr int64_t kSeed = 1234;
@@ -83,14 +81,14 @@ TEST_P(EmulatedAttention, ForwardAndBackwardMatchCpuOperator) {
 
   const auto forward = c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention", "").typed<AttentionFn>();
   const auto [out, lse, probs] = forward.call(ref(q), ref(k), ref(v), lengths, c.head_kinds, c.window, kScale,
-                                              c.query_offset, c.dropout_p, kSeed, true);
+                                              c.query_offset, c.dropout_p, kSeed, true, false);
   const attention::AttentionParams p = attention::check_attention_args(
       "emulated attention", q, k, v, lengths, c.head_kinds, c.window, kScale, c.query_offset, c.dropout_p, kSeed);
   const auto backward =
       c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::attention_backward", "").typed<AttentionBackwardFn>();
   const auto [grad_q, grad_k, grad_v] =
       backward.call(ref(grad_out), ref(q), ref(k), ref(v), out, lse, lengths, c.head_kinds, c.window, kScale,
-                    c.query_offset, c.dropout_p, kSeed);
+                    c.query_offset, c.dropout_p, kSeed, false);
 
   // The warp-per-row kernels (with weights), then the tiled ones where they serve the case (no weights), in blocks of
   // 1 warp (8-row tiles), 3 (24: the float32 tile of heads of 128) and 4 warps (32-row tiles, as on the GPU).

@@ -102,15 +102,16 @@ def real_rows(source_mask: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     return hidden[source_mask.bool()]
 
 
-def count_fused_calls(monkeypatch) -> list:
-    """Records the key lengths of every call of the fused operator made by mma_nmt.hf's attention function."""
+def count_fused_calls(monkeypatch, argument: str = "key_lengths") -> list:
+    """Records ``argument`` (the key lengths, or another keyword) of every call of the fused operator made by
+    mma_nmt.hf's attention function. Spies stack: a second call records a second argument of the same calls."""
     import mma_nmt.hf.attention as hf_attention
 
     calls = []
     fused = hf_attention.fused_attention
 
     def spy(*args, **kwargs):
-        calls.append(kwargs["key_lengths"])
+        calls.append(kwargs.get(argument))
         return fused(*args, **kwargs)
 
     monkeypatch.setattr(hf_attention, "fused_attention", spy)

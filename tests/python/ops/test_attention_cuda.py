@@ -120,10 +120,10 @@ def test_cuda_flash_opt_in_takes_padded_cross_attention_and_matches_reference(dt
 @pytest.mark.parametrize("spec", ["GLFB", "LLFF", "C"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cuda_flash_opt_in_takes_padded_self_attention_per_kind(spec, dtype, monkeypatch):
-    """Padded self-attention (T = S): the heads split by kind, each group one FA2 call; non-global groups leave the
-    padding query rows out of each sentence's real sequence (a sequence without keys), so they come out 0 with no
-    gradient (SPEC's shared rules; docs/cuda.md, section 2). Real rows and every gradient as the reference, which gets
-    the same grad_out, zero at padding rows."""
+    """Padded self-attention (T = S, said with self_attention=True): the heads split by kind, each group one FA2 call;
+    non-global groups leave the padding query rows out of each sentence's real sequence (a sequence without keys), so
+    they come out 0 with no gradient (SPEC's shared rules; docs/cuda.md, section 2). Real rows and every gradient as
+    the reference, which gets the same grad_out, zero at padding rows."""
     from attention_cases import assert_close_to_double, reference_in_double
     from mma_nmt.reference import attention_reference
 
@@ -135,7 +135,7 @@ def test_cuda_flash_opt_in_takes_padded_self_attention_per_kind(spec, dtype, mon
     grad_out = torch.randn(batch, heads, length, 64, device="cuda", dtype=dtype) * real
     options = dict(head_kinds=parse_head_spec(spec, heads), key_lengths=lengths, window=2)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        result = fused_attention(q, k, v, **options)
+        result = fused_attention(q, k, v, **options, self_attention=True)
         grads = torch.autograd.grad(result.out, (q, k, v), grad_out)
     names = {event.key for event in profile.key_averages()}
     assert {"aten::_flash_attention_forward", "aten::_flash_attention_backward"} <= names, sorted(names)
@@ -151,6 +151,18 @@ def test_cuda_flash_opt_in_takes_padded_self_attention_per_kind(spec, dtype, mon
     assert_close_to_double(result.out * keep, ref_out * keep, double_out * keep, "out")
     for name, got, low, high in zip("qkv", grads, ref_grads, double_grads):
         assert_close_to_double(got, low, high, f"grad_{name}")
+
+
+@pytest.mark.parametrize("spec", ["GLFB", "C"])
+def test_cuda_flash_opt_in_computes_every_row_of_a_cross_attention_of_equal_lengths(spec, monkeypatch):
+    """Cross-attention with key padding and T = S by chance (no self_attention): the query rows past a sentence's key
+    length are real target positions, which see keys in L, B and C heads. FA2 takes the global heads only; every row,
+    and every gradient, as the reference (until 2026-12-02 the flash path took T = S for self-attention and returned
+    0 in those rows)."""
+    monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", "flash")
+    q, k, v = cuda_qkv(4, 4, 23, 23, 64, dtype=torch.bfloat16)
+    check_cuda_against_reference(q, k, v, head_kinds=spec, key_lengths=torch.tensor([23, 1, 0, 11]), window=2,
+                                 weights=False)
 
 
 @pytest.mark.parametrize("kernels", [None, "handwritten", "rows", "flash", "composition"])
@@ -209,6 +221,7 @@ def test_cuda_flash_never_reads_a_padding_row(spec, query_len, monkeypatch):
     else:
         left_out = torch.zeros(batch, heads, query_len, 1, dtype=torch.bool, device="cuda")
     grad_out = grad_out.masked_fill(left_out, 0.0)
+    options["self_attention"] = query_len == key_len
     clean = fused_attention(q, k, v, **options)
     clean_grads = torch.autograd.grad(clean.out, (q, k, v), grad_out)
     nan = float("nan")

@@ -216,6 +216,30 @@ def test_the_fake_kernel_rejects_what_the_cpu_kernel_rejects(changes, pattern):
         call(**args)
 
 
+SELF_ATTENTION_PATTERN = (r"self_attention=True says the queries are the keys' own positions, which needs "
+                          r"query_len == key_len and query_offset == 0; got query_len {}, key_len {}, "
+                          r"query_offset {}")
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_self_attention_with_queries_that_are_not_the_keys_is_refused(device):
+    # T != S, or T = S with an offset: the queries cannot be the keys' own positions. On meta the fake kernel says so.
+    args = {name: (t.to(device) if isinstance(t, torch.Tensor) else t) for name, t in good_args().items()}
+    q, k, v = args["q"], args["k"], args["v"]
+    with pytest.raises(ValueError, match=SELF_ATTENTION_PATTERN.format(5, 6, 0)):
+        OP(q, k, v, args["key_lengths"], args["head_kinds"], 1, 0.3, 0, 0.0, 0, False, True)
+    square_k, square_v = k[:, :, :5], v[:, :, :5]
+    with pytest.raises(ValueError, match=SELF_ATTENTION_PATTERN.format(5, 5, 2)):
+        OP(q, square_k, square_v, None, args["head_kinds"], 1, 0.3, 2, 0.0, 0, False, True)
+    if device == "cpu":
+        with pytest.raises(ValueError, match=SELF_ATTENTION_PATTERN.format(5, 6, 0)):
+            fused_attention(q, k, v, head_kinds="GLFB", self_attention=True)
+    # T = S without an offset is accepted
+    out, _, _ = OP(q, square_k, square_v, torch.tensor([5, 2], device=device), args["head_kinds"], 1, 0.3, 0, 0.0, 0,
+                   False, True)
+    assert tuple(out.shape) == (2, 4, 5, 8)
+
+
 BACKWARD = torch.ops.mma_nmt.attention_backward
 
 
@@ -275,6 +299,13 @@ def test_backward_bad_shapes_and_values_raise_value_errors(changes, pattern):
 def test_backward_bad_dtypes_raise_type_errors(changes, pattern):
     with pytest.raises(TypeError, match=pattern):
         call_backward(**changes)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_backward_self_attention_with_queries_that_are_not_the_keys_is_refused(device):
+    args = {name: (t.to(device) if isinstance(t, torch.Tensor) else t) for name, t in backward_good_args().items()}
+    with pytest.raises(ValueError, match=r"attention_backward: " + SELF_ATTENTION_PATTERN.format(5, 6, 0)):
+        BACKWARD(*args.values(), True)
 
 
 def test_backward_half_precision_on_the_cpu_is_named():

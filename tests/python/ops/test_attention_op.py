@@ -160,6 +160,31 @@ def test_opcheck_without_padding_and_with_dropout():
     opcheck(torch.ops.mma_nmt.attention.default, (q, k, v, None, [4, 1], 2, 0.5, 0, 0.1, 3, False))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_opcheck_of_padded_self_attention(dtype):
+    q, k, v = make_qkv(3, 5, 7, 7, 8, dtype=dtype)
+    opcheck(torch.ops.mma_nmt.attention.default, (q, k, v, torch.tensor([7, 1, 0]), [0, 1, 2, 3, 4], 1, 0.35, 0, 0.0,
+                                                  0, False, True))
+
+
+def test_self_attention_changes_nothing_on_the_cpu():
+    # The flag only lets a path skip padding query rows (CUDA's FlashAttention path); the CPU kernel computes every row,
+    # with the same values and gradients either way (bit for bit: the same kernel runs).
+    q, k, v = make_qkv(3, 5, 7, 7, 8, dtype=torch.float64)
+    lengths = torch.tensor([7, 3, 0])
+    results = []
+    for self_attention in (False, True):
+        inputs = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = fused_attention(*inputs, head_kinds="GLFBC", key_lengths=lengths, self_attention=self_attention).out
+        out.backward(torch.ones_like(out))
+        results.append((out.detach(), *(t.grad for t in inputs)))
+    assert all(torch.equal(a, b) for a, b in zip(*results))
+    assert results[0][0][1, :, 3:].abs().sum() > 0  # the padding query rows are computed (B, C, L heads see keys)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: fused_attention(q, k, v, head_kinds="GLFBC", key_lengths=lengths, self_attention=True).out,
+        (q, k, v))
+
+
 def test_fully_masked_rows_give_zero_output_and_zero_gradients():
     # Sentence 1 has no real key at all; in sentence 0 the local head (window 0) has no key for queries past length 3.
     q, k, v = make_qkv(2, 2, 6, 6, 4, dtype=torch.float64)

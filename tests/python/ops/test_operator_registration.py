@@ -165,7 +165,7 @@ def test_cpp_and_python_fast_paths_agree_bit_for_bit_with_dropout_and_padding(dr
     a seeded dropout mask redrawn in backward, key padding and a local head."""
     operator = REGISTERED_OPERATORS["attention"]
     q, k, v = _leaves((2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 3), seed=8)
-    args = (q, k, v, torch.tensor([5, 2]), [0, 1], 1, 0.5, 2, dropout_p, 11, True)
+    args = (q, k, v, torch.tensor([5, 2]), [0, 1], 1, 0.5, 2, dropout_p, 11, True, False)
     python = operator.apply_python_autograd(*args)
     native = operator.native_eager(*args)
     assert native[0].grad_fn.name().startswith("torch::autograd::CppNode<mma_nmt::eager::")
