@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from mma_nmt.models import build_model
 from mma_nmt.modules import MixedAttentionConfig, MixedMultiheadAttention
 from nmt_fixtures import random_batch, tiny_transformer
+from schema_binding import bound_arguments
 
 
 class _AttentionCalls(TorchDispatchMode):
@@ -26,11 +27,9 @@ class _AttentionCalls(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.name() == "mma_nmt::attention":
-            bound = dict(zip((a.name for a in func._schema.arguments), args))
-            bound.update(kwargs or {})
-            self_attention = bound.get("self_attention", False)
+            bound = bound_arguments(func, args, kwargs)
             self.calls.append((bound["q"].shape[2], bound["k"].shape[2], tuple(bound["head_kinds"]),
-                               bound["key_lengths"] is not None, self_attention))
+                               bound["key_lengths"] is not None, bound["self_attention"]))
         return func(*args, **(kwargs or {}))
 
 

@@ -28,6 +28,7 @@ from mma_nmt.training.distributed import DistInfo
 from mma_nmt.training.loss import label_smoothed_cross_entropy
 from mma_nmt.training.trainer import forward_backward
 from nmt_fixtures import random_batch, tiny_mma_mlmha_transformer, tiny_transformer
+from schema_binding import bound_arguments
 
 
 def _always(arguments: dict) -> bool:
@@ -80,11 +81,8 @@ class RaisingOnCuda(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         raises = RAISES_ON_CUDA.get(func.overloadpacket.__name__)
-        if raises is not None:
-            defaults = {a.name: a.default_value for a in func._schema.arguments if a.has_default_value()}
-            given = dict(zip((a.name for a in func._schema.arguments), args))
-            if raises({**defaults, **given, **kwargs}):
-                self.found.append(str(func))
+        if raises is not None and raises(bound_arguments(func, args, kwargs)):
+            self.found.append(str(func))
         return func(*args, **kwargs)
 
 
