@@ -181,13 +181,25 @@ at::Tensor take_heads(const at::Tensor& x, const HeadGroup& g) {
   return at::cat(pieces, 1);
 }
 
-// The inverse of take_heads: writes the group's results (B, group's heads, ...) into their heads of `all` (B, H, ...).
-void put_heads(at::Tensor& all, const at::Tensor& group_result, const HeadGroup& g) {
-  int64_t taken = 0;
-  for (const HeadRun& run : g.runs) {
-    all.narrow(1, run.begin, run.size).copy_(group_result.narrow(1, taken, run.size));
-    taken += run.size;
+// The inverse of take_heads over every group at once: the groups' results (B, group's heads, ...), in the order of
+// `groups`, joined into (B, H, ...) by one cat of their runs in head order (one kernel, where a copy per run launched
+// one each). (B, H, L, D) results are joined as (B, L, H, D) views, so that the result comes out position-major (the
+// operator's layout, common/head_layout.h); (B, H, T) ones (the lse) come out contiguous.
+at::Tensor join_heads(const std::vector<HeadGroup>& groups, const std::vector<at::Tensor>& results) {
+  std::vector<std::pair<int64_t, at::Tensor>> runs;  // (first head, the run's results)
+  for (size_t i = 0; i < groups.size(); ++i) {
+    int64_t taken = 0;
+    for (const HeadRun& run : groups[i].runs) {
+      runs.emplace_back(run.begin, results[i].narrow(1, taken, run.size));
+      taken += run.size;
+    }
   }
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  const bool rows = results.front().dim() == 4;
+  std::vector<at::Tensor> pieces;
+  for (const auto& [first, piece] : runs) pieces.push_back(rows ? piece.transpose(1, 2) : piece);  // (B, L, h, D)
+  const at::Tensor joined = at::cat(pieces, rows ? 2 : 1);
+  return rows ? joined.transpose(1, 2) : joined;  // (B, L, H, D) -> (B, H, L, D), position-major
 }
 
 AttentionParams group_params(const AttentionParams& p, const HeadGroup& g) {
@@ -259,16 +271,14 @@ AttentionTriple forward_by_group(const AttentionParams& p, const at::Tensor& q, 
                                  const at::Tensor& v, const RunGroup& run_group) {
   const std::vector<HeadGroup> groups = heads_by_kind(p);
   if (groups.size() == 1) return run_group(p, q, k, v);
-  // out position-major (the operator's layout, common/head_layout.h): a group of neighbouring heads writes a view.
-  at::Tensor out = position_major(p.batch, p.heads, p.query_len, p.value_dim, q.options());
-  at::Tensor lse = at::empty({p.batch, p.heads, p.query_len}, q.options().dtype(stats_dtype(q.scalar_type())));
+  std::vector<at::Tensor> outs, lses;
   for (const HeadGroup& g : groups) {
     const auto [group_out, group_lse, unused_probs] =
         run_group(group_params(p, g), take_heads(q, g), take_heads(k, g), take_heads(v, g));
-    put_heads(out, group_out, g);
-    put_heads(lse, group_lse, g);
+    outs.push_back(group_out);
+    lses.push_back(group_lse);
   }
-  return std::make_tuple(out, lse, at::empty({0}, q.options()));
+  return std::make_tuple(join_heads(groups, outs), join_heads(groups, lses), at::empty({0}, q.options()));
 }
 
 template <typename RunGroup>
@@ -277,16 +287,17 @@ AttentionTriple backward_by_group(const AttentionParams& p, const at::Tensor& gr
                                   const at::Tensor& lse, const RunGroup& run_group) {
   const std::vector<HeadGroup> groups = heads_by_kind(p);
   if (groups.size() == 1) return run_group(p, grad_out, q, k, v, out, lse);
-  at::Tensor grad_q = gradient_like(q), grad_k = gradient_like(k), grad_v = gradient_like(v);
+  std::vector<at::Tensor> grad_q, grad_k, grad_v;
   for (const HeadGroup& g : groups) {
     const auto [gq, gk, gv] =
         run_group(group_params(p, g), take_heads(grad_out, g), take_heads(q, g), take_heads(k, g), take_heads(v, g),
                   take_heads(out, g), take_heads(lse, g));
-    put_heads(grad_q, gq, g);
-    put_heads(grad_k, gk, g);
-    put_heads(grad_v, gv, g);
+    grad_q.push_back(gq);
+    grad_k.push_back(gk);
+    grad_v.push_back(gv);
   }
-  return std::make_tuple(grad_q, grad_k, grad_v);
+  // Position-major, as the CUDA entry lays every gradient out like its input (a copy only where the input is not).
+  return std::make_tuple(join_heads(groups, grad_q), join_heads(groups, grad_k), join_heads(groups, grad_v));
 }
 
 }  // namespace

@@ -42,8 +42,9 @@ struct AttentionKernels {
 
 // (out, lse, probs = (0,)) and (grad_q, grad_k, grad_v) with the heads grouped by kind: each group of global, causal,
 // forward or backward heads through SDPA, local heads (and any group torch has no fused kernel for) through `kernels`,
-// the results put back in head order. Heads of one kind that sit next to each other are taken as views; others are
-// gathered (O(T D) copies against O(T S D) of attention). Arguments checked and splittable.
+// the results put back in head order by one cat per result (out and the gradients position-major, lse contiguous;
+// the CUDA entry lays each gradient out like its input). Heads of one kind that sit next to each other are taken as
+// views; others are gathered (O(T D) copies against O(T S D) of attention). Arguments checked and splittable.
 AttentionTriple attention_forward_by_kind(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
                                           const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
                                           const AttentionKernels& kernels);

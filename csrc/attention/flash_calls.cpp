@@ -1,10 +1,16 @@
 #include "attention/flash_calls.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
+#include "attention/attention_composition.h"
 #include "attention/attention_outputs.h"  // stats_dtype
+#include "attention/flash_sequence_starts.h"
 #include "attention/head_mask.h"
 
 namespace mma_nmt::attention {
@@ -43,50 +49,36 @@ at::Tensor from_rows(const at::Tensor& rows, int64_t batch, int64_t len) {  // (
   return rows.view({batch, len, rows.size(1), rows.size(2)}).transpose(1, 2);
 }
 
-// A padded group's call: the kind's window over its sentences' sequences. `cache` (the call's, or null): the sequences
-// computed by an earlier group of the same call, filled in here where they are not.
+// The call's sequence starts, computed by the first group that needs them (`cache`: the call's, shared by its groups).
+const at::Tensor& call_starts(const AttentionParams& p, const at::Tensor& key_lengths, const FlashKernels& kernels,
+                              FlashSequenceCache& cache) {
+  if (!cache.starts.defined()) cache.starts = kernels.starts(key_lengths, p.query_len, p.key_len);
+  return cache.starts;
+}
+
+// A padded group's call: the kind's window over its sentences' sequences.
 FlashCall in_place_call(const AttentionParams& p, FlashSequences sequences, const at::Tensor& key_lengths,
-                        FlashSequenceCache& cache) {
-  if (!cache.real.defined()) cache.real = real_rows(key_lengths, p.key_len);
-  if (!cache.cu_keys.defined()) {
-    cache.cu_keys = sequence_starts(cache.real, p.batch, p.key_len, /*rest_second=*/false, key_lengths.options());
-  }
+                        const FlashKernels& kernels, FlashSequenceCache& cache) {
+  const at::Tensor& starts = call_starts(p, key_lengths, kernels, cache);  // (3, 3 B + 1)
   FlashCall call = kind_call(p);
-  call.cu_k = cache.cu_keys;
-  at::Tensor& cu_q = sequences == FlashSequences::kRealQueriesAndKeys ? cache.cu_real_queries : cache.cu_all_queries;
-  if (!cu_q.defined()) {
-    // kRealQueriesAndKeys: T = S, the real queries are the real keys' positions; kRealKeys: every query row is real
-    const at::Tensor real = sequences == FlashSequences::kRealQueriesAndKeys ? cache.real : at::Tensor();
-    cu_q = sequence_starts(real, p.batch, p.query_len, /*rest_second=*/true, key_lengths.options());
-  }
-  call.cu_q = cu_q;
+  call.cu_k = starts[kKeyStarts];
+  call.cu_q = starts[sequences == FlashSequences::kRealQueriesAndKeys ? kRealQueryStarts : kEveryQueryStarts];
   return call;
 }
 
-// The rows FA2 gives no key (output 0, lse +inf): (B, 1, T) padding queries of kRealQueriesAndKeys, an empty
-// sentence's included; (B, 1, 1) empty sentences of kRealKeys.
-const at::Tensor& rows_without_keys(const AttentionParams& p, FlashSequences sequences, FlashSequenceCache& cache) {
-  if (sequences == FlashSequences::kRealQueriesAndKeys) {
-    if (!cache.padding_queries.defined()) {
-      const at::Tensor position = at::arange(p.query_len, cache.real.options()).view({1, p.query_len});  // (1, T)
-      cache.padding_queries = (position >= cache.real).view({p.batch, 1, p.query_len});
-    }
-    return cache.padding_queries;
-  }
-  if (!cache.empty_sentences.defined()) cache.empty_sentences = cache.real.eq(0).view({p.batch, 1, 1});
-  return cache.empty_sentences;
+// Whether a query row of an unpadded group of `kind` can see no key: a window that ends before the first key (B, C and L
+// heads whose queries come before their keys, query_offset < 0). FA2 gives such a row lse +inf.
+bool rows_before_their_first_key(int64_t kind, const AttentionParams& p) {
+  if (kind == kGlobal || kind == kForward) return false;
+  return p.query_offset + (kind == kLocal ? p.window : 0) < 0;
 }
 
-// FA2's variable-length lse (H, B T), rows in place -> ours (B, H, T), contiguous in `dtype`: -inf for the rows
-// without keys (FA2 writes +inf).
-at::Tensor lse_from_rows(const at::Tensor& lse, const AttentionParams& p, const at::Tensor& without_keys,
-                         at::ScalarType dtype) {
-  TORCH_CHECK(lse.dim() == 2 && lse.size(0) == p.heads && lse.size(1) == p.batch * p.query_len,
-              "mma_nmt.attention: FlashAttention-2's variable-length lse has shape ", lse.sizes(),
-              ", expected (heads, batch * query_len); set MMA_NMT_CUDA_KERNELS=handwritten");
-  const at::Tensor ours = lse.view({p.heads, p.batch, p.query_len}).permute({1, 0, 2});  // (B, H, T)
-  return ours.to(dtype, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous)
-      .masked_fill_(without_keys, -kInf);
+// Whether FA2 may have written lse +inf in some row of this call: a padded call (its sequences without keys) or an
+// unpadded one with rows before their first key.
+bool rows_without_keys_possible(const AttentionParams& p, bool padded) {
+  if (padded) return true;
+  return std::any_of(p.head_kinds.begin(), p.head_kinds.end(),
+                     [&](int64_t kind) { return rows_before_their_first_key(kind, p); });
 }
 
 }  // namespace
@@ -111,14 +103,38 @@ FlashTriple flash_group_forward(const AttentionParams& p, const at::Tensor& q, c
   const at::ScalarType stats = stats_dtype(q.scalar_type());
   if (*sequences == FlashSequences::kBatched) {
     const auto [out, lse] = kernels.forward(as_bthd(q), as_bthd(k), as_bthd(v), kind_call(p));  // (B, T, H, D), (B, H, T)
-    return {out.transpose(1, 2), lse.to(stats).contiguous(), at::empty({0}, q.options())};  // out position-major
+    return {out.transpose(1, 2), lse.to(stats), at::empty({0}, q.options())};  // out position-major
   }
   FlashSequenceCache own;
-  FlashSequenceCache& shared = cache != nullptr ? *cache : own;
-  const FlashCall call = in_place_call(p, *sequences, *key_lengths, shared);
+  const FlashCall call = in_place_call(p, *sequences, *key_lengths, kernels, cache != nullptr ? *cache : own);
   const auto [out, lse] = kernels.forward(as_rows(q), as_rows(k), as_rows(v), call);  // (B T, H, D), (H, B T)
-  return {from_rows(out, p.batch, p.query_len), lse_from_rows(lse, p, rows_without_keys(p, *sequences, shared), stats),
-          at::empty({0}, q.options())};
+  TORCH_CHECK(lse.dim() == 2 && lse.size(0) == p.heads && lse.size(1) == p.batch * p.query_len,
+              "mma_nmt.attention: FlashAttention-2's variable-length lse has shape ", lse.sizes(),
+              ", expected (heads, batch * query_len); set MMA_NMT_CUDA_KERNELS=handwritten");
+  const at::Tensor lse_rows = lse.view({p.heads, p.batch, p.query_len}).permute({1, 0, 2});  // (H, B T) -> (B, H, T)
+  return {from_rows(out, p.batch, p.query_len), lse_rows.to(stats), at::empty({0}, q.options())};
+}
+
+AttentionTriple flash_forward_per_kind(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
+                                       const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
+                                       const AttentionKernels& kernels) {
+  AttentionTriple result = attention_forward_per_kind(p, q, k, v, key_lengths, kernels);
+  at::Tensor& lse = std::get<1>(result);
+  if (!rows_without_keys_possible(p, key_lengths.has_value())) {
+    lse = lse.contiguous();  // FA2's batched lse is already
+    return result;
+  }
+  // -inf for the rows without keys, which FA2 gives +inf (the hand-written kernel's groups hold -inf there already),
+  // and contiguous, in one kernel for the whole call. Every row with a visible key has a finite lse, and a NaN stays
+  // NaN: a +inf marks a row without keys (or one whose logits overflowed, whose output is NaN whatever its lse says).
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  if (lse.is_contiguous()) {
+    lse.nan_to_num_(nan, -kInf, -kInf);  // the call's own tensor: FA2's, or the groups' join
+  } else {
+    at::Tensor ours = at::empty(lse.sizes(), lse.options());
+    lse = at::nan_to_num_out(ours, lse, nan, -kInf, -kInf);
+  }
+  return result;
 }
 
 FlashTriple flash_group_backward(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
@@ -133,7 +149,7 @@ FlashTriple flash_group_backward(const AttentionParams& p, const at::Tensor& gra
     return {grad_q.transpose(1, 2), grad_k.transpose(1, 2), grad_v.transpose(1, 2)};  // (B, T, H, D) -> (B, H, T, D)
   }
   FlashSequenceCache own;
-  const FlashCall call = in_place_call(p, *sequences, *key_lengths, cache != nullptr ? *cache : own);
+  const FlashCall call = in_place_call(p, *sequences, *key_lengths, kernels, cache != nullptr ? *cache : own);
   // Ours (B, H, T) -> FA2's (H, B T). Its rows without keys hold -inf, which FA2 never reads: a sequence without keys
   // has no key block to visit.
   const at::Tensor lse_rows = lse.permute({1, 0, 2}).reshape({p.heads, p.batch * p.query_len}).contiguous();
@@ -141,6 +157,27 @@ FlashTriple flash_group_backward(const AttentionParams& p, const at::Tensor& gra
                                                          as_rows(out), lse_rows, call);
   return {from_rows(grad_q, p.batch, p.query_len), from_rows(grad_k, p.batch, p.key_len),
           from_rows(grad_v, p.batch, p.key_len)};
+}
+
+at::Tensor flash_sequence_starts_on_host(const at::Tensor& key_lengths, int64_t query_len, int64_t key_len) {
+  RECORD_FUNCTION("mma_nmt::flash_sequence_starts", std::vector<c10::IValue>());  // one kernel on the GPU
+  TORCH_CHECK(key_lengths.is_cpu() && key_lengths.scalar_type() == at::kLong && key_lengths.dim() == 1,
+              "flash_sequence_starts_on_host: expected (B,) int64 CPU key lengths, got ", key_lengths.sizes(), " ",
+              key_lengths.scalar_type(), " on ", key_lengths.device());
+  const int64_t batch = key_lengths.size(0), entries = flash_starts_entries(batch);
+  TORCH_CHECK(batch * std::max(query_len, key_len) <= std::numeric_limits<int32_t>::max(),
+              "mma_nmt.attention: FlashAttention-2 numbers the rows of a padded batch in int32; ", batch, " x ",
+              std::max(query_len, key_len), " rows do not fit");
+  const at::Tensor lengths = key_lengths.contiguous();
+  at::Tensor table = at::empty({kFlashStartsRows, entries}, lengths.options().dtype(at::kInt));
+  int32_t* out = table.data_ptr<int32_t>();
+  for (int row = 0; row < kFlashStartsRows; ++row) {
+    for (int64_t entry = 0; entry < entries; ++entry) {
+      out[row * entries + entry] =
+          flash_sequence_start(row, entry, batch, lengths.data_ptr<int64_t>(), query_len, key_len);
+    }
+  }
+  return table;
 }
 
 }  // namespace mma_nmt::attention

@@ -1,8 +1,8 @@
 // How a group of heads of one kind maps onto FlashAttention-2's variable-length call (issue 48, point 1): the window
 // sizes per kind, when FA2's bottom-right anchored windows give exactly our rule (head_mask.h), and the sequences of
-// a padded batch as cumulative starts over its rows in place, computed on the device without a host read. Plain ATen
-// and host code: CI checks all of it on the CPU (tests/cpp/test_flash_plan.cpp); attention/flash_calls.h calls FA2
-// through it.
+// a padded batch as cumulative starts over its rows in place (flash_sequence_starts.h: computed on the device without a
+// host read). Host code: CI checks all of it on the CPU (tests/cpp/test_flash_plan.cpp); attention/flash_calls.h calls
+// FA2 through it.
 //
 // FA2's rule (Dao-AILab/flash-attention, flash_attn_interface.py, "window_size"): in a sequence of s_q queries and s_k
 // keys, query i sees keys j in [i + s_k - s_q - left, i + s_k - s_q + right] within [0, s_k), -1 meaning unbounded on
@@ -33,7 +33,7 @@ constexpr int64_t kFlashDefaultMinPairs = 256 * 256;
 // the operator 1.35-3.1x ahead of the hand-written kernels from 2^22 pairs (B 32 T 128, B 128 T 64, B 64 T 128;
 // global and causal heads, forward+backward) and level at 2^21 (B 64 T 64, B 256 T 32). Padded calls keep the
 // per-sentence rule: packing the variable-length call cost 76 launches a step there (global heads, B 32 T 128: 2.1 ms
-// against 1.1). Since 2026-12-01 a padded batch is no longer packed (its sequences lie in place: sequence_starts), which
+// against 1.1). Since 2026-12-01 a padded batch is no longer packed (its sequences lie in place: flash_sequence_starts.h), which
 // the next lease measures before this rule changes. Mixed kinds split into a flash call per kind were not measured at
 // these sizes, and keep it too.
 constexpr int64_t kFlashUnpaddedMinPairs = int64_t{1} << 22;
@@ -74,8 +74,8 @@ inline KeyRange flash_visible_keys(FlashWindow w, int64_t row, int64_t queries, 
 
 // How the rows of a group's call become FA2 sequences, or why they cannot. A padded batch stays where it lies: FA2's
 // variable-length call reads the (B L, H, D) rows of each (B, L, H, D) tensor in place, every sentence cut into three
-// sequences (sequence_starts): its real queries with its real keys, its padding queries with no keys, no queries with
-// its padding keys. FA2 writes output 0 and lse +inf for the rows of a sequence without keys, and zero gradients for
+// sequences (flash_sequence_starts.h): its real queries with its real keys, its padding queries with no keys, no
+// queries with its padding keys. FA2 writes output 0 and lse +inf for the rows of a sequence without keys, and zero gradients for
 // the keys of a sequence without queries, without reading either side's rows ("This also covers the case where
 // actual_seqlen_k == 0" and "actual_seqlen_q == 0", flash_fwd_kernel.h and flash_bwd_kernel.h): nothing is packed
 // or unpacked, no padding row is read, and a NaN behind the padding cannot leak.
@@ -104,26 +104,6 @@ inline std::optional<FlashSequences> flash_sequences(int64_t kind, int64_t query
   }
   if (self_attention && query_len == key_len && query_offset == 0) return FlashSequences::kRealQueriesAndKeys;
   return std::nullopt;
-}
-
-// (B, 1) int32: each sentence's real rows, its length clamped to [0, max_len] as the kernels clamp lengths. On the
-// lengths' device (FA2 takes int32 starts).
-inline at::Tensor real_rows(const at::Tensor& lengths, int64_t max_len) {
-  return lengths.clamp(0, max_len).to(at::kInt).view({-1, 1});
-}
-
-// (3 B + 1,) int32: FA2's cumulative sequence starts over the (B L, ...) rows of a (B, L, ...) batch, three sequences
-// a sentence: its first R_b rows (the real ones: `real` from real_rows, or undefined: every row real), then its other
-// L - R_b rows, as the second sequence (`rest_second`: queries, whose padding rows FA2 then gives output 0) or the
-// third (keys, whose padding rows FA2 then gives zero gradients), the sequence between left empty. Sentence b's real
-// sequence is 3 b. On `real`'s device (or `device`'s without it), with no host read.
-inline at::Tensor sequence_starts(const at::Tensor& real, int64_t batch, int64_t len, bool rest_second,
-                                  const at::TensorOptions& device) {
-  const at::Tensor begin = at::arange(0, batch * len, len, device.dtype(at::kInt)).view({batch, 1});  // (B, 1)
-  const at::Tensor end = real.defined() && !rest_second ? at::Tensor() : begin + len;                 // (B, 1)
-  const at::Tensor split = real.defined() ? begin + real : end;
-  const at::Tensor starts = at::cat({begin, split, rest_second ? end : split}, 1).view({-1});  // (3 B,)
-  return at::constant_pad_nd(starts, {0, 1}, static_cast<double>(batch * len));                // (3 B + 1,)
 }
 
 }  // namespace mma_nmt::attention

@@ -127,7 +127,9 @@ Triple flash_backward_standin(const at::Tensor& grad_out, const at::Tensor& q, c
   return {grad_q, grad_k, grad_v};
 }
 
-const FlashKernels kStandins{flash_forward_standin, flash_backward_standin};
+// The sequence starts are the library's own (flash_sequence_starts_on_host: the CUDA kernel's arithmetic on the host).
+const FlashKernels kStandins{flash_forward_standin, flash_backward_standin,
+                             mma_nmt::attention::flash_sequence_starts_on_host};
 
 // --- the CPU kernel, and the split by kind as attention_cuda.cpp makes it ------------------------------------------
 
@@ -183,6 +185,9 @@ const Case kCases[] = {
     {"CausalStepAfterCachedKeys", "C", 2, 3, 7, 8, {}, 4, false, 1},
     {"LocalForwardBackwardUnpadded", "LFBL", 2, 6, 6, 8, {}, 0, false, 3},
     {"ForwardWithOffsetUnpadded", "F", 2, 3, 5, 8, {}, 2, false, 1},
+    // queries before their keys (S - T = offset < 0): the first rows of the C, B and L heads see no key (lse -inf,
+    // where FA2 writes +inf)
+    {"QueriesBeforeTheirKeysUnpadded", "CBL", 2, 6, 4, 8, {}, -2, false, 3},
     {"GlobalCrossAttentionPaddedEmptySentence", "GG", 3, 4, 6, 8, {6, 1, 0}, 0, false, 1},
     {"MixedSelfAttentionPaddedEmptySentence", "GLFB", 3, 7, 7, 8, {7, 1, 0}, 0, true, 4},
     {"CausalSelfAttentionPadded", "CC", 2, 5, 5, 8, {3, 5}, 0, true, 1},
@@ -238,7 +243,7 @@ TEST_P(FlashCallsMatchCpuKernel, ForwardAndBackward) {
 
   int flash_groups = 0;
   const AttentionKernels kernels = flash_or_cpu(&flash_groups);
-  const auto [out, lse, probs] = mma_nmt::attention::attention_forward_per_kind(p, q, k, v, lengths, kernels);
+  const auto [out, lse, probs] = mma_nmt::attention::flash_forward_per_kind(p, q, k, v, lengths, kernels);
   EXPECT_EQ(flash_groups, c.flash_groups);
 
   // The rows that may come out 0 (SPEC's shared rules), by the test's own rule rather than the code's: the padding
@@ -254,6 +259,7 @@ TEST_P(FlashCallsMatchCpuKernel, ForwardAndBackward) {
   const auto [want_out, want_lse, want_probs] = cpu_forward(p, q, k, v, lengths);
   EXPECT_TRUE(at::allclose(out, want_out.masked_fill(left_out.unsqueeze(-1), 0.0), 1e-10, 1e-10)) << "out";
   EXPECT_TRUE(at::allclose(lse, want_lse.masked_fill(left_out, -kInf), 1e-10, 1e-10, /*equal_nan=*/false)) << "lse";
+  EXPECT_TRUE(lse.is_contiguous()) << "lse (B, H, T), as the operator returns it";
 
   const auto [grad_q, grad_k, grad_v] =
       mma_nmt::attention::attention_backward_per_kind(p, x.grad_out, q, k, v, out, lse, lengths, kernels);
@@ -271,7 +277,7 @@ TEST_P(FlashCallsMatchCpuKernel, ForwardAndBackward) {
   const at::Tensor nan_k = with_nan_padding(k, *lengths), nan_v = with_nan_padding(v, *lengths);
   const at::Tensor nan_grad_out = x.grad_out.masked_fill(left_out.unsqueeze(-1), kNaN);
   const auto [n_out, n_lse, n_probs] =
-      mma_nmt::attention::attention_forward_per_kind(p, nan_q, nan_k, nan_v, lengths, kernels);
+      mma_nmt::attention::flash_forward_per_kind(p, nan_q, nan_k, nan_v, lengths, kernels);
   expect_untouched_by_padding(n_out, out, "out");
   const auto [n_q, n_k, n_v] = mma_nmt::attention::attention_backward_per_kind(p, nan_grad_out, nan_q, nan_k, nan_v,
                                                                                n_out, n_lse, lengths, kernels);
@@ -285,15 +291,15 @@ INSTANTIATE_TEST_SUITE_P(Cases, FlashCallsMatchCpuKernel, ::testing::ValuesIn(kC
 
 TEST(FlashSequences, TheGroupsOfOneCallShareTheSequencesOfItsBatch) {
   // GLFB padded self-attention: four groups over the same sentences. Sharing the call's cache, they compute the
-  // sequence starts of its queries and of its keys once (one cat each) and the same results.
+  // sequence starts once (one kernel) and the same results.
   at::manual_seed(31);
   const Inputs x = head_views(3, 4, 7, 7, 8);
   const std::optional<at::Tensor> lengths = at::tensor(std::vector<int64_t>{7, 1, 0});
   const std::vector<int64_t> kinds{kind_of('G'), kind_of('L'), kind_of('F'), kind_of('B')};
   const AttentionParams p =
       mma_nmt::attention::check_attention_args("test", x.q, x.k, x.v, lengths, kinds, 1, 0.3, 0, 0.0, 0, true);
-  const auto cats = [](const DispatchCount& c) {
-    const auto it = c.by_name.find("aten::cat");
+  const auto starts = [](const DispatchCount& c) {
+    const auto it = c.by_name.find("mma_nmt::flash_sequence_starts");
     return it == c.by_name.end() ? int64_t{0} : it->second;
   };
   int groups = 0;
@@ -303,7 +309,7 @@ TEST(FlashSequences, TheGroupsOfOneCallShareTheSequencesOfItsBatch) {
     FlashSequenceCache forward_cache, backward_cache;  // one per call, as attention_cuda.cpp makes them
     forward[shared] = mma_nmt::testing::count(
         [&] {
-          results[shared] = mma_nmt::attention::attention_forward_per_kind(
+          results[shared] = mma_nmt::attention::flash_forward_per_kind(
               p, x.q, x.k, x.v, lengths, flash_or_cpu(&groups, shared ? &forward_cache : nullptr));
         },
         int64_t{1} << 40);
@@ -317,10 +323,10 @@ TEST(FlashSequences, TheGroupsOfOneCallShareTheSequencesOfItsBatch) {
         int64_t{1} << 40);
   }
   EXPECT_EQ(groups, 8);  // FA2 took the 4 groups, in both runs
-  EXPECT_EQ(cats(forward[0]), 8);  // each group: its queries' and its keys' starts
-  EXPECT_EQ(cats(backward[0]), 8);
-  EXPECT_EQ(cats(forward[1]), 3);  // the keys', every query's (G) and the real queries' (L, F, B)
-  EXPECT_EQ(cats(backward[1]), 3);
+  EXPECT_EQ(starts(forward[0]), 4);  // each group its own
+  EXPECT_EQ(starts(backward[0]), 4);
+  EXPECT_EQ(starts(forward[1]), 1);  // once for the call: the keys', every query's (G) and the real queries' (L, F, B)
+  EXPECT_EQ(starts(backward[1]), 1);
   EXPECT_LT(forward[1].ops, forward[0].ops);
   EXPECT_LT(backward[1].ops, backward[0].ops);
   EXPECT_TRUE(at::equal(std::get<0>(results[0]), std::get<0>(results[1])));
@@ -336,13 +342,15 @@ TEST(FlashSequences, TheGroupsOfOneCallShareTheSequencesOfItsBatch) {
 // Counted as tests/cpp/test_dispatch_budget.cpp counts the compositions (dispatch_budget.h), each FA2 call one op:
 // B 2, D 4, one sentence 11 keys short, every group through FA2 (attention_cuda.cpp's path for half-precision calls
 // FA2 takes: long ones by default, every size with MMA_NMT_CUDA_KERNELS=flash). No buffer of B x T x S elements. The
-// targets are the composition's (test_dispatch_budget.cpp). Counted 2026-12-01 with torch 2.13.0+cpu. Where the ops
-// go in a padded call: the sequence starts, once per call for the keys and once per kind of query sequences (clamp,
-// arange, add, cat and the final entry's pad: 5-8 ops each), then per group FA2 and the lse's rows without keys
-// (a contiguous copy and a masked_fill_) forward, FA2 and the lse in FA2's layout (a copy) backward; a mixed call
-// also copies each group's results into their heads (2 copies forward, 3 backward). Until 2026-12-01 the padded batch
-// was packed (index_copy) and unpacked (index_select, masked_fill) around FA2: the GLFB call of
-// TheGroupsOfOneCallShareTheSequencesOfItsBatch counted 88 ops forward and 138 backward then, with its cache.
+// targets are the composition's (test_dispatch_budget.cpp). Counted with torch 2.13.0+cpu. Where the ops go in a
+// padded call: the sequence starts, one kernel per call (mma_nmt::flash_sequence_starts), then FA2 per group and the
+// call's lse in our layout with -inf for the rows without keys (one nan_to_num, flash_forward_per_kind) forward, the
+// lse in FA2's layout (a copy) and FA2 per group backward; a mixed call joins its groups' results by one cat each (out
+// and lse forward, the three gradients backward).
+// History of the GLFB count (forward / backward): 88 / 138 until 2026-12-01, when the padded batch was packed
+// (index_copy) and unpacked (index_select, masked_fill) around FA2; 37 / 38 until 2026-12-02, when about a dozen small
+// ops built the starts (clamp, arange, adds, cat, pad), two the lse's rows without keys, and a copy per group and
+// result put the groups' results back (all G and all C padded: 15-17 / 13-14).
 struct FlashBudgetCase {
   std::string name;
   std::string kinds;
@@ -354,9 +362,9 @@ struct FlashBudgetCase {
 void PrintTo(const FlashBudgetCase& c, std::ostream* os) { *os << c.name; }
 
 const FlashBudgetCase kFlashBudgets[] = {
-    {"GLFBSelfAttentionPadded", "GLFB", 32, 32, true, {37, 0, 8}, {38, 0, 18}},
-    {"AllGlobalCrossAttentionPadded", "GGGG", 24, 32, true, {15, 0, 3}, {13, 0, 6}},
-    {"AllCausalSelfAttentionPadded", "CCCC", 32, 32, true, {17, 0, 3}, {14, 0, 6}},
+    {"GLFBSelfAttentionPadded", "GLFB", 32, 32, true, {8, 0, 8}, {12, 0, 18}},
+    {"AllGlobalCrossAttentionPadded", "GGGG", 24, 32, true, {3, 0, 3}, {3, 0, 6}},
+    {"AllCausalSelfAttentionPadded", "CCCC", 32, 32, true, {3, 0, 3}, {3, 0, 6}},
     {"AllCausalSelfAttentionUnpadded", "CCCC", 32, 32, false, {1, 0, 3}, {1, 0, 6}},
 };
 
@@ -380,7 +388,7 @@ TEST_P(FlashPathBudget, ForwardAndBackwardWithinBudget) {
   Triple result;
   const DispatchCount f = mma_nmt::testing::count(
       [&] {
-        result = mma_nmt::attention::attention_forward_per_kind(p, x.q, x.k, x.v, lengths,
+        result = mma_nmt::attention::flash_forward_per_kind(p, x.q, x.k, x.v, lengths,
                                                                 flash_or_cpu(&groups, &forward_cache));
       },
       large);

@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "attention/flash_calls.h"  // flash_sequence_starts_on_host
 #include "attention/flash_plan.h"
+#include "attention/flash_sequence_starts.h"
 #include "attention/head_mask.h"
 
 namespace {
@@ -142,38 +144,50 @@ std::vector<std::pair<int64_t, int64_t>> sequences_of(const at::Tensor& starts, 
 }
 
 TEST(FlashPlan, SequenceStartsCutEachSentenceInPlaceIntoItsRealRowsAndItsPaddingRows) {
-  using mma_nmt::attention::sequence_starts;
-  const std::vector<int64_t> lengths{3, 0, 7, 2, -1};  // clamped to [0, 5], as the kernels clamp them
-  const int64_t batch = 5, len = 5;
-  const at::Tensor real = mma_nmt::attention::real_rows(at::tensor(lengths), len);  // (B, 1) int32
-  EXPECT_EQ(real.scalar_type(), at::kInt);
-  EXPECT_TRUE(at::equal(real.view({-1}), at::tensor(std::vector<int32_t>{3, 0, 5, 2, 0})));
-  const at::Tensor keys = sequence_starts(real, batch, len, /*rest_second=*/false, real.options());
-  const at::Tensor queries = sequence_starts(real, batch, len, /*rest_second=*/true, real.options());
-  const at::Tensor all_queries = sequence_starts({}, batch, len, /*rest_second=*/true, real.options());
-  for (const at::Tensor& starts : {keys, queries, all_queries}) {
-    EXPECT_EQ(starts.scalar_type(), at::kInt);  // FA2's cu_seqlens
-    ASSERT_EQ(starts.numel(), 3 * batch + 1);
-    EXPECT_EQ(starts[0].item<int64_t>(), 0);
-    EXPECT_EQ(starts[3 * batch].item<int64_t>(), batch * len);
-    // consecutive sequences: every row in exactly one, each sentence's rows in its own three
-    EXPECT_TRUE((starts.narrow(0, 1, 3 * batch) >= starts.narrow(0, 0, 3 * batch)).all().item<bool>());
-    for (int64_t b = 0; b < batch; ++b) EXPECT_EQ(starts[3 * b].item<int64_t>(), b * len) << "sentence " << b;
-  }
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t real_rows = std::clamp<int64_t>(lengths[b], 0, len), begin = b * len, split = begin + real_rows;
-    using Ranges = std::vector<std::pair<int64_t, int64_t>>;
-    // keys: the real ones, an empty sequence, the padding ones (a sequence without queries: FA2 gives them gradient 0)
-    EXPECT_EQ(sequences_of(keys, b), (Ranges{{begin, split}, {split, split}, {split, begin + len}})) << b;
-    // queries: the real ones, the padding ones (a sequence without keys: FA2 gives them output 0), an empty sequence
-    EXPECT_EQ(sequences_of(queries, b), (Ranges{{begin, split}, {split, begin + len}, {begin + len, begin + len}}))
-        << b;
-    // every query row real: all in the first sequence
-    EXPECT_EQ(sequences_of(all_queries, b), (Ranges{{begin, begin + len}, {begin + len, begin + len},
-                                                    {begin + len, begin + len}}))
-        << b;
+  using mma_nmt::attention::kEveryQueryStarts;
+  using mma_nmt::attention::kKeyStarts;
+  using mma_nmt::attention::kRealQueryStarts;
+  const std::vector<int64_t> lengths{3, 0, 7, 2, -1};  // clamped to [0, S], as the kernels clamp them
+  const int64_t batch = 5;
+  // self-attention (T = S: every row used) and cross-attention (the keys' rows over S, every query's over T)
+  for (const auto& [query_len, key_len] : {std::pair<int64_t, int64_t>{5, 5}, {4, 6}}) {
+    const at::Tensor table =
+        mma_nmt::attention::flash_sequence_starts_on_host(at::tensor(lengths), query_len, key_len);
+    EXPECT_EQ(table.scalar_type(), at::kInt);  // FA2's cu_seqlens
+    ASSERT_EQ(table.sizes(), (at::IntArrayRef{3, 3 * batch + 1}));
+    const at::Tensor keys = table[kKeyStarts], queries = table[kRealQueryStarts], all_queries = table[kEveryQueryStarts];
+    for (const auto& [starts, len] : {std::pair<at::Tensor, int64_t>{keys, key_len}, {queries, query_len},
+                                      {all_queries, query_len}}) {
+      EXPECT_TRUE(starts.is_contiguous());
+      EXPECT_EQ(starts[0].item<int64_t>(), 0);
+      EXPECT_EQ(starts[3 * batch].item<int64_t>(), batch * len);
+      // consecutive sequences: every row in exactly one, each sentence's rows in its own three
+      EXPECT_TRUE((starts.narrow(0, 1, 3 * batch) >= starts.narrow(0, 0, 3 * batch)).all().item<bool>());
+      for (int64_t b = 0; b < batch; ++b) EXPECT_EQ(starts[3 * b].item<int64_t>(), b * len) << "sentence " << b;
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+      const int64_t real_keys = std::clamp<int64_t>(lengths[b], 0, key_len), key_begin = b * key_len;
+      const int64_t key_split = key_begin + real_keys, key_end = key_begin + key_len;
+      // keys: the real ones, an empty sequence, the padding ones (a sequence without queries: FA2 gives them gradient 0)
+      EXPECT_EQ(sequences_of(keys, b), (Ranges{{key_begin, key_split}, {key_split, key_split}, {key_split, key_end}}))
+          << b;
+      // every query row real: all in the first sequence
+      const int64_t begin = b * query_len, end = begin + query_len;
+      EXPECT_EQ(sequences_of(all_queries, b), (Ranges{{begin, end}, {end, end}, {end, end}})) << b;
+      if (query_len != key_len) continue;  // real queries: self-attention's alone
+      // queries: the real ones, the padding ones (a sequence without keys: FA2 gives them output 0), an empty sequence
+      const int64_t split = begin + real_keys;
+      EXPECT_EQ(sequences_of(queries, b), (Ranges{{begin, split}, {split, end}, {end, end}})) << b;
+    }
   }
   // So that, sequence by sequence, real queries meet real keys, padding queries no key and padding keys no query.
+}
+
+TEST(FlashPlan, SequenceStartsRefuseBatchesWhoseRowsOverflowInt32) {
+  const at::Tensor lengths = at::zeros({3}, at::kLong);
+  EXPECT_NO_THROW(mma_nmt::attention::flash_sequence_starts_on_host(lengths, 2, (int64_t{1} << 31) / 3 - 1));
+  EXPECT_THROW(mma_nmt::attention::flash_sequence_starts_on_host(lengths, 2, (int64_t{1} << 31) / 3 + 1), c10::Error);
 }
 
 TEST(FlashPlan, FlashIsTheDefaultFrom256By256PairsASentenceOr4MPairsAUniformCallWithoutPadding) {

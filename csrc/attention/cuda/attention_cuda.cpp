@@ -79,7 +79,7 @@ bool flash_wanted(const AttentionParams& p, const at::Tensor& q, bool padded, bo
   return at::cuda::getCurrentDeviceProperties()->major >= 8;
 }
 
-// torch's FA2: the batched call without cumulative lengths, else the variable-length one.
+// torch's FA2: the batched call without cumulative lengths, else the variable-length one; our kernel for the starts.
 const FlashKernels& torch_flash_kernels() {
   static const FlashKernels kernels{
       [](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const FlashCall& c) {
@@ -97,6 +97,9 @@ const FlashKernels& torch_flash_kernels() {
         const auto r = at::_flash_attention_backward(grad_out, q, k, v, out, lse, c.cu_q, c.cu_k, c.max_q, c.max_k,
                                                      0.0, c.is_causal, rng_state, unused, c.scale, c.left, c.right);
         return std::make_tuple(std::get<0>(r), std::get<1>(r), std::get<2>(r));
+      },
+      [](const at::Tensor& key_lengths, int64_t query_len, int64_t key_len) {  // one launch (flash_sequence_starts.cu)
+        return flash_sequence_starts(key_lengths, query_len, key_len);
       }};
   return kernels;
 }
@@ -154,7 +157,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
   std::tuple<at::Tensor, at::Tensor, at::Tensor> result;
   if (flash_takes(p, q, key_lengths, return_probs)) {
     FlashSequenceCache sequences;  // this call's alone
-    result = attention_forward_per_kind(p, q, k, v, key_lengths, flash_or_handwritten_kernels(sequences));
+    result = flash_forward_per_kind(p, q, k, v, key_lengths, flash_or_handwritten_kernels(sequences));
   } else if (composition_wanted(q.scalar_type(), long_call(p, key_lengths.has_value())) &&
              splittable(p, return_probs)) {
     result = attention_forward_by_kind(p, q, k, v, key_lengths, handwritten_kernels());

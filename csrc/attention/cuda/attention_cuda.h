@@ -47,4 +47,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward(const Attentio
                                                                   const at::Tensor& lse,
                                                                   const std::optional<at::Tensor>& key_lengths);
 
+// FA2's (3, 3 B + 1) int32 sequence starts of a padded batch (attention/flash_sequence_starts.h) in one launch.
+at::Tensor flash_sequence_starts(const at::Tensor& key_lengths, int64_t query_len, int64_t key_len);
+
 }  // namespace mma_nmt::attention::cuda

@@ -103,6 +103,26 @@ def test_cuda_flash_opt_in_takes_uniform_kinds_and_matches_reference(spec, query
     assert {"aten::_flash_attention_forward", "aten::_flash_attention_backward"} <= names, sorted(names)
 
 
+@pytest.mark.parametrize("spec", ["C", "B", "L"])
+def test_cuda_flash_opt_in_gives_rows_before_their_first_key_lse_minus_inf(spec, monkeypatch):
+    """Queries before their keys (S - T = query_offset < 0, no padding): FA2 writes lse +inf for the first rows, which
+    see no key; the flash path returns ours, -inf there, and out 0, as the hand-written kernel does (its lse for every
+    row within rounding)."""
+    q, k, v = cuda_qkv(2, 4, 23, 17, 64, dtype=torch.bfloat16)
+    kinds = parse_head_spec(spec, 4)
+    results = {}
+    for kernels in ("flash", "handwritten"):
+        monkeypatch.setenv("MMA_NMT_CUDA_KERNELS", kernels)
+        with torch.no_grad():
+            results[kernels] = fused_attention(q, k, v, head_kinds=kinds, query_offset=-6, window=2)
+    flash, handwritten = results["flash"], results["handwritten"]
+    without_keys = torch.isneginf(handwritten.lse)
+    assert without_keys[:, :, :4].all() and not without_keys[:, :, 8:].any()  # rows 0-5 (C, B), 0-3 (L, w 2)
+    assert torch.equal(torch.isneginf(flash.lse), without_keys)
+    torch.testing.assert_close(flash.lse[~without_keys], handwritten.lse[~without_keys], atol=2e-2, rtol=1e-2)
+    assert (flash.out[without_keys] == 0).all()
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_cuda_flash_opt_in_takes_padded_cross_attention_and_matches_reference(dtype, monkeypatch):
     """Global heads with key padding (cross-attention): one variable-length FA2 call over the rows in place (each
