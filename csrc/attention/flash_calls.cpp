@@ -150,13 +150,27 @@ FlashTriple flash_group_backward(const AttentionParams& p, const at::Tensor& gra
   }
   FlashSequenceCache own;
   const FlashCall call = in_place_call(p, *sequences, *key_lengths, kernels, cache != nullptr ? *cache : own);
-  // Ours (B, H, T) -> FA2's (H, B T). Its rows without keys hold -inf, which FA2 never reads: a sequence without keys
-  // has no key block to visit.
+  // Ours (B, H, T) -> FA2's (H, B T): a view where flash_backward_per_kind laid the call's lse out so, else a copy. Its
+  // rows without keys hold -inf, which FA2 never reads: a sequence without keys has no key block to visit.
   const at::Tensor lse_rows = lse.permute({1, 0, 2}).reshape({p.heads, p.batch * p.query_len}).contiguous();
   const auto [grad_q, grad_k, grad_v] = kernels.backward(as_rows(grad_out), as_rows(q), as_rows(k), as_rows(v),
                                                          as_rows(out), lse_rows, call);
   return {from_rows(grad_q, p.batch, p.query_len), from_rows(grad_k, p.batch, p.key_len),
           from_rows(grad_v, p.batch, p.key_len)};
+}
+
+AttentionTriple flash_backward_per_kind(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
+                                        const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                        const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
+                                        const AttentionKernels& kernels) {
+  if (!key_lengths.has_value()) {  // FA2's batched call takes ours, (B, H, T)
+    return attention_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths, kernels);
+  }
+  // The variable-length call takes (H, B T) rows: one copy lays out the whole call's lse so, and each group's rows are
+  // then a view (a mixed call copied once per group before). A group that FA2 does not take gets it as a strided view,
+  // which its kernel makes contiguous.
+  const at::Tensor by_head = lse.transpose(0, 1).contiguous().transpose(0, 1);  // (B, H, T) over (H, B, T) memory
+  return attention_backward_per_kind(p, grad_out, q, k, v, out, by_head, key_lengths, kernels);
 }
 
 at::Tensor flash_sequence_starts_on_host(const at::Tensor& key_lengths, int64_t query_len, int64_t key_len) {

@@ -96,4 +96,11 @@ AttentionTriple flash_forward_per_kind(const AttentionParams& p, const at::Tenso
                                        const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
                                        const AttentionKernels& kernels);
 
+// attention_backward_per_kind with `kernels`, the call's lse laid out once as FA2's variable-length call reads it
+// ((H, B T) rows, a strided (B, H, T) view over them) where the call is padded, so that no group copies its own.
+AttentionTriple flash_backward_per_kind(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
+                                        const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                        const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
+                                        const AttentionKernels& kernels);
+
 }  // namespace mma_nmt::attention

@@ -185,8 +185,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
   if (flash_takes(p, q, key_lengths, /*return_probs=*/false)) {
     FlashSequenceCache sequences;  // this call's alone
-    grads = attention_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths,
-                                        flash_or_handwritten_kernels(sequences));
+    grads =
+        flash_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths, flash_or_handwritten_kernels(sequences));
   } else if (composition_wanted(q.scalar_type(), long_call(p, key_lengths.has_value())) &&
              splittable(p, /*return_probs=*/false)) {
     grads = attention_backward_by_kind(p, grad_out, q, k, v, out, lse, key_lengths, handwritten_kernels());
