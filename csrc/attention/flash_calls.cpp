@@ -179,9 +179,7 @@ at::Tensor flash_sequence_starts_on_host(const at::Tensor& key_lengths, int64_t 
               "flash_sequence_starts_on_host: expected (B,) int64 CPU key lengths, got ", key_lengths.sizes(), " ",
               key_lengths.scalar_type(), " on ", key_lengths.device());
   const int64_t batch = key_lengths.size(0), entries = flash_starts_entries(batch);
-  TORCH_CHECK(batch * std::max(query_len, key_len) <= std::numeric_limits<int32_t>::max(),
-              "mma_nmt.attention: FlashAttention-2 numbers the rows of a padded batch in int32; ", batch, " x ",
-              std::max(query_len, key_len), " rows do not fit");
+  check_flash_rows_fit_int32(batch, query_len, key_len);
   const at::Tensor lengths = key_lengths.contiguous();
   at::Tensor table = at::empty({kFlashStartsRows, entries}, lengths.options().dtype(at::kInt));
   int32_t* out = table.data_ptr<int32_t>();

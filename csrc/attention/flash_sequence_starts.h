@@ -12,6 +12,12 @@
 // Sequence by sequence, real queries meet real keys, padding queries no key and padding keys no query.
 #pragma once
 
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
 #include "common/host_device.h"
 #include "common/key_lengths.h"
 
@@ -37,6 +43,14 @@ MMA_HOST_DEVICE int32_t flash_sequence_start(int row, int64_t entry, int64_t bat
   const int64_t real = min_of(keys_of_sentence(key_lengths, sentence, key_len), len);
   if (row == kKeyStarts || part == 1) return static_cast<int32_t>(begin + real);
   return static_cast<int32_t>(begin + len);  // kRealQueryStarts' third sequence: empty, at the sentence's end
+}
+
+// Host side, before the table is made: FA2 numbers the rows in int32.
+inline void check_flash_rows_fit_int32(int64_t batch, int64_t query_len, int64_t key_len) {
+  const int64_t rows = batch * std::max(query_len, key_len);
+  TORCH_CHECK(rows <= std::numeric_limits<int32_t>::max(), "mma_nmt.attention: FlashAttention-2 numbers the rows of a ",
+              "padded batch in int32; ", batch, " x ", std::max(query_len, key_len), " rows do not fit (set ",
+              "MMA_NMT_CUDA_KERNELS=handwritten)");
 }
 
 }  // namespace mma_nmt::attention

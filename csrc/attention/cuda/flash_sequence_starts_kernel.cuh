@@ -11,9 +11,7 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <limits>
 
 #include "attention/flash_sequence_starts.h"
 
@@ -33,9 +31,7 @@ __global__ void flash_sequence_starts_kernel(const int64_t* key_lengths, int64_t
 inline at::Tensor run_flash_sequence_starts(const at::Tensor& key_lengths, int64_t query_len, int64_t key_len,
                                             const gpu::Launch& launch) {
   const int64_t batch = key_lengths.size(0);
-  TORCH_CHECK(batch * std::max(query_len, key_len) <= std::numeric_limits<int32_t>::max(),
-              "mma_nmt.attention: FlashAttention-2 numbers the rows of a padded batch in int32; ", batch, " x ",
-              std::max(query_len, key_len), " rows do not fit (set MMA_NMT_CUDA_KERNELS=handwritten)");
+  check_flash_rows_fit_int32(batch, query_len, key_len);
   const at::Tensor lengths = key_lengths.contiguous();
   at::Tensor table = at::empty({kFlashStartsRows, flash_starts_entries(batch)}, lengths.options().dtype(at::kInt));
   constexpr int kThreads = 128;
