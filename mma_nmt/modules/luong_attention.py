@@ -120,9 +120,7 @@ class LuongMultiheadAttention(nn.Module):
         batch, steps, dh = h_t.shape
         heads = self.config.num_heads
         if self.config.score_form == "projected_query":
-            # q_i = W_sc_i^T h_t: (B, 1, T, dh) @ (h, dh, dh) -> (B, h, T, dh), scored against the encoder states
-            context, alpha = self.attend_projected_query(torch.matmul(h_t.unsqueeze(1), self.w_sc), memory,
-                                                         need_weights)
+            context, alpha = self.attend_projected_query(self.project_queries(h_t), memory, need_weights)
         else:
             query = h_t.unsqueeze(1).expand(batch, heads, steps, dh)  # (B, h, T, dh), the same query for every head
             context, alpha = self.attend(query, memory, need_weights)  # (B, h, T, dh)
@@ -130,11 +128,24 @@ class LuongMultiheadAttention(nn.Module):
         from_context = torch.einsum("bhtd,hod->bhto", context, self.w_context)  # (B, h, T, o)
         from_state = torch.matmul(h_t, self.w_state.reshape(-1, dh).t()).view(batch, steps, heads, -1)  # (B, T, h, o)
         joined = torch.tanh(from_context.transpose(1, 2) + from_state)  # (B, T, h, o)
-        a_tilde = joined[..., : self.sm_per_head].reshape(batch, steps, -1)  # (B, T, d_sm), heads concatenated
-        a_bar = joined[..., self.sm_per_head:].reshape(batch, steps, -1)  # (B, T, d_fd)
+        # one split, whose backward is one cat (two slices' would zero-fill and copy each, then add)
+        tilde, bar = joined.split([self.sm_per_head, self.fd_per_head], dim=-1)
+        a_tilde = tilde.reshape(batch, steps, -1)  # (B, T, d_sm), heads concatenated
+        a_bar = bar.reshape(batch, steps, -1)  # (B, T, d_fd)
         if one_step:
             return a_tilde.squeeze(1), a_bar.squeeze(1), None if alpha is None else alpha.squeeze(2)
         return a_tilde, a_bar, alpha
+
+    def project_queries(self, h_t: torch.Tensor) -> torch.Tensor:
+        """``q_i = W_sc_i^T h_t`` of every head: (B, T, dh) -> (B, h, T, dh), a view of one batched GEMM over the heads,
+        the decoder states broadcast to them (matmul copies h x B x T x dh of them, never the weights). The form
+        ``h_t.unsqueeze(1) @ w_sc`` broadcast the weights over the batch instead: B copies of them forward and B
+        outer products backward, h x dh^2 elements each, 512M a step each way at B 128, h 4, dh 1024."""
+        batch, steps, dh = h_t.shape
+        heads = self.config.num_heads
+        states = h_t.reshape(1, batch * steps, dh).expand(heads, batch * steps, dh)  # the same rows for every head
+        rows = torch.bmm(states, self.w_sc)  # (h, B T, dh) @ (h, dh, dh) -> (h, B T, dh)
+        return rows.view(heads, batch, steps, dh).transpose(0, 1)  # (h, B, T, dh) -> (B, h, T, dh)
 
     def attend(self, query: torch.Tensor, memory: LuongMemory, need_weights: bool):
         """Context vectors (B, h, T, dh) of every head and, when asked for, the weights (B, h, T, S)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import mma_nmt.modules.luong_attention as luong_module
 from mma_nmt.models import build_model, preset
@@ -70,6 +71,42 @@ def test_projected_query_never_builds_per_head_keys(implementation, monkeypatch)
     monkeypatch.setattr(luong_module, name, spy)
     module(h_t, memory)
     assert seen == [((3, 1, 4, 10), (3, 1, 7, 10), True)]
+
+
+class _LargestBuffer(TorchDispatchMode):
+    """The largest tensor any op returns while active (views included: they hold no new memory but never exceed it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("implementation", ["fused", "reference"])
+def test_projected_query_never_copies_the_score_matrices_per_sentence(implementation):
+    """q_i = W_sc_i^T h_t is one batched GEMM over the heads: no (B, h, dh, dh) buffer forward (the weights broadcast
+    over the batch, which matmul copies) or backward (one outer product per sentence). At WMT sizes (B 128, h 4,
+    dh 1024) such a buffer holds 512M elements a step."""
+    batch, heads, dh = 16, 4, 24
+    config = LuongAttentionConfig(hidden_dim=dh, num_heads=heads, softmax_dim=16, feed_dim=16,
+                                  implementation=implementation, score_form="projected_query")
+    module = LuongMultiheadAttention(config)
+    hs, h_t = torch.randn(batch, 7, dh, requires_grad=True), torch.randn(batch, dh, requires_grad=True)
+    memory = module.precompute(hs, key_lengths=torch.randint(1, 8, (batch,)))
+    with _LargestBuffer() as forward:
+        a_tilde, a_bar, _ = module(h_t, memory)
+    with _LargestBuffer() as backward:
+        (a_tilde.sum() + a_bar.square().sum()).backward()
+    per_sentence_weights = batch * heads * dh * dh  # 36864
+    assert forward.largest < per_sentence_weights // 4 and backward.largest < per_sentence_weights // 4, (
+        forward.largest, backward.largest)
+    assert module.w_sc.grad is not None and float(module.w_sc.grad.abs().sum()) > 0
 
 
 def test_projected_query_memory_reorders_for_beams():
