@@ -47,8 +47,13 @@ say "registration paths: exit $?"
 # CUDA-graph capture in a process of its own: a failed capture can leave the CUDA context unusable.
 timeout "$(until_s 340)" "${bench[@]}" --only decoder --graphs --deadline "$(until_s 330)" >> "$OUT/bench/bench.log" 2>&1
 say "graphs (decoder): exit $?"
-timeout "$(until_s 370)" python3 -m benchmarks.cuda_lstm_step --quick > "$OUT/bench/lstm_step.md" 2>&1
+timeout "$(until_s 362)" python3 -m benchmarks.cuda_lstm_step --quick > "$OUT/bench/lstm_step.md" 2>&1
 say "LSTM step: exit $?"
+# OpenNMT-py's score form, whose query projection no longer copies W_sc per sentence (2026-12-02): the module's path
+# if it is faster (issue 49 point 3)
+timeout "$(until_s 376)" python3 -m benchmarks.cuda_lstm_step --quick --score-form projected_query \
+  > "$OUT/bench/lstm_step_projected_query.md" 2>&1
+say "LSTM step (projected query): exit $?"
 
 # Whole training steps (issue 48: MMA and all-global vs the nn.MultiheadAttention model; issue 49: GMM and LSTM vs
 # their reference models), float32 and autocast float16/bfloat16.

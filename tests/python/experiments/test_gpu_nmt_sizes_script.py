@@ -64,7 +64,8 @@ def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp
     session = (out / "session.log").read_text()
     steps = ["built: stand-in", "flash probe (flash_probe.log): 2 passed", SUITE_LINE,
              "nmt sizes bfloat16: exit 0, 1 rows",
-             "graphs (decoder): exit 0", "LSTM step: exit 0", "training steps: exit 0", "flex: exit 0", "s] done"]
+             "graphs (decoder): exit 0", "LSTM step: exit 0", "LSTM step (projected query): exit 0",
+             "training steps: exit 0", "flex: exit 0", "s] done"]
     positions = [session.find(step) for step in steps]
     assert -1 not in positions and positions == sorted(positions), session
     calls = (out / "calls.txt").read_text().splitlines()
@@ -75,6 +76,7 @@ def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp
     assert all(0 < d < 400 for d in deadlines), deadlines
     assert calls[3].endswith("--render") and (out / "bench" / "nmt_sizes.md").exists()
     assert (out / "bench" / "lstm_step.md").read_text() == "| lstm |\n"
+    assert (out / "bench" / "lstm_step_projected_query.md").read_text() == "| lstm |\n"
     assert (out / "bench" / "training.log").read_text().startswith("suite --device cuda --quick --only training")
     assert len(calls) == 4
     assert [json.loads(line) for line in (out / "bench" / "nmt_sizes.jsonl").read_text().splitlines()] == [
