@@ -66,8 +66,8 @@ FlashCall in_place_call(const AttentionParams& p, FlashSequences sequences, cons
   return call;
 }
 
-// Whether a query row of an unpadded group of `kind` can see no key: a window that ends before the first key (B, C and L
-// heads whose queries come before their keys, query_offset < 0). FA2 gives such a row lse +inf.
+// Whether a query row of an unpadded group of `kind` can see no key: a window that ends before the first key (B, C
+// and L heads whose queries come before their keys, query_offset < 0). FA2 gives such a row lse +inf.
 bool rows_before_their_first_key(int64_t kind, const AttentionParams& p) {
   if (kind == kGlobal || kind == kForward) return false;
   return p.query_offset + (kind == kLocal ? p.window : 0) < 0;

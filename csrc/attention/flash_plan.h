@@ -33,9 +33,10 @@ constexpr int64_t kFlashDefaultMinPairs = 256 * 256;
 // the operator 1.35-3.1x ahead of the hand-written kernels from 2^22 pairs (B 32 T 128, B 128 T 64, B 64 T 128;
 // global and causal heads, forward+backward) and level at 2^21 (B 64 T 64, B 256 T 32). Padded calls keep the
 // per-sentence rule: packing the variable-length call cost 76 launches a step there (global heads, B 32 T 128: 2.1 ms
-// against 1.1). Since 2026-12-01 a padded batch is no longer packed (its sequences lie in place: flash_sequence_starts.h), which
-// the next lease measures before this rule changes. Mixed kinds split into a flash call per kind were not measured at
-// these sizes, and keep it too.
+// against 1.1). Since 2026-12-01 a padded batch is no longer packed (its sequences lie in place:
+// flash_sequence_starts.h; since 2026-12-02 3 ATen ops a direction around FA2 for one kind), which the next lease
+// measures before this rule changes. Mixed kinds split into a flash call per kind were not measured at these sizes,
+// and keep it too.
 constexpr int64_t kFlashUnpaddedMinPairs = int64_t{1} << 22;
 
 // batch_heads: B x H of the call; padded: whether it has key lengths; uniform: whether its heads are of one kind.
@@ -75,10 +76,10 @@ inline KeyRange flash_visible_keys(FlashWindow w, int64_t row, int64_t queries, 
 // How the rows of a group's call become FA2 sequences, or why they cannot. A padded batch stays where it lies: FA2's
 // variable-length call reads the (B L, H, D) rows of each (B, L, H, D) tensor in place, every sentence cut into three
 // sequences (flash_sequence_starts.h): its real queries with its real keys, its padding queries with no keys, no
-// queries with its padding keys. FA2 writes output 0 and lse +inf for the rows of a sequence without keys, and zero gradients for
-// the keys of a sequence without queries, without reading either side's rows ("This also covers the case where
-// actual_seqlen_k == 0" and "actual_seqlen_q == 0", flash_fwd_kernel.h and flash_bwd_kernel.h): nothing is packed
-// or unpacked, no padding row is read, and a NaN behind the padding cannot leak.
+// queries with its padding keys. FA2 writes output 0 and lse +inf for the rows of a sequence without keys, and zero
+// gradients for the keys of a sequence without queries, without reading either side's rows ("This also covers the case
+// where actual_seqlen_k == 0" and "actual_seqlen_q == 0", flash_fwd_kernel.h and flash_bwd_kernel.h): nothing is
+// packed or unpacked, no padding row is read, and a NaN behind the padding cannot leak.
 enum class FlashSequences {
   kBatched,             // no key padding: each sentence is one sequence of T queries and S keys (FA2's batched call)
   kRealKeys,            // G heads with padding: all T queries of a sentence against its J_b real keys. A sentence

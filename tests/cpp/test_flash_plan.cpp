@@ -155,7 +155,8 @@ TEST(FlashPlan, SequenceStartsCutEachSentenceInPlaceIntoItsRealRowsAndItsPadding
         mma_nmt::attention::flash_sequence_starts_on_host(at::tensor(lengths), query_len, key_len);
     EXPECT_EQ(table.scalar_type(), at::kInt);  // FA2's cu_seqlens
     ASSERT_EQ(table.sizes(), (at::IntArrayRef{3, 3 * batch + 1}));
-    const at::Tensor keys = table[kKeyStarts], queries = table[kRealQueryStarts], all_queries = table[kEveryQueryStarts];
+    const at::Tensor keys = table[kKeyStarts], queries = table[kRealQueryStarts];
+    const at::Tensor all_queries = table[kEveryQueryStarts];
     for (const auto& [starts, len] : {std::pair<at::Tensor, int64_t>{keys, key_len}, {queries, query_len},
                                       {all_queries, query_len}}) {
       EXPECT_TRUE(starts.is_contiguous());
@@ -169,7 +170,8 @@ TEST(FlashPlan, SequenceStartsCutEachSentenceInPlaceIntoItsRealRowsAndItsPadding
       using Ranges = std::vector<std::pair<int64_t, int64_t>>;
       const int64_t real_keys = std::clamp<int64_t>(lengths[b], 0, key_len), key_begin = b * key_len;
       const int64_t key_split = key_begin + real_keys, key_end = key_begin + key_len;
-      // keys: the real ones, an empty sequence, the padding ones (a sequence without queries: FA2 gives them gradient 0)
+      // keys: the real ones, an empty sequence, the padding ones (a sequence without queries: FA2 gives them
+      // gradient 0)
       EXPECT_EQ(sequences_of(keys, b), (Ranges{{key_begin, key_split}, {key_split, key_split}, {key_split, key_end}}))
           << b;
       // every query row real: all in the first sequence

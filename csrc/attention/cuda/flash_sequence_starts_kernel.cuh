@@ -1,7 +1,7 @@
 // The cumulative sequence starts of a padded batch for FlashAttention-2 (attention/flash_sequence_starts.h) in one
 // launch: a thread per entry of the (3, 3 B + 1) int32 table, reading the key lengths on the device (no host read, so
-// CUDA graphs can capture it). It replaces the dozen small ATen ops (clamp, arange, adds, cat, pad) that built the three
-// rows before, per operator call and per direction.
+// CUDA graphs can capture it). It replaces the dozen small ATen ops (clamp, arange, adds, cat, pad) that built the
+// three rows before, per operator call and per direction.
 //
 // Device source: compiled by nvcc (flash_sequence_starts.cu) and by the host compiler under the HIP CPU emulator
 // (tests/cpp/emulated), so it holds no CUDA-only calls; common/cuda_compat.h maps the names it uses.
