@@ -68,12 +68,13 @@ bool long_call(const AttentionParams& p, bool padded) {
 // too), in float16/bfloat16, without dropout or weights, with equal head sizes up to
 // 256 in steps of 8, on sm80 or newer. Calls of mixed kinds are split into one group per kind, each through FA2 where
 // it serves, else the hand-written kernel. flash_by_default (flash_plan.h) gives the size from which this is the
-// default; MMA_NMT_CUDA_KERNELS=flash takes it at every size, =handwritten and =composition never.
-bool flash_wanted(const AttentionParams& p, const at::Tensor& q, bool padded, bool return_probs) {
+// default (`is_long`: long_call's answer for the call); MMA_NMT_CUDA_KERNELS=flash takes it at every size,
+// =handwritten and =composition never.
+bool flash_wanted(const AttentionParams& p, const at::Tensor& q, bool is_long, bool return_probs) {
   if (handwritten_cuda_kernels_only() || composition_cuda_kernels_opted_in() || return_probs || p.dropout_p > 0.0) {
     return false;
   }
-  if (!flash_cuda_kernels_opted_in() && !long_call(p, padded)) return false;
+  if (!flash_cuda_kernels_opted_in() && !is_long) return false;
   if (q.scalar_type() != at::kHalf && q.scalar_type() != at::kBFloat16) return false;
   if (p.head_dim != p.value_dim || p.head_dim > 256 || p.head_dim % 8 != 0) return false;
   return at::cuda::getCurrentDeviceProperties()->major >= 8;
@@ -124,10 +125,11 @@ AttentionKernels flash_or_handwritten_kernels(FlashSequenceCache& sequences) {
           }};
 }
 
-// Whether FA2 takes some group of this call: the call is split by kind (a uniform call is one group).
+// Whether FA2 takes some group of this call: the call is split by kind (a uniform call is one group). `is_long`:
+// long_call's answer, which the composition's choice reads too.
 bool flash_takes(const AttentionParams& p, const at::Tensor& q, const std::optional<at::Tensor>& key_lengths,
-                 bool return_probs) {
-  if (!splittable(p, return_probs) || !flash_wanted(p, q, key_lengths.has_value(), return_probs)) return false;
+                 bool is_long, bool return_probs) {
+  if (!splittable(p, return_probs) || !flash_wanted(p, q, is_long, return_probs)) return false;
   bool asked[kNumHeadKinds] = {};
   AttentionParams group = p;  // one copy of the params, asked once per kind present
   group.heads = 1;
@@ -155,10 +157,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_cuda(const at::Tensor& 
   // hand-written kernels allocate it so; FlashAttention's and the SDPA composition's results are laid out here (free
   // where they already are: FA2's own output, transposed).
   std::tuple<at::Tensor, at::Tensor, at::Tensor> result;
-  if (flash_takes(p, q, key_lengths, return_probs)) {
+  const bool is_long = long_call(p, key_lengths.has_value());
+  if (flash_takes(p, q, key_lengths, is_long, return_probs)) {
     FlashSequenceCache sequences;  // this call's alone
     result = flash_forward_per_kind(p, q, k, v, key_lengths, flash_or_handwritten_kernels(sequences));
-  } else if (composition_wanted(q.scalar_type(), long_call(p, key_lengths.has_value())) &&
+  } else if (composition_wanted(q.scalar_type(), is_long) &&
              splittable(p, return_probs)) {
     result = attention_forward_by_kind(p, q, k, v, key_lengths, handwritten_kernels());
   } else {
@@ -183,11 +186,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> attention_backward_cuda(
   // position-major gradient, which the projection's backward takes without a copy. The hand-written kernels allocate
   // them so; FlashAttention's and the SDPA composition's are laid out here.
   std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
-  if (flash_takes(p, q, key_lengths, /*return_probs=*/false)) {
+  const bool is_long = long_call(p, key_lengths.has_value());
+  if (flash_takes(p, q, key_lengths, is_long, /*return_probs=*/false)) {
     FlashSequenceCache sequences;  // this call's alone
     grads =
         flash_backward_per_kind(p, grad_out, q, k, v, out, lse, key_lengths, flash_or_handwritten_kernels(sequences));
-  } else if (composition_wanted(q.scalar_type(), long_call(p, key_lengths.has_value())) &&
+  } else if (composition_wanted(q.scalar_type(), is_long) &&
              splittable(p, /*return_probs=*/false)) {
     grads = attention_backward_by_kind(p, grad_out, q, k, v, out, lse, key_lengths, handwritten_kernels());
   } else {
