@@ -95,9 +95,9 @@ std::optional<FlashSequences> flash_group_sequences(const AttentionParams& p,
                          p.self_attention);
 }
 
-FlashTriple flash_group_forward(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                const std::optional<at::Tensor>& key_lengths, const FlashKernels& kernels,
-                                FlashSequenceCache* cache) {
+AttentionTriple flash_group_forward(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
+                                    const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
+                                    const FlashKernels& kernels, FlashSequenceCache* cache) {
   const auto sequences = flash_group_sequences(p, key_lengths);
   TORCH_CHECK(sequences.has_value(), "mma_nmt.attention: FlashAttention-2 cannot compute this call exactly");
   const at::ScalarType stats = stats_dtype(q.scalar_type());
@@ -137,10 +137,10 @@ AttentionTriple flash_forward_per_kind(const AttentionParams& p, const at::Tenso
   return result;
 }
 
-FlashTriple flash_group_backward(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
-                                 const at::Tensor& k, const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                 const std::optional<at::Tensor>& key_lengths, const FlashKernels& kernels,
-                                 FlashSequenceCache* cache) {
+AttentionTriple flash_group_backward(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
+                                     const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                     const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
+                                     const FlashKernels& kernels, FlashSequenceCache* cache) {
   const auto sequences = flash_group_sequences(p, key_lengths);
   TORCH_CHECK(sequences.has_value(), "mma_nmt.attention_backward: FlashAttention-2 cannot compute this call exactly");
   if (*sequences == FlashSequences::kBatched) {
@@ -182,11 +182,11 @@ at::Tensor flash_sequence_starts_on_host(const at::Tensor& key_lengths, int64_t 
   check_flash_rows_fit_int32(batch, query_len, key_len);
   const at::Tensor lengths = key_lengths.contiguous();
   at::Tensor table = at::empty({kFlashStartsRows, entries}, lengths.options().dtype(at::kInt));
+  const int64_t* per_sentence = lengths.data_ptr<int64_t>();
   int32_t* out = table.data_ptr<int32_t>();
   for (int row = 0; row < kFlashStartsRows; ++row) {
     for (int64_t entry = 0; entry < entries; ++entry) {
-      out[row * entries + entry] =
-          flash_sequence_start(row, entry, batch, lengths.data_ptr<int64_t>(), query_len, key_len);
+      out[row * entries + entry] = flash_sequence_start(row, entry, batch, per_sentence, query_len, key_len);
     }
   }
   return table;

@@ -15,9 +15,9 @@
 // FA2 writes every row of every tensor it returns (a row without keys: output 0; a key without queries: gradient 0),
 // so nothing is zero-filled, packed or unpacked: out, lse and the gradients come back as views of FA2's results but for
 // the lse's rows without keys (-inf, where FA2 writes +inf: one kernel per call, which also lays the lse out as ours:
-// flash_forward_per_kind). Until
-// 2026-12-01 the real rows were packed first (index_copy) and unpacked after (index_select, masked_fill), which cost
-// the padded flash path most of its launches; until 2026-12-02 a dozen small ops built the sequence starts.
+// flash_forward_per_kind). Until 2026-12-01 the real rows were packed first (index_copy) and unpacked after
+// (index_select, masked_fill), which cost the padded flash path most of its launches; until 2026-12-02 a dozen small
+// ops built the sequence starts.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,8 +31,6 @@
 #include "attention/flash_plan.h"
 
 namespace mma_nmt::attention {
-
-using FlashTriple = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 
 // FA2's arguments that vary with the call. cu_q / cu_k: (sequences + 1,) int32 cumulative sequence starts over the
 // rows, or undefined for the batched (B, T, H, D) form; max_q / max_k: at least the longest sequence; left / right:
@@ -54,8 +52,9 @@ struct FlashKernels {
   std::function<std::tuple<at::Tensor, at::Tensor>(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                    const FlashCall& call)>
       forward;
-  std::function<FlashTriple(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& out, const at::Tensor& lse, const FlashCall& call)>
+  std::function<AttentionTriple(const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+                                const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                const FlashCall& call)>
       backward;
   std::function<at::Tensor(const at::Tensor& key_lengths, int64_t query_len, int64_t key_len)> starts;
 };
@@ -81,13 +80,13 @@ std::optional<FlashSequences> flash_group_sequences(const AttentionParams& p,
 // `cache`: the call's FlashSequenceCache, shared by its groups (or null: the group computes its own). The forward's
 // lse is FA2's, as flash_forward_per_kind takes it: (B, H, T) in the stats dtype, any strides, +inf in the rows
 // without keys.
-FlashTriple flash_group_forward(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                const std::optional<at::Tensor>& key_lengths, const FlashKernels& kernels,
-                                FlashSequenceCache* cache = nullptr);
-FlashTriple flash_group_backward(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
-                                 const at::Tensor& k, const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                 const std::optional<at::Tensor>& key_lengths, const FlashKernels& kernels,
-                                 FlashSequenceCache* cache = nullptr);
+AttentionTriple flash_group_forward(const AttentionParams& p, const at::Tensor& q, const at::Tensor& k,
+                                    const at::Tensor& v, const std::optional<at::Tensor>& key_lengths,
+                                    const FlashKernels& kernels, FlashSequenceCache* cache = nullptr);
+AttentionTriple flash_group_backward(const AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q,
+                                     const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                     const at::Tensor& lse, const std::optional<at::Tensor>& key_lengths,
+                                     const FlashKernels& kernels, FlashSequenceCache* cache = nullptr);
 
 // attention_forward_per_kind with `kernels` (flash_group_forward for the groups FA2 takes, the hand-written kernel, or
 // the CPU kernel in tests, for the others), then the call's lse as ours, contiguous with -inf in the rows without keys:

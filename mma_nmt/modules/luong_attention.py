@@ -138,7 +138,7 @@ class LuongMultiheadAttention(nn.Module):
 
     def project_queries(self, h_t: torch.Tensor) -> torch.Tensor:
         """``q_i = W_sc_i^T h_t`` of every head: (B, T, dh) -> (B, h, T, dh), a view of one batched GEMM over the heads,
-        the decoder states broadcast to them (matmul copies h x B x T x dh of them, never the weights). The form
+        the decoder states a stride-0 view over them (nothing is copied, the weights least of all). The form
         ``h_t.unsqueeze(1) @ w_sc`` broadcast the weights over the batch instead: B copies of them forward and B
         outer products backward, h x dh^2 elements each, 512M a step each way at B 128, h 4, dh 1024."""
         batch, steps, dh = h_t.shape
