@@ -79,12 +79,12 @@ SIZES = {"full": Sizes((StepCase("transformer_tiny", "MMA", 128, 32, "torch"), *
                         StepCase("lstm_tiny", None, 2, 8, "reference")), turns=1)}
 
 
-def random_batch(sentences: int, length: int, *, seed: int = 0, device: str = "cuda") -> Batch:
-    """Sentences of random tokens, lengths drawn in [length/2, length], on ``device``."""
+def random_batch(sentences: int, length: int, *, seed: int = 0, device: str = "cuda", vocab: int = VOCAB) -> Batch:
+    """Sentences of random tokens of a ``vocab``-word vocabulary, lengths drawn in [length/2, length], on ``device``."""
     gen = torch.Generator().manual_seed(seed)
     lengths = torch.randint(max(1, length // 2), length + 1, (2, sentences), generator=gen)
-    src = [torch.randint(3, VOCAB, (int(n),), generator=gen) for n in lengths[0]]
-    tgt = [torch.randint(3, VOCAB, (int(n),), generator=gen) for n in lengths[1]]
+    src = [torch.randint(3, vocab, (int(n),), generator=gen) for n in lengths[0]]
+    tgt = [torch.randint(3, vocab, (int(n),), generator=gen) for n in lengths[1]]
     src_ids, src_lengths = pad_sequences(src, pad_id=PAD)
     tgt_in, tgt_lengths = pad_sequences(tgt, prefix=BOS, pad_id=PAD)
     tgt_out, _ = pad_sequences(tgt, suffix=EOS, pad_id=PAD)
