@@ -118,6 +118,9 @@ def main(argv=None) -> None:
     parser.add_argument("--length", type=int, default=16)
     parser.add_argument("--only", action="append", help="a model label of the CUDA training section (repeatable)")
     args = parser.parse_args(argv)
+    unknown = set(args.only or ()) - {case.label for case in CASES}
+    if unknown:
+        parser.error(f"unknown --only {sorted(unknown)}; the models: {[case.label for case in CASES]}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

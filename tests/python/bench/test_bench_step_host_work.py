@@ -34,3 +34,9 @@ def test_the_benchmark_prints_one_row_per_model(capsys):
     table = capsys.readouterr().out
     assert "| transformer_iwslt_small GMM | reference |" in table
     assert table.count("| transformer_iwslt_small") == 1
+
+
+def test_an_unknown_model_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        step_host_work.main(["--only", "transformer_big MMA"])
+    assert "transformer_big MMA" in capsys.readouterr().err
