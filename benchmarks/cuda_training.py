@@ -31,7 +31,7 @@ from mma_nmt.data.batch import Batch, pad_sequences
 from mma_nmt.models import build_model, preset
 from mma_nmt.training.determinism import deterministic_algorithms
 from mma_nmt.training.loss import label_smoothed_cross_entropy
-from mma_nmt.training.trainer import compiled
+from mma_nmt.training.trainer import compiled, host_fields
 
 VOCAB, PAD, BOS, EOS = 8000, 0, 1, 2
 PRECISIONS = {"float32": None, "autocast float16": torch.float16, "autocast bfloat16": torch.bfloat16}
@@ -98,13 +98,14 @@ def train_step_fn(config, batch: Batch, precision: torch.dtype | None, compile_m
     model = compiled(build_model(config).to(batch.src.device).train(), compile_mode)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     tokens = batch.num_tokens  # read once, outside the timed step: as in the trainer, the step reads no device value
+    src_lengths = batch.src_lengths.cpu() if host_fields(model) else batch.src_lengths  # where the trainer keeps them
 
     def step():
         optimizer.zero_grad(set_to_none=True)
         autocast = (torch.autocast(batch.src.device.type, precision) if precision is not None
                     else contextlib.nullcontext())
         with autocast:
-            logits = model(batch.src, batch.src_lengths, batch.tgt_in)  # (B, T, V): padding carries no loss
+            logits = model(batch.src, src_lengths, batch.tgt_in)  # (B, T, V): padding carries no loss
             loss, _ = label_smoothed_cross_entropy(logits.float(), batch.tgt_out, epsilon=0.1, ignore_index=PAD)
         (loss / tokens).backward()
         optimizer.step()

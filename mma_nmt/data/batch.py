@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
 
 import torch
@@ -31,9 +31,13 @@ class Batch:
     tgt_lengths: torch.Tensor
     indices: torch.Tensor
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Batch":
-        """A copy with every tensor on ``device``."""
-        return Batch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
+    def to(self, device: torch.device | str, non_blocking: bool = False, keep_on_host: Collection[str] = ()) -> "Batch":
+        """A copy with every tensor on ``device``, but the fields named in ``keep_on_host``, which stay as they are."""
+        unknown = set(keep_on_host) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"Batch.to: keep_on_host names no field of a Batch: {sorted(unknown)}")
+        return Batch(**{f.name: getattr(self, f.name) if f.name in keep_on_host
+                        else getattr(self, f.name).to(device, non_blocking=non_blocking) for f in fields(self)})
 
     def pin_memory(self) -> "Batch":
         """Used by ``DataLoader(pin_memory=True)``."""

@@ -25,11 +25,23 @@ class LSTMEncoder(nn.Module):
                            batch_first=True, dropout=config.dropout if config.layers > 1 else 0.0)
 
     def forward(self, src: torch.Tensor, lengths: torch.Tensor) -> EncoderOut:
-        """src (B, S), lengths (B,) -> states (B, S, dh) and final (h, c), each (B, layers, dh) in ``extra``."""
+        """src (B, S), lengths (B,) on the host or on src's device -> states (B, S, dh) and final (h, c), each
+        (B, layers, dh) in ``extra``; the returned lengths are on src's device.
+
+        Packing (cuDNN's variable-length LSTM) takes its lengths on the host. Lengths given there are never read back
+        from the device: the sentences are sorted by length on the host and the order travels with the lengths in
+        one copy. Lengths on the device are read once (``pack_padded_sequence(enforce_sorted=False)`` read them too,
+        and its ``pad_packed_sequence`` read its order back)."""
+        host_lengths = lengths.cpu()  # no copy for host lengths; the one read of the device for device lengths
+        sorted_lengths, order = torch.sort(host_lengths, descending=True)  # (B,) longest first, as packing wants
+        on_device = torch.stack([host_lengths, order, order.argsort()]).to(src.device, non_blocking=True)  # (3, B)
+        lengths, order_on_device, inverse_on_device = on_device.unbind(0)  # the last undoes the order
         x = F.dropout(self.embedding(src), self.dropout, self.training)
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        packed = pack_padded_sequence(x.index_select(0, order_on_device), sorted_lengths, batch_first=True)
         out, (h, c) = self.rnn(packed)
-        out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, dh)
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, dh) longest first
+        out = out.index_select(0, inverse_on_device)  # (B, S, dh) in the batch's order
+        h, c = h.index_select(1, inverse_on_device), c.index_select(1, inverse_on_device)  # (layers*2, B, dh/2)
 
         def join(state):  # (layers*2, B, dh/2) -> (B, layers, dh): forward and backward halves side by side
             layers2, batch, half = state.shape
@@ -64,8 +76,11 @@ class LSTMDecoder(nn.Module):
         drop = self.config.dropout
         x = torch.cat([token_embedding, state["feed"]], dim=-1)  # input feeding
         hs, cs = [], []
+        # each layer's (B, dh) views; the backward of unbind is one stack, where a select per layer zero-fills and
+        # copies its own (B, layers, dh) gradient, and the layers' gradients are then added
+        h_prev, c_prev = state["h"].unbind(1), state["c"].unbind(1)
         for layer, cell in enumerate(self.cells):
-            h, c = cell(x, (state["h"][:, layer], state["c"][:, layer]))
+            h, c = cell(x, (h_prev[layer], c_prev[layer]))
             hs.append(h)
             cs.append(c)
             x = F.dropout(h, drop, self.training)
@@ -77,7 +92,10 @@ class LSTMDecoder(nn.Module):
 
 
 class LSTMModel(nn.Module):
-    """``encode``/``decode``/``forward`` as :class:`~mma_nmt.models.transformer.TransformerModel`."""
+    """``encode``/``decode``/``forward`` as :class:`~mma_nmt.models.transformer.TransformerModel`; the source lengths
+    may stay on the host (``lengths_on_host``), where the encoder's packing reads them."""
+
+    lengths_on_host = True  # the trainer leaves src_lengths on the host: encoding never waits for the device
 
     def __init__(self, config: LSTMConfig):
         super().__init__()

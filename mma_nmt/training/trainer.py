@@ -110,7 +110,8 @@ def forward_backward(model, batches, *, epsilon: float, pad_id: int, info: dist.
     the result equals one process computing the whole global batch (fairseq's semantics: effective batch =
     ``max_tokens x update_freq x world_size``). Gradients are synchronised across processes at the last batch only.
     ``normalization="sentences"`` divides by the number of sentences instead (OpenNMT-py's ``-normalization sents``).
-    Batches are moved to ``device`` when given (their token counts are read on the host first).
+    Batches are moved to ``device`` when given (their token counts are read on the host first), their source lengths
+    left on the host for a model that packs by them (``lengths_on_host``: the LSTM).
 
     Returns the global (loss, nll, tokens) sums as a float64 tensor on the loss's device, NaN or inf included: nothing
     here waits for the device (issue 48, point 2). The losses are summed on the device, the counts come from the host
@@ -124,7 +125,8 @@ def forward_backward(model, batches, *, epsilon: float, pad_id: int, info: dist.
     scale = info.world_size / float(dist.all_reduce_sum(local_count, info)[0])
     tokens = float(sum(batch.num_tokens for batch in batches))  # read before any batch reaches the device
     if device is not None:
-        batches = [batch.to(device, non_blocking=True) for batch in batches]  # pageable: staged, safe, no wait
+        keep = host_fields(model)
+        batches = [batch.to(device, non_blocking=True, keep_on_host=keep) for batch in batches]  # pageable: staged
     losses = None  # (loss, nll) sums, float64, on the device
     for index, batch in enumerate(batches):
         last = index == len(batches) - 1
@@ -139,6 +141,13 @@ def forward_backward(model, batches, *, epsilon: float, pad_id: int, info: dist.
             (scaler.scale(loss * scale) if scaler is not None else loss * scale).backward()
     local = torch.cat([losses, losses.new_full((1,), tokens)])  # (3,): loss, nll, tokens (a fill: no copy to wait on)
     return dist.all_reduce_sum(local, info)
+
+
+def host_fields(model) -> tuple[str, ...]:
+    """The batch fields ``model`` takes on the host: ``src_lengths`` for a model with ``lengths_on_host`` (the LSTM
+    encoder packs by them), else none. ``model`` may be compiled (which forwards attributes) or DDP-wrapped."""
+    inner = getattr(model, "module", model)  # DDP's wrapped model; a compiled model forwards the lookup
+    return ("src_lengths",) if getattr(inner, "lengths_on_host", False) else ()
 
 
 def compiled(model, mode):
@@ -366,7 +375,7 @@ class Trainer:
                                     num_replicas=self.info.world_size, rank=self.info.rank)
         sums = torch.zeros(3, dtype=torch.float64)
         for indices in sampler:
-            batch = collate(self.valid_data, indices).to(self.device)
+            batch = collate(self.valid_data, indices).to(self.device, keep_on_host=host_fields(self.model))
             with self.autocast():
                 real = batch.tgt_out != self.pad_id  # (B, T)
                 logits = self.model(batch.src, batch.src_lengths, batch.tgt_in, output_mask=real)  # (N, V)

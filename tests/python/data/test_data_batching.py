@@ -130,6 +130,15 @@ def test_collate_pads_and_adds_bos_eos_to_target():
         collate(TinyDataset(), [])
 
 
+def test_moving_a_batch_can_leave_named_fields_on_the_host():
+    batch = collate(TinyDataset(), [1, 0])
+    moved = batch.to("meta", keep_on_host=("src_lengths",))
+    assert moved.src_lengths is batch.src_lengths
+    assert all(t.device.type == "meta" for t in (moved.src, moved.tgt_in, moved.tgt_out, moved.tgt_lengths))
+    with pytest.raises(ValueError, match=r"no field of a Batch: \['src_length'\]"):
+        batch.to("meta", keep_on_host=("src_length",))
+
+
 def test_loader_over_a_dataset_yields_batches_in_sampler_order():
     rng = np.random.default_rng(0)
     src = [torch.tensor(rng.integers(4, 50, n)) for n in rng.integers(1, 20, 64)]

@@ -60,6 +60,36 @@ def test_single_head_matches_luong_general_attention_by_hand(implementation):
         torch.testing.assert_close(a_fd[b], torch.tanh(joined @ w_feed[0]))
 
 
+def test_the_encoder_equals_each_sentence_run_alone():
+    """The packed encoder (sorted on the host, unsorted on the device) against nn.LSTM run on each sentence alone,
+    unpadded: states, padding rows 0, each layer's final (h, c), and the embedding's gradient. The lengths hold ties, a
+    length-1 sentence and are not sorted."""
+    torch.manual_seed(3)
+    model = build_model(tiny_lstm(layers=2)).double()
+    encoder = model.encoder
+    lengths = torch.tensor([3, 5, 1, 5, 2])
+    src = torch.randint(4, 37, (5, 6))
+    src[torch.arange(6) >= lengths.unsqueeze(1)] = 0
+    out = encoder(src, lengths)
+    half = encoder.rnn.hidden_size
+    loss = out.out.square().sum() + out.extra["h"].sum() + 2 * out.extra["c"].sum()
+    (grad,) = torch.autograd.grad(loss, encoder.embedding.weight)
+    expected_loss = 0.0
+    for b, n in enumerate(lengths.tolist()):
+        states, (h, c) = encoder.rnn(encoder.embedding(src[b:b + 1, :n]))  # (1, n, dh), (layers*2, 1, dh/2)
+        torch.testing.assert_close(out.out[b, :n], states[0])
+        assert out.out[b, n:].abs().sum().item() == 0.0  # every sentence is padded (S = 6)
+        for layer in range(2):
+            for direction in range(2):
+                columns = slice(direction * half, (direction + 1) * half)
+                torch.testing.assert_close(out.extra["h"][b, layer, columns], h[2 * layer + direction, 0])
+                torch.testing.assert_close(out.extra["c"][b, layer, columns], c[2 * layer + direction, 0])
+        expected_loss = expected_loss + states.square().sum() + h.sum() + 2 * c.sum()
+    (expected_grad,) = torch.autograd.grad(expected_loss, encoder.embedding.weight)
+    torch.testing.assert_close(grad, expected_grad)
+    assert torch.equal(out.lengths, lengths) and out.lengths.device == src.device
+
+
 def test_padding_does_not_change_the_output():
     torch.manual_seed(2)
     model = build_model(tiny_lstm(heads=2)).eval()
