@@ -83,7 +83,8 @@ class LSTMDecoder(nn.Module):
             h, c = cell(x, (h_prev[layer], c_prev[layer]))
             hs.append(h)
             cs.append(c)
-            x = F.dropout(h, drop, self.training)
+            if layer + 1 < len(self.cells):  # between layers; the attention reads the top layer's h undropped
+                x = F.dropout(h, drop, self.training)
         state["h"], state["c"] = torch.stack(hs, dim=1), torch.stack(cs, dim=1)
         memory = LuongMemory(state["keys"], encoder_out.out, encoder_out.lengths)  # batch-first, beams follow
         a_softmax, a_feed, alpha = self.attention(hs[-1], memory, need_weights=need_weights)

@@ -26,10 +26,10 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def _lstm(implementation="fused", score_form="projected_keys", dropout=0.0, **overrides):
+def _lstm(implementation="fused", score_form="projected_keys", dropout=0.0, layers=2, **overrides):
     torch.manual_seed(0)
-    return build_model(preset("lstm_tiny", src_vocab_size=37, tgt_vocab_size=41, dropout=dropout, heads=2, layers=2,
-                              implementation=implementation, score_form=score_form, **overrides))
+    return build_model(preset("lstm_tiny", src_vocab_size=37, tgt_vocab_size=41, dropout=dropout, heads=2,
+                              layers=layers, implementation=implementation, score_form=score_form, **overrides))
 
 
 def _loss_and_grads(model, run):
@@ -111,6 +111,26 @@ def test_step_function_is_the_decoder_step():
     a_softmax, h, c, feed = LSTMStepFunction(model.decoder)(*LSTMStepFunction.inputs(embedding, encoder_out, state))
     want, _ = model.decoder.step(embedding, encoder_out, state)
     _assert_all_close([a_softmax, h, c, feed], [want, state["h"], state["c"], state["feed"]], rtol=0, atol=0)
+
+
+def test_dropout_falls_between_the_decoder_layers_only(monkeypatch):
+    """OpenNMT-py's stacked decoder: each layer's h but the top one's is dropped out before the next layer reads it
+    (the attention reads the top h as it is). A dropout of the top h was drawn and thrown away until 2026-12-02."""
+    model = _lstm(dropout=0.3, layers=3).train()
+    src, lengths, prev, _ = random_batch(batch=3)
+    encoder_out = model.encode(src, lengths)
+    state = model.decoder.initial_state(encoder_out)
+    dropped = []
+
+    def recording_dropout(x, p=0.5, training=True, inplace=False):
+        dropped.append(x)
+        return x
+
+    monkeypatch.setattr(F, "dropout", recording_dropout)
+    model.decoder.step(model.decoder.embedding(prev[:, 0]), encoder_out, state)
+    assert len(dropped) == 2
+    for layer, x in enumerate(dropped):
+        assert torch.equal(x, state["h"][:, layer])
 
 
 def test_decoder_step_with_dropout_compiles_whole():
