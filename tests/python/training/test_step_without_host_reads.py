@@ -9,7 +9,7 @@ What waits for the host, and stays (docs/models_training.md): the token counts, 
 to the device; the trainer's one read per update of (loss, nll, tokens, gradient norm) for its bad-step rules, after
 forward, backward and clipping are queued. The LSTM encoder packs its sentences by lengths on the host (cuDNN), so the
 trainer leaves a batch's ``src_lengths`` there for it (``host_fields``): on the meta device, lengths moved off the host
-fail it (`test_the_lstm_given_lengths_off_the_host_reads_them_back`).
+fail it (``test_the_lstm_given_lengths_off_the_host_reads_them_back``).
 """
 
 from __future__ import annotations
