@@ -243,6 +243,30 @@ def test_conversions_follow_the_papers_table_1_and_stay_finite():
     assert all(torch.isfinite(t).all() for t in gmm_conversion.synthesis_mixture(*huge))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_approximate_sigma_is_the_minimum_formula_to_the_bit_nan_included(dtype):
+    """sigma = min(J/6 sigmoid(sigma^), mu/3, (J - mu)/3), computed with ``where`` for a cheaper backward: equal to the
+    ``torch.minimum`` formula bit for bit, NaN where a network output is, and with the same gradients (no ties here)."""
+    gen = torch.Generator().manual_seed(5)
+    lengths = torch.tensor([1, 9, 40, 3])
+    hats = [(torch.randn(4, 2, 6, 4, generator=gen, dtype=torch.float64) * 3).to(dtype) for _ in range(3)]
+    hats[1][0, 0, 1, 2] = float("nan")  # a mean: both inner candidates NaN
+    hats[2][1, 1, 3, 0] = float("nan")  # a width: the outer candidate NaN
+    hats = [h.requires_grad_() for h in hats]
+    _, mu, sigma = gmm_conversion.approximate_mixture(*hats, source_lengths=lengths)
+    J = lengths.view(-1, 1, 1, 1).to(dtype)
+    expected_mu = J * torch.sigmoid(hats[1])
+    expected = torch.minimum(J / 6 * torch.sigmoid(hats[2]), torch.minimum(expected_mu / 3, (J - expected_mu) / 3))
+    assert torch.equal(sigma.isnan(), expected.isnan()) and int(sigma.isnan().sum()) == 2
+    torch.testing.assert_close(sigma, expected, rtol=0, atol=0, equal_nan=True)
+    finite = ~expected.isnan()
+    weights = torch.rand(sigma.shape, generator=gen, dtype=torch.float64).to(dtype) * finite
+    got = torch.autograd.grad(sigma.nan_to_num().mul(weights).sum(), hats[1:])
+    want = torch.autograd.grad(expected.nan_to_num().mul(weights).sum(), hats[1:])
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, equal_nan=True)
+
+
 NAN_AT = (0, 1, 2)  # (batch, head, query row)
 
 
