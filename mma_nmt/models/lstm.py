@@ -36,8 +36,9 @@ class LSTMEncoder(nn.Module):
         sorted_lengths, order = torch.sort(host_lengths, descending=True)  # (B,) longest first, as packing wants
         on_device = torch.stack([host_lengths, order, order.argsort()]).to(src.device, non_blocking=True)  # (3, B)
         lengths, order_on_device, inverse_on_device = on_device.unbind(0)  # the last undoes the order
-        x = F.dropout(self.embedding(src), self.dropout, self.training)
-        packed = pack_padded_sequence(x.index_select(0, order_on_device), sorted_lengths, batch_first=True)
+        # the token ids sorted, not their embeddings: an integer copy with nothing to scatter back in backward
+        x = F.dropout(self.embedding(src.index_select(0, order_on_device)), self.dropout, self.training)  # (B, S, E)
+        packed = pack_padded_sequence(x, sorted_lengths, batch_first=True)
         out, (h, c) = self.rnn(packed)
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, S, dh) longest first
         out = out.index_select(0, inverse_on_device)  # (B, S, dh) in the batch's order
