@@ -11,6 +11,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from mma_nmt.models.config import LSTMConfig
 from mma_nmt.models.incremental import EncoderOut
 from mma_nmt.models.lstm_attention import build_luong_attention, init_reference_layout, load_reference_layout
+from mma_nmt.models.lstm_step import LSTMStepFunction
 from mma_nmt.models.transformer import make_embedding
 from mma_nmt.modules import LuongMemory
 
@@ -131,6 +132,19 @@ class LSTMModel(nn.Module):
         for embedding in (self.encoder.embedding, self.decoder.embedding):  # the same one when shared
             embedding.weight[pad_id].zero_()
 
+    def compile_decoder_step(self, **options) -> None:
+        """``train.compile`` for this model: the decoder step (:class:`LSTMStepFunction`) through
+        ``torch.compile(**options)``, which training then calls at every target position; the encoder (cuDNN's packed
+        LSTM, where Dynamo breaks the graph) and the output layer stay eager.
+
+        Not the whole model: its decoder is a Python loop over the target, which Dynamo unrolls, so a compiled model
+        compiles again for every new target length, and after torch's recompile limit (8) trains eagerly without
+        an error. A step's shapes depend on the batch size and the source length only, which Dynamo makes dynamic at
+        the second shape it sees (``tests/python/models/test_models_lstm_compile.py``). The compiled step is used in
+        training mode with gradients on, without weights asked for and without an incremental state; evaluation,
+        search and recording run the eager step. It is kept outside the module tree: no state-dict key."""
+        self.__dict__["_compiled_step"] = torch.compile(LSTMStepFunction(self.decoder), **options)
+
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor, need_weights: bool = False) -> EncoderOut:
         return self.encoder(src, src_lengths)
 
@@ -145,9 +159,17 @@ class LSTMModel(nn.Module):
         else:
             state = self.decoder.initial_state(encoder_out)
         embedded = F.dropout(self.decoder.embedding(prev_tokens), self.config.dropout, self.training)  # (B, T, E)
+        compiled_step = self.__dict__.get("_compiled_step")
+        if not (self.training and torch.is_grad_enabled()) or need_weights or incremental_state is not None:
+            compiled_step = None  # the compiled step is for training (compile_decoder_step)
         outputs, alphas = [], []
         for token_embedding in embedded.unbind(1):  # (B, E) per step; one backward node, not one slice per step
-            a_softmax, alpha = self.decoder.step(token_embedding, encoder_out, state, need_weights=need_weights)
+            if compiled_step is not None:
+                a_softmax, state["h"], state["c"], state["feed"] = compiled_step(
+                    *LSTMStepFunction.inputs(token_embedding, encoder_out, state))
+                alpha = None
+            else:
+                a_softmax, alpha = self.decoder.step(token_embedding, encoder_out, state, need_weights=need_weights)
             outputs.append(a_softmax)
             alphas.append(alpha)
         hidden = F.dropout(torch.stack(outputs, dim=1), self.config.dropout, self.training)  # (B, T, d_sm)

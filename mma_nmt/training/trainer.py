@@ -153,10 +153,17 @@ def host_fields(model) -> tuple[str, ...]:
 def compiled(model, mode):
     """``model`` as ``train.compile`` asks: itself (false), ``torch.compile(model)`` (true) or compiled in the named
     mode. "reduce-overhead" records CUDA graphs of the compiled forward and backward on a GPU (the step has no host
-    read inside them, issue 48 point 2); on the CPU torch compiles the same graphs and runs them without CUDA graphs."""
-    if not isinstance(mode, str):  # a bool (1 and 0 pass the choices as true and false)
-        return torch.compile(model) if mode else model
-    return torch.compile(model, mode=mode)
+    read inside them, issue 48 point 2); on the CPU torch compiles the same graphs and runs them without CUDA graphs.
+    A model with ``compile_decoder_step`` (the LSTM, whose decoder loops over the target in Python) compiles its
+    decoder step instead and is returned itself."""
+    if not isinstance(mode, str) and not mode:  # false (1 and 0 pass the choices as true and false)
+        return model
+    options = {"mode": mode} if isinstance(mode, str) else {}
+    inner = getattr(model, "module", model)  # DDP's wrapped model
+    if hasattr(inner, "compile_decoder_step"):
+        inner.compile_decoder_step(**options)
+        return model
+    return torch.compile(model, **options)
 
 
 def capture_rng() -> dict:

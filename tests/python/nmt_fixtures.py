@@ -73,6 +73,12 @@ def tiny_mma_mlmha_transformer():
     return config
 
 
+# (sentences, source length, target length) of ten batches: ten target lengths, batch size and source length varying
+# too (the compile tests: how many graphs a compiled model makes over a run's batch shapes)
+VARIED_SHAPES = [(3, 7, 6), (4, 9, 8), (2, 5, 11), (5, 12, 7), (3, 8, 9), (6, 6, 5), (2, 10, 13), (4, 7, 10),
+                 (3, 11, 12), (5, 9, 14)]
+
+
 def random_batch(batch: int = 3, src_len: int = 7, tgt_len: int = 6, seed: int = 0):
     """src (B, S) with right padding, src_lengths (B,), prev (B, T) starting with BOS, target (B, T)."""
     g = torch.Generator().manual_seed(seed)

@@ -76,6 +76,32 @@ def test_compiled_training_step_matches_eager(name, backend):
                                    msg=lambda message, key=key: f"{key}: {message}")
 
 
+@pytest.mark.parametrize("name", ["mma+multihop+gmm", "mma+mlmha"])
+def test_a_compiled_transformer_stays_compiled_over_many_batch_shapes(name):
+    """The trainer compiles the Transformers whole (``trainer.compiled``): over ten batches of other sizes, lengths
+    and padding, Dynamo compiles in the first three only (the first shape, then dynamic sizes), each batch runs
+    compiled (no frame falls back past the recompile limit) and gives eager's loss. The LSTM's counterpart is
+    ``tests/python/models/test_models_lstm_compile.py``."""
+    from torch._dynamo.utils import counters
+
+    from nmt_fixtures import VARIED_SHAPES
+
+    torch.manual_seed(0)
+    model = build_model(MODELS[name]()).train()
+    torch._dynamo.reset()
+    counters.clear()
+    step = torch.compile(_loss, backend="aot_eager")
+    for seed, shape in enumerate(VARIED_SHAPES):
+        batch = random_batch(*shape, seed=seed)
+        eager_loss, _ = _step(_loss, model, batch)
+        compiled_loss, _ = _step(step, model, batch)
+        torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-6, msg=lambda m: f"{shape}: {m}")
+        if seed == 2:
+            graphs = counters["stats"]["unique_graphs"]
+    assert 1 <= counters["stats"]["unique_graphs"] == graphs <= 3, dict(counters["stats"])
+    assert counters["frames"]["ok"] == counters["frames"]["total"], dict(counters["frames"])
+
+
 def test_reduce_overhead_step_compiles_on_the_cpu_without_cuda_graphs_and_matches_eager():
     """``train.compile = "reduce-overhead"``: the trainer's own step (``forward_backward`` through ``compiled``) with
     inductor in that mode. On the CPU torch compiles the same graphs, skips the CUDA graphs (it counts a skip for each
