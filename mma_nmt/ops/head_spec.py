@@ -6,6 +6,8 @@ import functools
 from enum import IntEnum
 from typing import Sequence
 
+import torch
+
 
 class HeadKind(IntEnum):
     """Mask kind of one head. Values match ``csrc/attention/head_mask.h``."""
@@ -26,8 +28,11 @@ def parse_head_spec(spec: str | Sequence[int], num_heads: int) -> list[int]:
     ``spec`` is a string of the letters G, L, F, B, C or a sequence of kind values. A string shorter than ``num_heads``
     that divides it is stretched the paper's way, each letter repeated: ``"GLFB"`` with 8 heads is ``"GGLLFFBB"``.
     """
-    # Every attention call parses its module's spec: the answers are kept (a few per model).
+    # Every attention call parses its module's spec: the answers are kept (a few per model). Not while torch.compile
+    # traces the call: Dynamo warns at every lru_cache it meets, and the parse becomes a constant of the graph anyway.
     # A refused spec (or one with unhashable entries) is parsed again as given, so that the error names it as given.
+    if torch.compiler.is_compiling():
+        return _parse_head_spec(spec, num_heads)
     key = spec if isinstance(spec, str) else tuple(spec) if isinstance(spec, Sequence) else None
     try:
         return list(_parse_head_spec_kept(key, num_heads))
