@@ -93,21 +93,36 @@ def test_prepare_refuses_to_write_an_empty_split(tmp_path):
     assert not list((tmp_path / "data").glob("train.*"))
 
 
-def test_compiled_training_matches_eager(tiny_data, tmp_path, monkeypatch):
-    """``train.compile`` trains through ``torch.compile``; aot_eager stands in for inductor (the whole-step inductor
-    comparison is in test_compile_training.py) to keep this test at seconds."""
+@pytest.mark.parametrize("family", ["transformer", "lstm"])
+def test_compiled_training_matches_eager(family, tiny_data, tmp_path, monkeypatch):
+    """``train.compile`` trains through ``torch.compile``, the Transformer whole and the LSTM by its decoder step
+    (``LSTMModel.compile_decoder_step``); aot_eager stands in for inductor (the whole-step inductor comparison is in
+    test_compile_training.py) to keep this test at seconds."""
+    from mma_nmt.models.lstm_step import LSTMStepFunction
+
+    lstm = ["model.preset=lstm_tiny", "model.embed_dim=16", "model.hidden_size=16", "model.softmax_dim=16",
+            "model.feed_dim=8"]
+
+    def run(save_dir, *extra):
+        if family == "transformer":
+            return _run(tiny_data, save_dir, *extra)
+        return load_run_config(None, tiny_overrides(tiny_data, save_dir, "train.save_every=2", *extra, model=lstm))
+
     calls = []
 
-    def compile_with_aot_eager(model, **kwargs):
-        calls.append(model)
-        return torch._dynamo.optimize("aot_eager")(model)
+    def compile_with_aot_eager(module, **kwargs):
+        calls.append(module)
+        return torch._dynamo.optimize("aot_eager")(module)
 
-    Trainer(_run(tiny_data, tmp_path / "eager", "train.max_steps=3")).train()
+    Trainer(run(tmp_path / "eager", "train.max_steps=3")).train()
     monkeypatch.setattr(torch, "compile", compile_with_aot_eager)
     torch._dynamo.reset()
-    trainer = Trainer(_run(tiny_data, tmp_path / "compiled", "train.max_steps=3", "train.compile=true"))
+    trainer = Trainer(run(tmp_path / "compiled", "train.max_steps=3", "train.compile=true"))
     trainer.train()
-    assert calls == [trainer.ddp]
+    if family == "lstm":
+        assert trainer.train_model is trainer.ddp and [type(c) for c in calls] == [LSTMStepFunction]
+    else:
+        assert calls == [trainer.ddp]
     eager = torch.load(tmp_path / "eager" / "last.pt", weights_only=True)["model"]
     compiled = torch.load(tmp_path / "compiled" / "last.pt", weights_only=True)["model"]
     for name, weight in eager.items():
