@@ -143,11 +143,16 @@ def forward_backward(model, batches, *, epsilon: float, pad_id: int, info: dist.
     return dist.all_reduce_sum(local, info)
 
 
+def unwrapped(model):
+    """The model behind DDP (its ``module``); ``model`` itself otherwise (a compiled model forwards attribute
+    lookups to the model it compiled)."""
+    return getattr(model, "module", model)
+
+
 def host_fields(model) -> tuple[str, ...]:
     """The batch fields ``model`` takes on the host: ``src_lengths`` for a model with ``lengths_on_host`` (the LSTM
-    encoder packs by them), else none. ``model`` may be compiled (which forwards attributes) or DDP-wrapped."""
-    inner = getattr(model, "module", model)  # DDP's wrapped model; a compiled model forwards the lookup
-    return ("src_lengths",) if getattr(inner, "lengths_on_host", False) else ()
+    encoder packs by them), else none. ``model`` may be compiled or DDP-wrapped."""
+    return ("src_lengths",) if getattr(unwrapped(model), "lengths_on_host", False) else ()
 
 
 def compiled(model, mode):
@@ -159,9 +164,8 @@ def compiled(model, mode):
     if not isinstance(mode, str) and not mode:  # false (1 and 0 pass the choices as true and false)
         return model
     options = {"mode": mode} if isinstance(mode, str) else {}
-    inner = getattr(model, "module", model)  # DDP's wrapped model
-    if hasattr(inner, "compile_decoder_step"):
-        inner.compile_decoder_step(**options)
+    if hasattr(unwrapped(model), "compile_decoder_step"):
+        unwrapped(model).compile_decoder_step(**options)
         return model
     return torch.compile(model, **options)
 
