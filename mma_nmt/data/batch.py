@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from mma_nmt.data.sampler import round_up
 from mma_nmt.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -53,14 +54,15 @@ class Batch:
 
 
 def pad_sequences(sequences: Sequence[torch.Tensor], *, prefix: int | None = None, suffix: int | None = None,
-                  pad_id: int = PAD_ID) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pads 1-D int64 tensors into ``(B, max_len)`` after adding an optional prefix/suffix id to each.
+                  pad_id: int = PAD_ID, multiple: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pads 1-D int64 tensors into ``(B, W)`` after adding an optional prefix/suffix id to each, ``W`` the
+    longest length rounded up to a multiple of ``multiple``.
 
     Returns (padded, lengths).
     """
     extra = (prefix is not None) + (suffix is not None)
     lengths = torch.tensor([len(seq) + extra for seq in sequences], dtype=torch.int64)
-    width = int(lengths.max()) if len(sequences) else 0
+    width = round_up(int(lengths.max()) if len(sequences) else 0, multiple)
     out = torch.full((len(sequences), width), pad_id, dtype=torch.int64)
     start = int(prefix is not None)
     for row, seq in enumerate(sequences):
@@ -72,14 +74,15 @@ def pad_sequences(sequences: Sequence[torch.Tensor], *, prefix: int | None = Non
     return out, lengths
 
 
-def collate(dataset, indices: Sequence[int]) -> Batch:
-    """Builds a :class:`Batch` from ``dataset.src[i]``, ``dataset.tgt[i]`` for ``i`` in ``indices`` (order kept)."""
+def collate(dataset, indices: Sequence[int], *, length_multiple: int = 1) -> Batch:
+    """Builds a :class:`Batch` from ``dataset.src[i]``, ``dataset.tgt[i]`` for ``i`` in ``indices`` (order kept), its
+    source and target widths padded up to multiples of ``length_multiple`` (the sampler's, which budgets for them)."""
     if len(indices) == 0:
         raise ValueError("collate: empty list of indices")
-    src, src_lengths = pad_sequences([dataset.src[i] for i in indices])
+    src, src_lengths = pad_sequences([dataset.src[i] for i in indices], multiple=length_multiple)
     tgt = [dataset.tgt[i] for i in indices]
-    tgt_in, tgt_lengths = pad_sequences(tgt, prefix=BOS_ID)
-    tgt_out, _ = pad_sequences(tgt, suffix=EOS_ID)
+    tgt_in, tgt_lengths = pad_sequences(tgt, prefix=BOS_ID, multiple=length_multiple)
+    tgt_out, _ = pad_sequences(tgt, suffix=EOS_ID, multiple=length_multiple)
     return Batch(src=src, src_lengths=src_lengths, tgt_in=tgt_in, tgt_out=tgt_out, tgt_lengths=tgt_lengths,
                  indices=torch.tensor(list(indices), dtype=torch.int64))
 
@@ -87,8 +90,9 @@ def collate(dataset, indices: Sequence[int]) -> Batch:
 class Collater:
     """Picklable ``collate_fn`` for ``DataLoader(range(len(ds)), batch_sampler=sampler, collate_fn=Collater(ds))``."""
 
-    def __init__(self, dataset):
+    def __init__(self, dataset, length_multiple: int = 1):
         self.dataset = dataset
+        self.length_multiple = length_multiple
 
     def __call__(self, indices: Sequence[int]) -> Batch:
-        return collate(self.dataset, [int(i) for i in indices])
+        return collate(self.dataset, [int(i) for i in indices], length_multiple=self.length_multiple)

@@ -100,17 +100,19 @@ class ParallelDataset(torch.utils.data.Dataset):
         return [len(ids) for ids in self.tgt]
 
     def batch_sampler(self, *, max_tokens: int, shuffle: bool = True, seed: int = 0, max_len: int | None = None,
-                      num_replicas: int = 1, rank: int = 0) -> TokenBatchSampler:
+                      num_replicas: int = 1, rank: int = 0, length_multiple: int = 1) -> TokenBatchSampler:
         """A :class:`TokenBatchSampler` over this split's lengths."""
         return TokenBatchSampler(self.src_lengths, self.tgt_lengths, max_tokens=max_tokens, shuffle=shuffle,
-                                 seed=seed, max_len=max_len, num_replicas=num_replicas, rank=rank)
+                                 seed=seed, max_len=max_len, num_replicas=num_replicas, rank=rank,
+                                 length_multiple=length_multiple)
 
 
 def make_loader(dataset: ParallelDataset, sampler: TokenBatchSampler, *, num_workers: int = 0,
                 pin_memory: bool = False) -> DataLoader:
-    """A DataLoader yielding :class:`Batch` objects in ``sampler``'s order.
+    """A DataLoader yielding :class:`Batch` objects in ``sampler``'s order, padded to its ``length_multiple``.
 
     With ``num_workers > 0`` the sampler runs ahead of the consumer: save ``sampler.state_dict(batches_consumed=n)``.
     """
-    return DataLoader(range(len(dataset)), batch_sampler=sampler, collate_fn=Collater(dataset),
-                      num_workers=num_workers, pin_memory=pin_memory)
+    collater = Collater(dataset, sampler.length_multiple)
+    return DataLoader(range(len(dataset)), batch_sampler=sampler, collate_fn=collater, num_workers=num_workers,
+                      pin_memory=pin_memory)

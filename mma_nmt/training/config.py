@@ -37,6 +37,9 @@ class TrainConfig:
     max_epochs: int = 0
     max_minutes: float = 0.0  # wall-clock budget (for demos; a timed stop is not reproducible)
     max_tokens: int = 4096  # token budget per batch (per process)
+    # pad each batch's source and target widths up to a multiple of this (the budget counts the padding): fewer
+    # distinct batch shapes, each of which records its own CUDA graphs under compile = "reduce-overhead"; 1 = off
+    length_multiple: int = 1
     update_freq: int = 1  # batches accumulated per update: effective batch = max_tokens x update_freq x processes
     max_len: int = 256  # training pairs longer than this are skipped
     seed: int = 1
@@ -78,8 +81,8 @@ class TrainConfig:
         if not (self.loss_spike_factor == 0 or self.loss_spike_factor > 1):  # NaN fails too
             raise ValueError(f"train.loss_spike_factor must be 0 (off) or above 1, got {self.loss_spike_factor}")
         require_at_least("train", self, loss_spike_window=1, max_steps=0, max_epochs=0, max_minutes=0.0, max_tokens=1,
-                         max_len=1, log_every=1, save_every=0, keep_periodic=0, validate_every=0, bleu_sentences=0,
-                         max_bad_steps=0, threads=0)
+                         length_multiple=1, max_len=1, log_every=1, save_every=0, keep_periodic=0, validate_every=0,
+                         bleu_sentences=0, max_bad_steps=0, threads=0)
         if not 0 <= self.label_smoothing < 1:
             raise ValueError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing!r}")
         if self.update_freq < 1:

@@ -46,13 +46,14 @@ def label_smoothed_cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, 
 
     logits (..., V), target (...) (e.g. (B, T, V) and (B, T), or only the real positions (N, V) and (N,)). The
     smoothed target puts ``1 - epsilon`` on the reference token and spreads ``epsilon`` uniformly over the whole
-    vocabulary. Returns ``(loss, nll)``, both summed (divide by the token count).
+    vocabulary. Returns ``(loss, nll)``, both summed (divide by the token count), computed in float32, or in
+    float64 for float64 logits.
     """
     if logits.shape[:-1] != target.shape:
         raise ValueError(f"logits (..., V) and target (...) must agree, got {tuple(logits.shape)} and "
                          f"{tuple(target.shape)}")
     flat = target.reshape(-1)
     keep = flat != ignore_index
-    rows = logits.float().reshape(-1, logits.shape[-1])  # (N, V)
+    rows = (logits if logits.dtype == torch.float64 else logits.float()).reshape(-1, logits.shape[-1])  # (N, V)
     loss, nll = _SmoothedCrossEntropy.apply(rows, flat.clamp(min=0), keep, float(epsilon))
     return loss.sum(), nll.sum()

@@ -9,6 +9,7 @@ import math
 import random
 import time
 import typing
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -18,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mma_nmt.config_io import to_dict
 from mma_nmt.data import ParallelDataset, TokenBatchSampler, collate
+from mma_nmt.data.batch_shapes import EpochShapes, epoch_shapes
 from mma_nmt.data.prepared_settings import check_prepared_matches
 from mma_nmt.decoding.translate import translate_dataset
 from mma_nmt.evaluation.scoring import corpus_bleu
@@ -170,6 +172,21 @@ def compiled(model, mode):
     return torch.compile(model, **options)
 
 
+# torch's inductor warns past this many CUDA graphs recorded for distinct shapes (cudagraph_dynamic_shape_warn_limit)
+_GRAPH_SHAPES_WARNED = 8
+
+
+def warn_about_graph_recordings(shapes: EpochShapes, epoch: int, length_multiple: int) -> None:
+    """Under compile = "reduce-overhead" each distinct batch shape records its own CUDA graphs (on a GPU): say how many
+    this epoch has where that is more than torch's own warning allows, and what lowers it."""
+    if shapes.distinct <= _GRAPH_SHAPES_WARNED:
+        return
+    warnings.warn(f'train.compile = "reduce-overhead": the batches of epoch {epoch} come in {shapes.distinct} distinct '
+                  f"(sentences, source, target) shapes (train.length_multiple = {length_multiple}, padding "
+                  f"{shapes.padding:.1%} of positions), and on a GPU each records its own CUDA graphs; a larger "
+                  "train.length_multiple (8, 16) gives fewer shapes for more padding", stacklevel=2)
+
+
 def capture_rng() -> dict:
     state = {"torch": torch.get_rng_state(), "python": random.getstate()}
     if torch.cuda.is_available():
@@ -243,7 +260,8 @@ class Trainer:
         self.schedule = LRSchedule(self.optimizer, cfg.optim, total_steps=cfg.max_steps)
         self.sampler = TokenBatchSampler(self.train_data.src_lengths, self.train_data.tgt_lengths,
                                          max_tokens=cfg.max_tokens, seed=cfg.seed, max_len=cfg.max_len,
-                                         num_replicas=self.info.world_size, rank=self.info.rank)
+                                         num_replicas=self.info.world_size, rank=self.info.rank,
+                                         length_multiple=cfg.length_multiple)
         check_usable_pairs(self.sampler, self.valid_data, cfg.max_len, run.prepared_dir())
         self.step, self.bad_steps, self.started = 0, 0, time.monotonic()
         self.early_stopping = EarlyStopping(best_metric=cfg.best_metric, patience=cfg.patience)
@@ -491,9 +509,15 @@ class Trainer:
         if not (cfg.max_steps or cfg.max_epochs or cfg.max_minutes):
             raise ValueError("set train.max_steps, train.max_epochs or train.max_minutes")
         started = self.started = time.monotonic()
+        shapes = epoch_shapes(self.sampler, self.train_data.src_lengths, self.train_data.tgt_lengths)
+        if cfg.compile == "reduce-overhead" and self.device.type == "cuda" and self.info.is_main:
+            warn_about_graph_recordings(shapes, self.sampler.epoch, cfg.length_multiple)
         self.logger.log("start", step=self.step, parameters=sum(p.numel() for p in self.model.parameters()),
                         world_size=self.info.world_size, model=to_dict(self.model_config),
-                        hardware=hardware(str(self.device), cfg.threads))
+                        hardware=hardware(str(self.device), cfg.threads),
+                        batch_shapes={"epoch": self.sampler.epoch, "distinct": shapes.distinct,
+                                      "batches": shapes.batches, "padding": round(shapes.padding, 4),
+                                      "length_multiple": cfg.length_multiple})
         meter = Meter(since=time.monotonic())
         bar = tqdm(total=cfg.max_steps or None, initial=self.step, unit="step", dynamic_ncols=True,
                    disable=not (cfg.progress and self.info.is_main))
@@ -519,10 +543,14 @@ class Trainer:
             group.append(indices)
             if len(group) < self.run.train.update_freq:
                 continue
-            self._after_step(self.train_step([collate(self.train_data, i) for i in group]), meter, bar)
+            self._after_step(self.train_step([self._collate(i) for i in group]), meter, bar)
             group = []
             if self._done(started):
                 return False
         if group:
-            self._after_step(self.train_step([collate(self.train_data, i) for i in group]), meter, bar)
+            self._after_step(self.train_step([self._collate(i) for i in group]), meter, bar)
         return True
+
+    def _collate(self, indices):
+        """A training batch, its widths padded to ``train.length_multiple`` (the sampler budgets for them)."""
+        return collate(self.train_data, indices, length_multiple=self.run.train.length_multiple)

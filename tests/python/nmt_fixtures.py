@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
 from mma_nmt.models import preset
+from mma_nmt.models.attention_adapters import GMM_VARIANTS
 
 REPO = Path(__file__).resolve().parents[2]
 MULTI30K = Path(os.environ.get("MMA_NMT_DATA_DIR", REPO.parent / "shared" / "data")) / "multi30k"  # as conftest.py
@@ -88,3 +90,50 @@ def random_batch(batch: int = 3, src_len: int = 7, tgt_len: int = 6, seed: int =
     tgt = torch.randint(4, 41, (batch, tgt_len), generator=g)
     prev = torch.cat([torch.ones(batch, 1, dtype=torch.long), tgt[:, :-1]], dim=1)
     return src, lengths, prev, tgt
+
+
+def _transformer(**encoder_decoder):
+    config = tiny_transformer(d_model=16, ffn_dim=32, dropout=0.1)
+    for name, value in encoder_decoder.items():
+        place, field_name = name.split("__")
+        setattr(getattr(config, place), field_name, value)
+    return config
+
+
+def _gmm(variant: str, implementation: str = "fused"):
+    def build():
+        config = _transformer(decoder__cross_attention="gmm", decoder__gmm_variant=variant)
+        config.implementation = implementation
+        return config
+    return build
+
+
+def _lstm(implementation: str, score_form: str = "projected_keys"):
+    return lambda: preset("lstm_tiny", src_vocab_size=37, tgt_vocab_size=41, embed_dim=16, hidden_size=16,
+                          softmax_dim=16, feed_dim=16, implementation=implementation, score_form=score_form)
+
+
+def _reference(build):
+    def reference():
+        config = build()
+        config.implementation = "reference"
+        return config
+    return reference
+
+
+# every model family, tiny, by name (a callable returns a fresh config): tests that must hold for each one
+MODEL_FAMILIES: dict[str, Callable] = {
+    "standard": _transformer,
+    "standard on nn.MultiheadAttention": lambda: tiny_transformer(d_model=16, ffn_dim=32, implementation="torch"),
+    "mma": lambda: _transformer(encoder__attention="mma"),
+    "mma reference": _reference(lambda: _transformer(encoder__attention="mma")),
+    "multihop": lambda: _transformer(encoder__attention="multihop", encoder__multihop_layers=[1]),
+    "mma+mlmha": tiny_mma_mlmha_transformer,
+    "mlmha M-01": lambda: _transformer(decoder__cross_attention="mlmha", decoder__mlmha_variant="M-01"),
+    "transparent layers": lambda: _transformer(encoder__layer_aggregation="transparent"),
+    **{f"gmm {variant}": _gmm(variant) for variant in GMM_VARIANTS},
+    "gmm unnormalised reference": _gmm("unnormalised", "reference"),
+    "lstm fused": _lstm("fused"),
+    "lstm fused, projected query": _lstm("fused", "projected_query"),
+    "lstm reference": _lstm("reference"),
+}

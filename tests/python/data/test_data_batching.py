@@ -139,13 +139,96 @@ def test_moving_a_batch_can_leave_named_fields_on_the_host():
         batch.to("meta", keep_on_host=("src_length",))
 
 
+def random_dataset(pairs: int, longest: int, seed: int) -> ParallelDataset:
+    """``pairs`` random sentence pairs of 1 to ``longest - 1`` tokens a side, without tokenizers."""
+    rng = np.random.default_rng(seed)
+    src = [torch.tensor(rng.integers(4, 50, n)) for n in rng.integers(1, longest, pairs)]
+    tgt = [torch.tensor(rng.integers(4, 50, n)) for n in rng.integers(1, longest, pairs)]
+    return ParallelDataset(src, tgt, src_text=[""] * pairs, tgt_text=[""] * pairs, src_tokenizer=None,
+                           tgt_tokenizer=None)
+
+
 def test_loader_over_a_dataset_yields_batches_in_sampler_order():
-    rng = np.random.default_rng(0)
-    src = [torch.tensor(rng.integers(4, 50, n)) for n in rng.integers(1, 20, 64)]
-    tgt = [torch.tensor(rng.integers(4, 50, n)) for n in rng.integers(1, 20, 64)]
-    dataset = ParallelDataset(src, tgt, src_text=[""] * 64, tgt_text=[""] * 64, src_tokenizer=None,
-                              tgt_tokenizer=None)
+    dataset = random_dataset(64, 20, seed=0)
     sampler = dataset.batch_sampler(max_tokens=100, seed=2)
     expected = list(TokenBatchSampler(dataset.src_lengths, dataset.tgt_lengths, max_tokens=100, seed=2))
     got = [batch.indices.tolist() for batch in make_loader(dataset, sampler)]
     assert got == expected
+
+
+# ---- train.length_multiple: widths rounded up, so that an epoch has few distinct batch shapes --------------------
+def round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 50)), min_size=1, max_size=200),
+       st.integers(64, 600), st.sampled_from([2, 8, 16]), st.integers(0, 3))
+def test_rounded_batches_fit_max_tokens_as_collated_and_cover_each_example_once(pairs, max_tokens, multiple, seed):
+    src, tgt = zip(*pairs)
+    sampler = TokenBatchSampler(src, tgt, max_tokens=max_tokens, seed=seed, length_multiple=multiple)
+    batches = list(sampler)
+    for b in batches:  # the widths collate gives them: the source, the target with BOS (or EOS), rounded up
+        widths = round_up(max(src[i] for i in b), multiple), round_up(max(tgt[i] for i in b) + 1, multiple)
+        assert len(b) * max(widths) <= max_tokens
+    assert sorted(i for b in batches for i in b) == list(range(len(pairs)))
+
+
+def test_a_multiple_of_one_keeps_the_batches_of_earlier_runs():
+    src, tgt = lengths()
+    batches = list(TokenBatchSampler(src, tgt, max_tokens=1024, seed=3, length_multiple=1))
+    assert batches == list(TokenBatchSampler(src, tgt, max_tokens=1024, seed=3))
+    assert all(cost(b, src, tgt) <= 1024 for b in batches)
+    assert max(cost(b, src, tgt) for b in batches) > 1000  # the historical cost, max(src, tgt) + 2, fills them
+
+
+def test_a_length_multiple_below_one_is_refused():
+    with pytest.raises(ValueError, match="length_multiple must be at least 1, got 0"):
+        TokenBatchSampler([3], [4], max_tokens=100, length_multiple=0)
+    with pytest.raises(ValueError, match="length_multiple must be at least 1, got 0"):
+        collate(TinyDataset(), [0], length_multiple=0)
+
+
+def test_resuming_needs_the_same_length_multiple_and_older_states_meant_one():
+    src, tgt = lengths(500)
+    state = TokenBatchSampler(src, tgt, max_tokens=1024, seed=3, length_multiple=8).state_dict(batches_consumed=2)
+    with pytest.raises(ValueError, match="length_multiple: saved 8 vs now 1"):
+        TokenBatchSampler(src, tgt, max_tokens=1024, seed=3).load_state_dict(state)
+    older = TokenBatchSampler(src, tgt, max_tokens=1024, seed=3).state_dict(batches_consumed=2)
+    del older["length_multiple"]  # a checkpoint written before the setting existed
+    resumed = TokenBatchSampler(src, tgt, max_tokens=1024, seed=3)
+    resumed.load_state_dict(older)
+    assert list(resumed) == list(TokenBatchSampler(src, tgt, max_tokens=1024, seed=3))[2:]
+    with pytest.raises(ValueError, match="length_multiple: saved 1 vs now 8"):
+        TokenBatchSampler(src, tgt, max_tokens=1024, seed=3, length_multiple=8).load_state_dict(older)
+
+
+def test_collate_pads_widths_up_to_the_multiple_and_keeps_lengths():
+    batch = collate(TinyDataset(), [1, 0], length_multiple=4)
+    assert batch.src.tolist() == [[8, 0, 0, 0], [5, 6, 7, 0]]
+    assert batch.tgt_in.tolist() == [[1, 10, 11, 12, 13, 0, 0, 0], [1, 9, 0, 0, 0, 0, 0, 0]]
+    assert batch.tgt_out.tolist() == [[10, 11, 12, 13, 2, 0, 0, 0], [9, 2, 0, 0, 0, 0, 0, 0]]
+    assert batch.src_lengths.tolist() == [1, 3] and batch.tgt_lengths.tolist() == [5, 2] and batch.num_tokens == 7
+    exact = collate(TinyDataset(), [0], length_multiple=3)  # widths already multiples: nothing added
+    assert exact.src.shape == (1, 3) and exact.tgt_in.shape == (1, 3)
+
+
+def test_epoch_shapes_count_the_collated_batches_without_moving_the_sampler():
+    from collections import Counter
+
+    from mma_nmt.data.batch_shapes import epoch_shapes
+
+    dataset = random_dataset(300, 40, seed=1)
+    distinct = {}
+    for multiple in (1, 8):
+        sampler = dataset.batch_sampler(max_tokens=400, seed=2, length_multiple=multiple)
+        counted = epoch_shapes(sampler, dataset.src_lengths, dataset.tgt_lengths)
+        assert sampler.state_dict()["position"] == 0 and sampler.epoch == 0
+        batches = list(make_loader(dataset, sampler))
+        assert counted.shapes == Counter((len(b), b.src.shape[1], b.tgt_in.shape[1]) for b in batches)
+        positions = sum(b.src.numel() + b.tgt_in.numel() for b in batches)
+        real = sum(int(b.src_lengths.sum() + b.tgt_lengths.sum()) for b in batches)
+        assert counted.padding == pytest.approx(1 - real / positions)
+        assert counted.batches == len(batches)
+        distinct[multiple] = counted.distinct
+    assert distinct[8] < distinct[1] / 2

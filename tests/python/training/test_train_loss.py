@@ -59,3 +59,22 @@ def test_output_mask_gives_the_logits_of_the_masked_positions(kind):
     mask = tgt != 0
     full = model(src, lengths, prev)  # (B, T, V)
     torch.testing.assert_close(model(src, lengths, prev, output_mask=mask), full[mask])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_the_loss_is_float32_for_half_and_float32_logits_and_float64_for_float64_logits(dtype):
+    """A float64 model (the exactness tests train some) keeps its loss and the logits' gradient in float64."""
+    torch.manual_seed(2)
+    logits = (3 * torch.randn(4, 6, dtype=torch.float64)).to(dtype).requires_grad_()
+    target = torch.tensor([1, 5, 0, 3])
+    loss, nll = label_smoothed_cross_entropy(logits, target, epsilon=0.1, ignore_index=0)
+    loss.backward()
+    wanted = torch.float64 if dtype == torch.float64 else torch.float32
+    assert loss.dtype == nll.dtype == wanted and logits.grad.dtype == dtype
+    if dtype == torch.float64:
+        logits_again = logits.detach().clone().requires_grad_()
+        ref_loss, ref_nll = formula(logits_again, target, 0.1, 0)
+        ref_loss.backward()
+        torch.testing.assert_close(loss, ref_loss, rtol=1e-13, atol=1e-13)
+        torch.testing.assert_close(nll, ref_nll, rtol=1e-13, atol=1e-13)
+        torch.testing.assert_close(logits.grad, logits_again.grad, rtol=1e-12, atol=1e-14)
