@@ -75,7 +75,9 @@ class TokenBatchSampler:
         if too_big.size:
             raise ValueError(
                 f"{too_big.size} examples need more than max_tokens={self.max_tokens} on their own (example "
-                f"{int(too_big[0])} needs {int(self._sizes[too_big[0]])}); raise max_tokens or set max_len")
+                f"{int(too_big[0])} needs {int(self._sizes[too_big[0]])}"
+                + (f", its widths rounded up to length_multiple={self.length_multiple}" if self.length_multiple > 1
+                   else "") + "); raise max_tokens or set max_len")
         self.epoch = 0
         self._position = 0
         self._cache: tuple[int, list[list[int]]] | None = None

@@ -182,6 +182,12 @@ def test_a_multiple_of_one_keeps_the_batches_of_earlier_runs():
     assert max(cost(b, src, tgt) for b in batches) > 1000  # the historical cost, max(src, tgt) + 2, fills them
 
 
+def test_an_example_too_wide_once_rounded_up_says_so():
+    with pytest.raises(ValueError, match=r"example 0 needs 16, its widths rounded up to length_multiple=8\); raise"):
+        TokenBatchSampler([9], [3], max_tokens=12, length_multiple=8)  # fits unrounded: 9 + 2 = 11
+    assert len(TokenBatchSampler([9], [3], max_tokens=12)) == 1
+
+
 def test_a_length_multiple_below_one_is_refused():
     with pytest.raises(ValueError, match="length_multiple must be at least 1, got 0"):
         TokenBatchSampler([3], [4], max_tokens=100, length_multiple=0)
