@@ -39,7 +39,7 @@ COLUMNS = ["length_multiple", "steps", "shapes met", "padding (epoch 0)", "first
 
 def model_config(label: str, data: ParallelDataset):
     """The ``benchmarks.cuda_training`` case ``label``'s fused model, with the prepared folder's vocabularies."""
-    (case,) = {c.label: c for sizes in SIZES.values() for c in sizes.models if c.label == label}.values()
+    case = next(c for sizes in SIZES.values() for c in sizes.models if c.label == label)
     return with_vocabulary(case.config("fused"), data)
 
 
@@ -49,10 +49,11 @@ def time_passes(data: ParallelDataset, multiple: int, *, max_tokens: int, steps:
     sampler = data.batch_sampler(max_tokens=max_tokens, seed=1, max_len=256, length_multiple=multiple)
     shapes = epoch_shapes(sampler, data.src_lengths, data.tgt_lengths)
     batches = [collate(data, indices, length_multiple=multiple) for indices in sampler.epoch_batches(0)[:steps]]
+    config = model_config(label, data)
     torch.manual_seed(0)
-    model = compiled(build_model(model_config(label, data)).to(device).train(), compile_mode)
+    model = compiled(build_model(config).to(device).train(), compile_mode)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    pad = model_config(label, data).pad_id
+    pad = config.pad_id
     keep = host_fields(model)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
