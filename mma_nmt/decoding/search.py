@@ -9,6 +9,7 @@ import torch
 from torch.nn import functional as F
 
 from mma_nmt.config_io import check_choices, require_at_least
+from mma_nmt.config_types import CompileMode
 from mma_nmt.decoding.penalties import LengthPenalty, length_penalty, max_lengths
 from mma_nmt.models.incremental import reorder_incremental_state
 
@@ -24,6 +25,9 @@ class SearchConfig:
     batch_size: int = 64  # sentences per batch when translating a corpus
     # a source longer than the model's max_positions: "fail" (naming it) | "truncate" (warning)
     too_long: Literal["fail", "truncate"] = "fail"
+    # the LSTM's decoder step through torch.compile in this mode (false: eager); "reduce-overhead" replays it as CUDA
+    # graphs on a GPU. Other models refuse it: their incremental step grows (mma_nmt.decoding.compiled_search)
+    compile: CompileMode = False
 
     def __post_init__(self):
         check_choices("decode", self)

@@ -7,6 +7,7 @@ import warnings
 import torch
 
 from mma_nmt.data.batch import pad_sequences
+from mma_nmt.decoding.compiled_search import apply_search_compile
 from mma_nmt.decoding.search import (Hypothesis, SearchConfig, SpecialIds, check_nbest, output_limits,
                                     search_nbest)
 
@@ -32,6 +33,7 @@ def translate_ids_nbest(model, sources: list[torch.Tensor], config: SearchConfig
     from tqdm import tqdm
 
     check_nbest(nbest, config)
+    apply_search_compile(model, config.compile)
     model.eval()
     sources = fit_sources(sources, _source_limit(model), config.too_long)
     results: list[list[Hypothesis] | None] = [None] * len(sources)

@@ -11,7 +11,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from mma_nmt.models.config import LSTMConfig
 from mma_nmt.models.incremental import EncoderOut
 from mma_nmt.models.lstm_attention import build_luong_attention, init_reference_layout, load_reference_layout
-from mma_nmt.models.lstm_step import LSTMStepFunction
+from mma_nmt.models.lstm_step import LSTMStepFunction, SearchStepFunction
 from mma_nmt.models.transformer import make_embedding
 from mma_nmt.modules import LuongMemory
 
@@ -145,6 +145,29 @@ class LSTMModel(nn.Module):
         search and recording run the eager step. It is kept outside the module tree: no state-dict key."""
         self.__dict__["_compiled_step"] = torch.compile(LSTMStepFunction(self.decoder), **options)
 
+    def compile_search_step(self, options: dict | None) -> None:
+        """``decode.compile`` for this model: the decoder step of greedy and beam search through
+        ``torch.compile(**options)`` (``SearchStepFunction``), or eager again with None. A search keeps the step's
+        shapes from step to step (B beams x sentences and S fixed by the encoder output), so ``"reduce-overhead"``
+        replays it as CUDA graphs on a GPU, one per (B, S) shape. Used without gradients, without weights asked for and
+        with an incremental state, which is how the searches call :meth:`decode`; kept outside the module tree. Asked
+        again for the same options, the step compiled before stays, with its graphs."""
+        if options is None:
+            self.__dict__.pop("_compiled_search_step", None)
+            self.__dict__.pop("_search_compile_options", None)
+        elif self.__dict__.get("_search_compile_options") != options:
+            self.__dict__["_compiled_search_step"] = torch.compile(SearchStepFunction(self.decoder), **options)
+            self.__dict__["_search_compile_options"] = dict(options)
+
+    def _compiled_step_for(self, incremental_state, need_weights: bool):
+        """The compiled step that serves this :meth:`decode` call, or None for the eager step: the training step's in
+        training mode with gradients and no state, the search step's without gradients and with a state."""
+        if need_weights:
+            return None
+        if incremental_state is None:
+            return self.__dict__.get("_compiled_step") if self.training and torch.is_grad_enabled() else None
+        return None if torch.is_grad_enabled() else self.__dict__.get("_compiled_search_step")
+
     def encode(self, src: torch.Tensor, src_lengths: torch.Tensor, need_weights: bool = False) -> EncoderOut:
         return self.encoder(src, src_lengths)
 
@@ -159,15 +182,16 @@ class LSTMModel(nn.Module):
         else:
             state = self.decoder.initial_state(encoder_out)
         embedded = F.dropout(self.decoder.embedding(prev_tokens), self.config.dropout, self.training)  # (B, T, E)
-        compiled_step = self.__dict__.get("_compiled_step")
-        if not (self.training and torch.is_grad_enabled()) or need_weights or incremental_state is not None:
-            compiled_step = None  # the compiled step is for training (compile_decoder_step)
+        compiled_step = self._compiled_step_for(incremental_state, need_weights)
         outputs, alphas = [], []
         for token_embedding in embedded.unbind(1):  # (B, E) per step; one backward node, not one slice per step
             if compiled_step is not None:
                 a_softmax, state["h"], state["c"], state["feed"] = compiled_step(
                     *LSTMStepFunction.inputs(token_embedding, encoder_out, state))
                 alpha = None
+                if incremental_state is not None:
+                    # the state outlives the call, and a CUDA graph's next replay overwrites its outputs: copies
+                    state["h"], state["c"], state["feed"] = (state[key].clone() for key in ("h", "c", "feed"))
             else:
                 a_softmax, alpha = self.decoder.step(token_embedding, encoder_out, state, need_weights=need_weights)
             outputs.append(a_softmax)

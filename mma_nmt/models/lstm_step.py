@@ -38,6 +38,16 @@ class LSTMStepFunction(nn.Module):
         return (token_embedding, state["h"], state["c"], state["feed"], encoder_out.out, encoder_out.lengths, *keys)
 
 
+class SearchStepFunction(LSTMStepFunction):
+    """:class:`LSTMStepFunction` for greedy and beam search (``decode.compile``). The same step; its own ``forward``
+    gives it its own Dynamo cache, so that the search's graphs (no gradients, eval mode) do not count towards the
+    recompile limit of the training step's, which the same model may compile too (``train.compile``)."""
+
+    def forward(self, token_embedding: torch.Tensor, h: torch.Tensor, c: torch.Tensor, feed: torch.Tensor,
+                values: torch.Tensor, lengths: torch.Tensor, keys: torch.Tensor | None = None):
+        return super().forward(token_embedding, h, c, feed, values, lengths, keys)
+
+
 class CapturedStep:
     """A step function captured once in a ``torch.cuda.CUDAGraph`` on static copies of ``sample`` (its arguments), for
     inference: ``captured(*inputs)`` copies ``inputs`` into the static tensors, replays the graph and returns the

@@ -10,7 +10,9 @@ from typing import Literal
 
 from mma_nmt.config_io import (apply_overrides, check_choices, deep_merge, from_dict, load_file, require_at_least,
                                to_dict)
+from mma_nmt.config_types import CompileMode
 from mma_nmt.data.prepare import PrepareConfig
+from mma_nmt.decoding.compiled_search import check_search_compile
 from mma_nmt.decoding.search import SearchConfig, check_min_len_fits
 from mma_nmt.models.config import MODEL_CONFIGS, ModelConfig, upgrade_stored_model_config
 from mma_nmt.models.presets import preset
@@ -25,9 +27,6 @@ LossNormalization = Literal["tokens", "sentences"]
 # only) or false (float32); true is read as "fp16", as before "bf16" existed (mma_nmt.training.precision)
 AmpMode = Literal["bf16", "fp16", False]
 LoggerName = Literal["tensorboard"]  # mma_nmt.training.loggers
-# train.compile: false (eager), true (torch.compile's default mode) or one of torch.compile's modes by name;
-# "reduce-overhead" replays the compiled forward and backward as CUDA graphs on a GPU (docs/models_training.md)
-CompileMode = Literal[False, True, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
 @dataclass
@@ -136,6 +135,7 @@ class RunConfig:
             raise TypeError(f"RunConfig.data must be a PrepareConfig, got {type(self.data).__name__}: read a [data] "
                             f"table with PrepareConfig.from_section")
         check_min_len_fits(self.decode, getattr(self.model, "max_positions", None))
+        check_search_compile(self.decode.compile, self.model.arch)
 
     def prepared_dir(self) -> Path:
         return Path(self.data.out_dir)

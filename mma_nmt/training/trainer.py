@@ -18,6 +18,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from mma_nmt.config_io import to_dict
+from mma_nmt.config_types import compile_options
 from mma_nmt.data import ParallelDataset, TokenBatchSampler, collate
 from mma_nmt.data.batch_shapes import EpochShapes, epoch_shapes
 from mma_nmt.data.prepared_settings import check_prepared_matches
@@ -163,9 +164,9 @@ def compiled(model, mode):
     read inside them, issue 48 point 2); on the CPU torch compiles the same graphs and runs them without CUDA graphs.
     A model with ``compile_decoder_step`` (the LSTM, whose decoder loops over the target in Python) compiles its
     decoder step instead and is returned itself."""
-    if not isinstance(mode, str) and not mode:  # false (1 and 0 pass the choices as true and false)
+    options = compile_options(mode)
+    if options is None:
         return model
-    options = {"mode": mode} if isinstance(mode, str) else {}
     if hasattr(unwrapped(model), "compile_decoder_step"):
         unwrapped(model).compile_decoder_step(**options)
         return model
