@@ -51,6 +51,19 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture
+def fresh_dynamo():
+    """Dynamo's caches and counters empty before and after the test (``pytestmark =
+    pytest.mark.usefixtures("fresh_dynamo")`` in a module that compiles): graph counts are the test's own, and no
+    compiled code outlives it."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -20,12 +20,7 @@ from nmt_fixtures import random_batch, tiny_data, tiny_overrides, tiny_transform
 IDS = SpecialIds()
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _lstm(score_form="projected_keys"):

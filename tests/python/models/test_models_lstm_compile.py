@@ -17,12 +17,7 @@ from mma_nmt.training.trainer import compiled
 from nmt_fixtures import VARIED_SHAPES, random_batch
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _lstm(score_form="projected_keys"):

@@ -19,11 +19,7 @@ from nmt_fixtures import random_batch
 FORMS = ["projected_keys", "projected_query"]
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _lstm(implementation="fused", score_form="projected_keys", dropout=0.0, layers=2, **overrides):
