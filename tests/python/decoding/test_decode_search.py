@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mma_nmt.decoding.penalties import LENGTH_PENALTIES, max_lengths
-from mma_nmt.decoding.search import SearchConfig, beam_search, greedy_search
+from mma_nmt.decoding.beam import beam_search
+from mma_nmt.decoding.search import SearchConfig, greedy_search
 from mma_nmt.models import EncoderOut, build_model
 from nmt_fixtures import random_batch, tiny_transformer
 

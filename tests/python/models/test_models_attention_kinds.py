@@ -211,7 +211,8 @@ def test_gmm_variant_and_components_reach_the_module():
 @pytest.mark.parametrize("name", ["multihop[1]", "mlmha/M-10/n2", "gmm/unnormalised/[0]", "gmm/hard/all",
                                   "lstm/fused-luong/h2"])
 def test_beam_search_runs_and_beam_one_equals_greedy(name):
-    from mma_nmt.decoding.search import SearchConfig, beam_search, greedy_search
+    from mma_nmt.decoding.beam import beam_search
+    from mma_nmt.decoding.search import SearchConfig, greedy_search
 
     model = _build(name, seed=4).eval()
     src, lengths, _, _ = random_batch(batch=3)

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from mma_nmt.decoding.search import SearchConfig, beam_search, greedy_search
+from mma_nmt.decoding.beam import beam_search
+from mma_nmt.decoding.search import SearchConfig, greedy_search
 from mma_nmt.models import build_model, preset
 from mma_nmt.models.lstm_attention import (
     build_luong_attention,

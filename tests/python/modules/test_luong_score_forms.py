@@ -138,7 +138,8 @@ def test_unknown_score_form_is_refused_naming_the_key():
 def test_lstm_with_projected_queries_equals_the_default_and_shares_its_checkpoints(implementation):
     """The same state dict loads into either form; logits and every gradient agree, and beam search finds the same
     hypotheses (the incremental state holds no keys)."""
-    from mma_nmt.decoding.search import SearchConfig, beam_search
+    from mma_nmt.decoding.beam import beam_search
+    from mma_nmt.decoding.search import SearchConfig
 
     config = dict(src_vocab_size=37, tgt_vocab_size=41, dropout=0.0, heads=2, implementation=implementation)
     torch.manual_seed(0)
