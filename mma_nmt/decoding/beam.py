@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from mma_nmt.decoding.penalties import length_penalty
-from mma_nmt.decoding.search import (Hypothesis, SearchConfig, SpecialIds, _step_log_probs, output_limits)
+from mma_nmt.decoding.search import Hypothesis, SearchConfig, SpecialIds, _step_log_probs, output_limits
 from mma_nmt.models.incremental import reorder_incremental_state
 
 NEG_INF = float("-inf")
