@@ -110,17 +110,17 @@ def greedy_search(model, src: torch.Tensor, src_lengths: torch.Tensor, config: S
                   ids: SpecialIds = SpecialIds()) -> list[Hypothesis]:
     """src (B, S), src_lengths (B,) -> one hypothesis per sentence: the argmax token at every step."""
     batch = src.shape[0]
-    limits = torch.tensor(output_limits(model, src_lengths.tolist(), config))
+    limits = output_limits(model, src_lengths.tolist(), config)
+    limit_rows = torch.tensor(limits, device=src.device)  # (B,), moved once
     encoder_out = model.encode(src, src_lengths)
     tokens = torch.full((batch, 1), ids.bos, dtype=torch.long, device=src.device)
     scores = torch.zeros(batch, device=src.device)
     finished = torch.zeros(batch, dtype=torch.bool, device=src.device)
     lengths = torch.zeros(batch, dtype=torch.long, device=src.device)
     state: dict = {}
-    for step in range(int(limits.max())):
-        forced = (limits <= step + 1).to(src.device)
+    for step in range(max(limits)):
         log_probs = _step_log_probs(model, tokens, encoder_out, state, ids=ids, step=step, config=config,
-                                    forced_eos=forced)
+                                    forced_eos=limit_rows <= step + 1)
         best, token = log_probs.max(dim=-1)  # (B,)
         token = token.masked_fill(finished, ids.pad)
         scores += best.masked_fill(finished, 0.0)
@@ -131,10 +131,10 @@ def greedy_search(model, src: torch.Tensor, src_lengths: torch.Tensor, config: S
             break
     penalty = length_penalty(config.length_penalty)
     out = []
-    for b in range(batch):
-        body = [t for t in tokens[b, 1:].tolist() if t not in (ids.eos, ids.pad)]
-        n = int(lengths[b])
-        out.append(Hypothesis(body, float(scores[b]), float(scores[b]) / penalty(n, config.alpha)))
+    # one read of the device for the whole batch
+    for row, n, score in zip(tokens[:, 1:].tolist(), lengths.tolist(), scores.tolist(), strict=True):
+        body = [t for t in row if t not in (ids.eos, ids.pad)]
+        out.append(Hypothesis(body, score, score / penalty(n, config.alpha)))
     return out
 
 
