@@ -4,10 +4,12 @@ replaced, one sentence and one candidate at a time on the host (``mma_nmt.refere
 A stand-in model hands out the same random logits (B K, 1, V) at every step (EOS made unlikely, so that every
 sentence runs to its length limit), so a search's time is its own work: the constraints, the top 2K candidates, the
 walk, the reorder. On a GPU that work is host time between the decoder's steps, which the compiled step
-(``decode.compile``) cannot hide; here it is the CPU's. Rounds alternate the two searches (``time_interleaved``); the
+(``decode.compile``) cannot hide; here it is the CPU's, where the constraints and the top-2K over K x V candidates,
+the same in both, weigh more as the vocabulary grows. Rounds alternate the two searches (``time_interleaved``); the
 table gives the median milliseconds per output position and the ratio. Both find the same hypotheses (checked).
 
-    python -m benchmarks.beam_bookkeeping [--beam 5] [--vocab 8000] [--positions 30] [--device cpu]
+    python -m benchmarks.beam_bookkeeping [--batches 16 64] [--vocabs 1000 8000] [--beam 5] [--positions 30]
+        [--device cpu]
 """
 
 from __future__ import annotations
@@ -62,14 +64,15 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--vocabs", type=int, nargs="+", default=[1000, 8000])
     parser.add_argument("--positions", type=int, default=30)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    rows = [measure(batch, args.beam, args.vocab, args.positions, args.device, args.repeat) for batch in args.batches]
+    rows = [measure(batch, args.beam, vocab, args.positions, args.device, args.repeat)
+            for vocab in args.vocabs for batch in args.batches]
     where = (torch.cuda.get_device_name() if args.device.startswith("cuda")
              else f"{cpu_model()}, {args.threads} thread(s)")
     report = (f"# Beam-search bookkeeping per output position ({where}, torch {torch.__version__})\n\n"

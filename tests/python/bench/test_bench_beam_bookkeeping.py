@@ -7,7 +7,7 @@ from benchmarks.beam_bookkeeping import main
 
 
 def test_both_walks_are_timed_per_batch_size():
-    report = main(["--batches", "2", "3", "--vocab", "40", "--positions", "4", "--repeat", "1"])
+    report = main(["--batches", "2", "3", "--vocabs", "40", "--positions", "4", "--repeat", "1"])
     rows = [line.strip("| ").split(" | ") for line in report.splitlines()[6:]]
     assert [row[0] for row in rows] == ["2", "3"]
     assert all(float(row[4]) > 0 and float(row[5]) > 0 and float(row[6]) > 0 for row in rows)
