@@ -5,6 +5,7 @@
 # ends by LIMIT seconds (default 300). Everything lands in $OUT as in gpu_nmt_sizes.sh. COMPILED_STEPS="MODEL,..."
 # (labels of benchmarks.cuda_training, e.g. "transformer_iwslt_small MMA") also times those training steps with both
 # models compiled under reduce-overhead (CUDA graphs), in bfloat16: about a minute of compilation per model pair.
+# SEARCH=1 also times the LSTM's beam search eager against decode.compile (benchmarks.cuda_search; about a minute).
 # NMT_DTYPE (default bfloat16) is the NMT-size groups' dtype: float32 times the float32 defaults, which the
 # full-scale recipes train in (train.amp is off unless set), against the compositions (MMA_NMT_CUDA_KERNELS=composition)
 # that were those defaults until 2026-12-02, when the hand-written kernels took NMT sizes unmeasured.
@@ -47,6 +48,11 @@ if [ -n "${COMPILED_STEPS:-}" ]; then
   timeout "$(until_s $((limit - 10)))" python3 -m benchmarks.cuda_training --quick --compile reduce-overhead \
     --precision "autocast bfloat16" "${models[@]}" > "$OUT/bench/training_compiled.md" 2>&1
   say "compiled training steps ($COMPILED_STEPS): exit $?"
+fi
+if [ -n "${SEARCH:-}" ]; then  # the LSTM's beam search, eager against decode.compile (reduce-overhead), bfloat16
+  timeout "$(until_s $((limit - 30)))" python3 -m benchmarks.cuda_search --dtype bfloat16 \
+    > "$OUT/bench/search.md" 2>&1
+  say "search (decode.compile): exit $?"
 fi
 timeout "$(until_s "$limit")" python3 -m benchmarks.cuda_lstm_step --quick > "$OUT/bench/lstm_step.md" 2>&1
 say "LSTM step: exit $?"

@@ -27,6 +27,7 @@ if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_nmt_sizes ]; then
   echo '{"group": "x"}' >> "$OUT/bench/nmt_sizes.jsonl"; exit 0
 fi
 if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_lstm_step ]; then echo "| lstm |"; exit 0; fi
+if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_search ]; then shift 2; echo "search $*"; exit 0; fi
 if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_training ]; then shift 2; printf '%s|' "$@"; exit 0; fi
 if [ "$1" = -m ] && [ "$2" = benchmarks ]; then shift 2; echo "suite $*"; exit 0; fi
 exec REAL_PYTHON "$@"
@@ -105,6 +106,21 @@ def test_the_follow_up_lease_runs_tests_the_named_groups_then_the_training_steps
     assert calls[1].endswith("--render") and len(calls) == 2
     assert (out / "bench" / "training.log").read_text().startswith("suite --device cuda --quick --only training")
     assert "compiled training steps" not in session and not (out / "bench" / "training_compiled.md").exists()
+    assert "search (decode.compile)" not in session and not (out / "bench" / "search.md").exists()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_follow_up_lease_times_the_compiled_search_when_asked(tmp_path):
+    root, out, env = _scratch_repository(tmp_path, "gpu_recheck.sh", LIMIT="300", SEARCH="1")
+
+    done = subprocess.run(["bash", "scripts/gpu_recheck.sh"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    session = (out / "session.log").read_text()
+    assert session.find("training steps: exit 0") < session.find("search (decode.compile): exit 0") < session.find(
+        "LSTM step: exit 0"), session
+    assert (out / "bench" / "search.md").read_text().strip() == "search --dtype bfloat16"
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
