@@ -54,6 +54,15 @@ def _scratch_repository(tmp_path: Path, script: str, **variables: str) -> tuple[
     return root, out, env
 
 
+def _run_recheck(tmp_path: Path, **variables: str) -> tuple[Path, str]:
+    """``scripts/gpu_recheck.sh`` run in a scratch repository with ``variables``: ($OUT, its session log)."""
+    root, out, env = _scratch_repository(tmp_path, "gpu_recheck.sh", **variables)
+    done = subprocess.run(["bash", "scripts/gpu_recheck.sh"], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out, (out / "session.log").read_text()
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp_path):
     root, out, env = _scratch_repository(tmp_path, "gpu_nmt_sizes.sh", LIMIT="400")
@@ -86,14 +95,7 @@ def test_tests_then_every_benchmark_group_in_priority_order_within_the_limit(tmp
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_the_follow_up_lease_runs_tests_the_named_groups_then_the_training_steps(tmp_path):
-    root, out, env = _scratch_repository(tmp_path, "gpu_recheck.sh", LIMIT="300", NMT_GROUPS="decoder long",
-                                         NMT_DTYPE="float32")
-
-    done = subprocess.run(["bash", "scripts/gpu_recheck.sh"], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=120)
-
-    assert done.returncode == 0, done.stdout + done.stderr
-    session = (out / "session.log").read_text()
+    out, session = _run_recheck(tmp_path, LIMIT="300", NMT_GROUPS="decoder long", NMT_DTYPE="float32")
     steps = ["built: stand-in", SUITE_LINE,
              "nmt sizes (decoder long, float32): exit 0, 1 rows", "training steps: exit 0", "LSTM step: exit 0",
              "s] done"]
@@ -111,13 +113,7 @@ def test_the_follow_up_lease_runs_tests_the_named_groups_then_the_training_steps
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_the_follow_up_lease_times_the_compiled_search_when_asked(tmp_path):
-    root, out, env = _scratch_repository(tmp_path, "gpu_recheck.sh", LIMIT="300", SEARCH="1")
-
-    done = subprocess.run(["bash", "scripts/gpu_recheck.sh"], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=120)
-
-    assert done.returncode == 0, done.stdout + done.stderr
-    session = (out / "session.log").read_text()
+    out, session = _run_recheck(tmp_path, LIMIT="300", SEARCH="1")
     assert session.find("training steps: exit 0") < session.find("search (decode.compile): exit 0") < session.find(
         "LSTM step: exit 0"), session
     assert (out / "bench" / "search.md").read_text().strip() == "search --dtype bfloat16"
@@ -125,14 +121,8 @@ def test_the_follow_up_lease_times_the_compiled_search_when_asked(tmp_path):
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_the_follow_up_lease_times_the_named_training_steps_compiled_when_asked(tmp_path):
-    root, out, env = _scratch_repository(tmp_path, "gpu_recheck.sh", LIMIT="300",
-                                         COMPILED_STEPS="transformer_iwslt_small MMA,lstm_iwslt15 own attention")
-
-    done = subprocess.run(["bash", "scripts/gpu_recheck.sh"], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=120)
-
-    assert done.returncode == 0, done.stdout + done.stderr
-    session = (out / "session.log").read_text()
+    out, session = _run_recheck(tmp_path, LIMIT="300",
+                                COMPILED_STEPS="transformer_iwslt_small MMA,lstm_iwslt15 own attention")
     assert session.find("training steps: exit 0") < session.find("compiled training steps") < session.find(
         "LSTM step: exit 0"), session
     arguments = (out / "bench" / "training_compiled.md").read_text().split("|")
