@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #if defined(MMA_NMT_EMULATE_CUDA)
@@ -64,6 +65,8 @@ using Stream = cudaStream_t;
 
 namespace mma_nmt::gpu {
 
+constexpr int64_t kBlockSharedLimit = 48 * 1024;  // bytes: the shared memory a launch gets without opting in
+
 // Where and how a launcher runs its kernels.
 struct Launch {
   Stream stream = nullptr;
@@ -71,6 +74,9 @@ struct Launch {
   // the SMs; the emulator needs 1, as warps of one block that loop different numbers of times would desynchronise its
   // block-wide shuffles. The kernels read it back as blockDim.x / 32.
   int warps_per_block = 4;
+  // The dynamic shared memory a block of the GMM block-per-head kernels may take: 48 KiB, or the device's opt-in
+  // maximum where the launcher asks for it (gmm_cuda.cu; launch_kernel then opts the kernel in).
+  int64_t shared_limit = kBlockSharedLimit;
 };
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), with torch's launch check on the GPU. Under the emulator
@@ -85,6 +91,11 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
   const hipError_t status = hipDeviceSynchronize();
   TORCH_CHECK(status == hipSuccess, "emulated kernel launch failed: ", hipGetErrorString(status));
 #else
+  if (shared_bytes > static_cast<size_t>(kBlockSharedLimit)) {
+    // Past 48 KiB a kernel runs only once opted in; its launcher checked the size against Launch::shared_limit.
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(shared_bytes)));
+  }
   kernel<<<grid, block, shared_bytes, launch.stream>>>(std::forward<Args>(args)...);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 #endif

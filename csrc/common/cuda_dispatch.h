@@ -1,7 +1,10 @@
 // The one switch between the CUDA implementations of an operator (docs/cuda.md has the dispatch table):
-//   MMA_NMT_CUDA_KERNELS=handwritten   every operator runs its hand-written CUDA kernels (csrc/*/cuda/*.cuh);
+//   MMA_NMT_CUDA_KERNELS=handwritten   every operator runs its hand-written CUDA kernels (csrc/*/cuda/*.cuh), GMM's
+//                                      block-per-head kernels with the device's opt-in shared memory (past 48 KiB:
+//                                      longer sources, to time them there against the defaults);
 //   MMA_NMT_CUDA_KERNELS=rows          as handwritten, but mma_nmt::attention runs its warp-per-row kernels where it
-//                                      would run its tiled ones (attention_tile_kernels.cuh): to compare the two;
+//                                      would run its tiled ones (attention_tile_kernels.cuh), and GMM's block
+//                                      kernels keep to 48 KiB (its one-warp-per-row kernels beyond): to compare;
 //   MMA_NMT_CUDA_KERNELS=flash         mma_nmt::attention calls of one head kind (key padding only for global heads)
 //                                      go to torch's FlashAttention-2 with that kind's window at every size
 //                                      (attention/flash_plan.h); every other call as unset;
@@ -23,25 +26,25 @@
 
 namespace mma_nmt {
 
-inline bool row_warp_attention_kernels_only() {
+// Whether MMA_NMT_CUDA_KERNELS is set to `mode`.
+inline bool cuda_kernels_mode_is(const char* mode) {
   const char* value = std::getenv("MMA_NMT_CUDA_KERNELS");
-  return value != nullptr && std::strcmp(value, "rows") == 0;
+  return value != nullptr && std::strcmp(value, mode) == 0;
 }
+
+inline bool row_warp_attention_kernels_only() { return cuda_kernels_mode_is("rows"); }
 
 inline bool handwritten_cuda_kernels_only() {
-  const char* value = std::getenv("MMA_NMT_CUDA_KERNELS");
-  return value != nullptr && (std::strcmp(value, "handwritten") == 0 || std::strcmp(value, "rows") == 0);
+  return cuda_kernels_mode_is("handwritten") || cuda_kernels_mode_is("rows");
 }
 
-inline bool flash_cuda_kernels_opted_in() {
-  const char* value = std::getenv("MMA_NMT_CUDA_KERNELS");
-  return value != nullptr && std::strcmp(value, "flash") == 0;
-}
+inline bool flash_cuda_kernels_opted_in() { return cuda_kernels_mode_is("flash"); }
 
-inline bool composition_cuda_kernels_opted_in() {
-  const char* value = std::getenv("MMA_NMT_CUDA_KERNELS");
-  return value != nullptr && std::strcmp(value, "composition") == 0;
-}
+// Whether MMA_NMT_CUDA_KERNELS is exactly `handwritten`: GMM's block-per-head kernels then take the device's opt-in
+// shared memory, so that they serve sources past 48 KiB of staged keys and values (gmm/cuda/gmm_cuda.cu).
+inline bool handwritten_exactly() { return cuda_kernels_mode_is("handwritten"); }
+
+inline bool composition_cuda_kernels_opted_in() { return cuda_kernels_mode_is("composition"); }
 
 // Whether, without MMA_NMT_CUDA_KERNELS, a call in `dtype` takes its operator's composition; `long_call`: the call is
 // past the sizes at which the operator's hand-written kernels lead (the operator's own rule, e.g. flash_by_default for

@@ -14,4 +14,12 @@ namespace mma_nmt::gpu {
 
 inline Launch current_launch() { return Launch{at::cuda::getCurrentCUDAStream()}; }
 
+// current_launch() with the current device's opt-in maximum of dynamic shared memory per block (227 KiB on sm90,
+// 163 KiB on sm80) as Launch::shared_limit.
+inline Launch opt_in_shared_launch() {
+  Launch launch = current_launch();
+  launch.shared_limit = static_cast<int64_t>(at::cuda::getCurrentDeviceProperties()->sharedMemPerBlockOptin);
+  return launch;
+}
+
 }  // namespace mma_nmt::gpu

@@ -40,8 +40,6 @@ __device__ __forceinline__ acc_t warp_max(acc_t x) {
   return x;
 }
 
-constexpr int64_t kBlockSharedLimit = 48 * 1024;  // bytes: the shared memory a launch gets without opting in
-
 // Row stride of a key or value row staged in shared memory: one extra 4-byte word, so that 32 lanes reading one row
 // each hit 32 different banks.
 template <typename scalar_t>

@@ -12,7 +12,6 @@
 namespace mma_nmt::gmm::cuda {
 
 constexpr int kBlockRowsPerWarp = 4;       // query rows each warp of a block takes, one after another
-using gpu::kBlockSharedLimit;
 using gpu::staged_stride;
 
 // Shared memory of a block: keys and values (scalar_t), then per warp a buffer of acc_t: the query row (head_dim),

@@ -2,7 +2,9 @@
 // float64; accumulation in float, or double for float64): argument checks and the device guard, then the launches of
 // gmm_launch.cuh on the current stream; in float32/float64 where a head's keys and values do not fit the block-per-head
 // kernels, PyTorch's fused SDPA kernels and batched GEMMs where the call is composable (gmm_composition.h).
-// MMA_NMT_CUDA_KERNELS=handwritten or =composition forces either (common/cuda_dispatch.h).
+// MMA_NMT_CUDA_KERNELS=handwritten or =composition forces either (common/cuda_dispatch.h); under handwritten the
+// block-per-head kernels take the device's opt-in shared memory, so they serve sources up to about 420 keys (float32,
+// D 64, K 4 on sm90) where 48 KiB stops them at about 85 (gmm_launch).
 #include "gmm/cuda/gmm_launch.cuh"  // first: it includes common/cuda_compat.h
 
 #include <c10/cuda/CUDAGuard.h>
@@ -24,6 +26,15 @@ void check_cuda_limits(const char* op, const GmmParams& p, const at::Tensor& q) 
                     " components, got ", p.components);
 }
 
+// The launch of a call's kernels. The block-per-head kernels' size rule (head_blocks_fit) reads its shared_limit:
+// 48 KiB by default, where the H200 measured them (decoder sizes, 2026-11-29); the device's opt-in maximum under
+// MMA_NMT_CUDA_KERNELS=handwritten, which benchmarks.cuda_nmt_sizes times against the defaults past 48 KiB (T = S =
+// 128 and 256) before that range's default changes. Unmeasured there: a block then fills most of an SM's shared
+// memory (low occupancy), against the composition's 240 launches (float32) or the row kernels' key-by-key loop.
+gpu::Launch gmm_launch() {
+  return handwritten_exactly() ? gpu::opt_in_shared_launch() : gpu::current_launch();
+}
+
 GmmForwardResult gmm_attention_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const std::optional<at::Tensor>& key_lengths, const at::Tensor& omega,
                                     const at::Tensor& mu, const at::Tensor& sigma, const at::Tensor& gate,
@@ -36,14 +47,15 @@ GmmForwardResult gmm_attention_cuda(const at::Tensor& q, const at::Tensor& k, co
       check_gmm_args(op, q, k, v, key_lengths, omega, mu, sigma, gate, local, scale, normalization, sigma_floor);
   check_cuda_limits(op, p, q);
   const c10::cuda::CUDAGuard guard(q.device());
-  const bool long_call = !head_blocks_fit(p, q.scalar_type(), /*backward=*/false, gpu::current_launch());
+  const gpu::Launch launch = gmm_launch();
+  const bool long_call = !head_blocks_fit(p, q.scalar_type(), /*backward=*/false, launch);
   if (composition_wanted(q.scalar_type(), long_call)) {
     if (auto result = gmm_forward_by_composition(p, q, k, v, key_lengths, omega, mu, sigma, gate, return_weights)) {
       return *result;
     }
   }
   return run_gmm_forward(p, kernel_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local), return_weights,
-                         gpu::current_launch());
+                         launch);
 }
 
 GmmBackwardResult gmm_attention_backward_cuda(
@@ -61,7 +73,8 @@ GmmBackwardResult gmm_attention_backward_cuda(
   check_gmm_backward_extras(op, p, q, grad_out, lse, log_mass, alpha_context, beta_context);
   const c10::cuda::CUDAGuard guard(q.device());
   // Either backend's saved statistics serve either backward (gmm_composition.h), so the choice is made again here.
-  const bool long_call = !head_blocks_fit(p, q.scalar_type(), /*backward=*/true, gpu::current_launch());
+  const gpu::Launch launch = gmm_launch();
+  const bool long_call = !head_blocks_fit(p, q.scalar_type(), /*backward=*/true, launch);
   if (composition_wanted(q.scalar_type(), long_call)) {
     if (auto grads = gmm_backward_by_composition(p, grad_out, q, k, v, key_lengths, omega, mu, sigma, gate, lse,
                                                  alpha_context, beta_context)) {
@@ -70,7 +83,7 @@ GmmBackwardResult gmm_attention_backward_cuda(
   }
   Inputs in = kernel_inputs(q, k, v, key_lengths, omega, mu, sigma, gate, local);
   in.dout = rows_contiguous(grad_out);
-  return run_gmm_backward(p, in, {lse, log_mass, alpha_context, beta_context}, gpu::current_launch());
+  return run_gmm_backward(p, in, {lse, log_mass, alpha_context, beta_context}, launch);
 }
 
 }  // namespace

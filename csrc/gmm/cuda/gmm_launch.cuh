@@ -87,9 +87,9 @@ template <typename scalar_t, typename acc_t>
 bool use_head_blocks(const GmmParams& p, const gpu::Launch& launch, bool backward, GmmKernels choice) {
   const BlockLayout<scalar_t, acc_t> layout(p.key_len, p.head_dim, p.value_dim, p.components, backward);
   const int64_t bytes = layout.bytes(launch.warps_per_block);
-  const bool fits = bytes <= kBlockSharedLimit && p.components <= kWarp;
+  const bool fits = bytes <= launch.shared_limit && p.components <= kWarp;
   TORCH_CHECK(choice != GmmKernels::kHeadBlocks || fits, "mma_nmt GMM: the block-per-head kernels need ", bytes,
-              " bytes of shared memory for key_len ", p.key_len, " (at most ", kBlockSharedLimit, ") and at most ",
+              " bytes of shared memory for key_len ", p.key_len, " (at most ", launch.shared_limit, ") and at most ",
               kWarp, " components");
   return choice == GmmKernels::kHeadBlocks || (choice == GmmKernels::kAuto && fits);
 }

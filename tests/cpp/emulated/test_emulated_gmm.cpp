@@ -182,6 +182,36 @@ TEST_P(EmulatedGmm, ForwardAndBackwardMatchCpuOperator) {
   }
 }
 
+// A launch and the kernels it forces.
+struct KernelRun {
+  gpu::Launch launch;
+  GmmKernels kernels;
+};
+
+// Holds every output and gradient of the `actual` run to those of the `expected` run; both backwards read the expected
+// run's saved statistics.
+void expect_runs_agree(const gmm::GmmParams& p, gmm::cuda::Inputs in, const at::Tensor& grad_out,
+                       const DtypeCase& dtype, const KernelRun& expected, const KernelRun& actual,
+                       const std::string& label) {
+  const GmmForwardResult want = gmm::cuda::run_gmm_forward(p, in, true, expected.launch, expected.kernels);
+  const GmmForwardResult got = gmm::cuda::run_gmm_forward(p, in, true, actual.launch, actual.kernels);
+  const auto want_outputs = as_vector(want, std::make_index_sequence<7>());
+  const auto got_outputs = as_vector(got, std::make_index_sequence<7>());
+  for (size_t i = 0; i < want_outputs.size(); ++i) {
+    expect_close(got_outputs[i], want_outputs[i], dtype, "gmm_forward " + label, kForwardOutputs[i]);
+  }
+  const auto& [out, lse, log_mass, ctx_a, ctx_b, alpha, beta] = want;
+  in.dout = grad_out.contiguous();
+  const gmm::cuda::SavedStatistics saved{lse, log_mass, ctx_a, ctx_b};
+  const auto want_grads = as_vector(gmm::cuda::run_gmm_backward(p, in, saved, expected.launch, expected.kernels),
+                                    std::make_index_sequence<9>());
+  const auto got_grads = as_vector(gmm::cuda::run_gmm_backward(p, in, saved, actual.launch, actual.kernels),
+                                   std::make_index_sequence<9>());
+  for (size_t i = 0; i < want_grads.size(); ++i) {
+    expect_close(got_grads[i], want_grads[i], dtype, "gmm_backward " + label, kBackwardOutputs[i]);
+  }
+}
+
 // The block-per-head kernels with 4 warps a block, as the GPU launches them: the warps share the staged keys and take
 // rows 4 at a time. The emulator needs every warp of a block on the same path (its shuffles and warp_sync synchronise
 // the block), which holds when the rows fill whole blocks (T a multiple of 4 warps x kBlockRowsPerWarp).
@@ -194,25 +224,8 @@ TEST(EmulatedGmmHeadBlocks, FourWarpsPerBlockMatchCpuOperator) {
   const gmm::GmmParams p = gmm::check_gmm_args("emulated gmm", q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate,
                                                local, kScale, c.normalization, kSigmaFloor);
   gmm::cuda::Inputs in = gmm::cuda::kernel_inputs(q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, local);
-  const gpu::Launch four_warps{nullptr, 4};
-  const GmmForwardResult one = gmm::cuda::run_gmm_forward(p, in, true, emulated_launch(), GmmKernels::kHeadBlocks);
-  const GmmForwardResult four = gmm::cuda::run_gmm_forward(p, in, true, four_warps, GmmKernels::kHeadBlocks);
-  const auto one_outputs = as_vector(one, std::make_index_sequence<7>());
-  const auto four_outputs = as_vector(four, std::make_index_sequence<7>());
-  for (size_t i = 0; i < one_outputs.size(); ++i) {
-    expect_close(four_outputs[i], one_outputs[i], dtype, "gmm_forward 4 warps", kForwardOutputs[i]);
-  }
-  const auto& [out, lse, log_mass, ctx_a, ctx_b, alpha, beta] = one;
-  in.dout = grad_out.contiguous();
-  const gmm::cuda::SavedStatistics saved{lse, log_mass, ctx_a, ctx_b};
-  const auto one_grads = as_vector(gmm::cuda::run_gmm_backward(p, in, saved, emulated_launch(), GmmKernels::kHeadBlocks),
-                                   std::make_index_sequence<9>());
-  const auto four_grads =
-      as_vector(gmm::cuda::run_gmm_backward(p, in, saved, four_warps, GmmKernels::kHeadBlocks),
-                std::make_index_sequence<9>());
-  for (size_t i = 0; i < one_grads.size(); ++i) {
-    expect_close(four_grads[i], one_grads[i], dtype, "gmm_backward 4 warps", kBackwardOutputs[i]);
-  }
+  const KernelRun one_warp{emulated_launch(), GmmKernels::kHeadBlocks};
+  expect_runs_agree(p, in, grad_out, dtype, one_warp, {gpu::Launch{nullptr, 4}, GmmKernels::kHeadBlocks}, "4 warps");
 }
 
 // Head views of projections, as the GMM module passes them (q alone, k and v from one fused projection, NaN in the
@@ -409,6 +422,53 @@ TEST(EmulatedGmmHeadBlocks, FitDecoderSizesInFloat32AndLongerSourcesInHalfPrecis
     EXPECT_TRUE(gmm::cuda::head_blocks_fit(p, at::kBFloat16, backward, gpu_launch)) << backward;
     EXPECT_TRUE(gmm::cuda::head_blocks_fit(p, at::kHalf, backward, gpu_launch)) << backward;
   }
+}
+
+// Past 48 KiB: Launch::shared_limit decides the fit (MMA_NMT_CUDA_KERNELS=handwritten gives the block-per-head kernels
+// the device's opt-in maximum, gmm_cuda.cu: 227 KiB on sm90). With it a 256-key source fits in float32 and bfloat16,
+// and 512 keys in bfloat16 only.
+TEST(EmulatedGmmHeadBlocks, OptInSharedMemoryFitsLongerSources) {
+  gmm::GmmParams p;
+  p.batch = 64, p.heads = 8, p.head_dim = 64, p.value_dim = 64, p.components = 4;
+  const gpu::Launch default_launch{nullptr, 4};
+  const gpu::Launch opted_in{nullptr, 4, 227 * 1024};
+  for (const bool backward : {false, true}) {
+    p.query_len = p.key_len = 256;
+    EXPECT_FALSE(gmm::cuda::head_blocks_fit(p, at::kFloat, backward, default_launch)) << backward;
+    EXPECT_FALSE(gmm::cuda::head_blocks_fit(p, at::kBFloat16, backward, default_launch)) << backward;
+    EXPECT_TRUE(gmm::cuda::head_blocks_fit(p, at::kFloat, backward, opted_in)) << backward;
+    EXPECT_TRUE(gmm::cuda::head_blocks_fit(p, at::kBFloat16, backward, opted_in)) << backward;
+    p.query_len = p.key_len = 512;
+    EXPECT_FALSE(gmm::cuda::head_blocks_fit(p, at::kFloat, backward, opted_in)) << backward;
+    EXPECT_TRUE(gmm::cuda::head_blocks_fit(p, at::kBFloat16, backward, opted_in)) << backward;
+  }
+}
+
+// A block past 48 KiB of shared memory (float64, D 64, 60 keys: 67 and 69 KiB with 4 warps) is refused at the
+// default limit, naming the bytes, and with the limit opted in gives the one-warp-per-row kernels' results (which
+// EmulatedGmm holds to the CPU operator), forward and backward, 4 warps a block as on the GPU.
+TEST(EmulatedGmmHeadBlocks, PastFortyEightKibibytesMatchRowKernels) {
+  const GmmCase c{"OptIn", 2, 2, 16, 60, 64, 64, 4, gmm::kStrict, true, {60, 23}};
+  const DtypeCase dtype = kFloat64;
+  at::manual_seed(19);
+  const auto [q, k, v, grad_out, m, lengths] = random_inputs(c, dtype);
+  const gmm::LocalBias local{m.center, m.width};
+  const gmm::GmmParams p = gmm::check_gmm_args("emulated gmm", q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate,
+                                               local, kScale, c.normalization, kSigmaFloor);
+  gmm::cuda::Inputs in = gmm::cuda::kernel_inputs(q, k, v, lengths, m.omega, m.mu, m.sigma, m.gate, local);
+  const gpu::Launch default_launch{nullptr, 4};
+  const gpu::Launch opted_in{nullptr, 4, 227 * 1024};
+  ASSERT_FALSE(gmm::cuda::head_blocks_fit(p, at::kDouble, /*backward=*/false, default_launch));
+  try {
+    gmm::cuda::run_gmm_forward(p, in, true, default_launch, GmmKernels::kHeadBlocks);
+    ADD_FAILURE() << "a block past the shared-memory limit must be refused";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("bytes of shared memory for key_len 60 (at most 49152)"),
+              std::string::npos)
+        << error.what();
+  }
+  const KernelRun row_warps{emulated_launch(), GmmKernels::kRowWarps};
+  expect_runs_agree(p, in, grad_out, dtype, row_warps, {opted_in, GmmKernels::kHeadBlocks}, "opted in");
 }
 
 std::string case_name(const ::testing::TestParamInfo<std::tuple<GmmCase, DtypeCase, GmmKernels>>& info) {
