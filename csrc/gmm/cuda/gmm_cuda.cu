@@ -29,8 +29,8 @@ void check_cuda_limits(const char* op, const GmmParams& p, const at::Tensor& q) 
 // The launch of a call's kernels. The block-per-head kernels' size rule (head_blocks_fit) reads its shared_limit:
 // 48 KiB by default, where the H200 measured them (decoder sizes, 2026-11-29); the device's opt-in maximum under
 // MMA_NMT_CUDA_KERNELS=handwritten, which benchmarks.cuda_nmt_sizes times against the defaults past 48 KiB (T = S =
-// 128 and 256) before that range's default changes. Unmeasured there: a block then fills most of an SM's shared
-// memory (low occupancy), against the composition's 240 launches (float32) or the row kernels' key-by-key loop.
+// 128 and 256) before that range's default changes. Unmeasured there: past 57 KiB fewer than 4 blocks fit on an SM
+// (one past 114 KiB on sm90), against the composition's 240 launches (float32) or the row kernels' key-by-key loop.
 gpu::Launch gmm_launch() {
   return handwritten_exactly() ? gpu::opt_in_shared_launch() : gpu::current_launch();
 }

@@ -114,7 +114,7 @@ def test_cuda_multihop_operators_take_head_views_and_return_the_fake_kernels_lay
 @pytest.mark.parametrize("key_len", [9, 600])  # the block-per-head kernels, and keys past their 48 KiB of staging
 def test_cuda_gmm_takes_head_views_and_returns_the_fake_kernels_layout(dtype, key_len):
     """The GMM module hands the operator head views of its query projection and of one fused key/value projection: on
-    CUDA (by default the block-per-head kernels for 9 keys, and for 600 (D 16: 62-101 KiB of shared memory) the
+    CUDA (by default the block-per-head kernels for 9 keys, and for 600 (D 16: 61-99 KiB of shared memory) the
     composition in float32 and the one-warp-per-row kernels in bfloat16; MMA_NMT_CUDA_KERNELS=handwritten runs the
     block kernels with the device's opt-in shared memory there, =composition the composition in float32) out comes
     back position-major and the gradients of q, k and v laid out like them, what the fake kernel promises, with the
