@@ -41,6 +41,7 @@ add_executable(mma_nmt_emulated_cuda_tests
   tests/cpp/emulated/test_emulated_attention.cpp
   tests/cpp/emulated/test_emulated_flash_sequence_starts.cpp
   tests/cpp/emulated/test_emulated_gmm.cpp
+  tests/cpp/emulated/test_emulated_gmm_mixture.cpp
   tests/cpp/emulated/test_emulated_multihop_luong.cpp
   tests/cpp/emulated/test_emulated_second_hop.cpp
 )

@@ -1,6 +1,7 @@
 // mma_nmt::gmm_attention by composition: the dot-product half by PyTorch's fused SDPA kernels
-// (attention/attention_composition.h), the mixture half by ATen elementwise ops on the (B, H, T, S) mixture and one
-// batched GEMM. The CUDA backend's first choice (cuda/gmm_cuda.cu). Compiled in every build: on CPU tensors the SDPA
+// (attention/attention_composition.h), the mixture half by one pass over each row's keys (`passes`, mixture_passes.h:
+// the CUDA kernels of cuda/mixture_kernels.cuh on the GPU, cpu_mixture_passes() on CPU tensors) around batched GEMMs
+// with v. The CUDA backend's first choice (cuda/gmm_cuda.cu). Compiled in every build: on CPU tensors the SDPA
 // half runs torch's CPU flash kernel, and tests/cpp/test_gmm_composition.cpp checks every output and gradient against
 // the CPU kernel there.
 #pragma once
@@ -9,6 +10,7 @@
 
 #include "gmm/gmm_outputs.h"
 #include "gmm/gmm_params.h"
+#include "gmm/mixture_passes.h"
 
 namespace mma_nmt::gmm {
 
@@ -25,7 +27,7 @@ std::optional<GmmForwardResult> gmm_forward_by_composition(const GmmParams& p, c
                                                            const std::optional<at::Tensor>& key_lengths,
                                                            const at::Tensor& omega, const at::Tensor& mu,
                                                            const at::Tensor& sigma, const at::Tensor& gate,
-                                                           bool return_weights);
+                                                           bool return_weights, const MixturePasses& passes);
 
 // The nine gradients of mma_nmt::gmm_attention_backward (local-bias ones (0,)) from either backend's saved statistics
 // (both give the same lse, log_mass and contexts), or nullopt as above.
@@ -33,6 +35,6 @@ std::optional<GmmBackwardResult> gmm_backward_by_composition(
     const GmmParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const std::optional<at::Tensor>& key_lengths, const at::Tensor& omega, const at::Tensor& mu,
     const at::Tensor& sigma, const at::Tensor& gate, const at::Tensor& lse, const at::Tensor& alpha_context,
-    const at::Tensor& beta_context);
+    const at::Tensor& beta_context, const MixturePasses& passes);
 
 }  // namespace mma_nmt::gmm

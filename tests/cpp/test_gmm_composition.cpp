@@ -1,5 +1,6 @@
 // mma_nmt::gmm_attention by composition (gmm_composition.h), the CUDA backend's first choice, run on CPU tensors (the
-// SDPA half on torch's CPU flash kernel) against the CPU kernel through the dispatcher: every output and gradient, the
+// SDPA half on torch's CPU flash kernel, the mixture half by the CPU passes, which run mixture_rows.h as the CUDA
+// mixture kernels do: tests/cpp/emulated/test_emulated_gmm_mixture.cpp) against the CPU kernel through the dispatcher: every output and gradient, the
 // three normalisations, padding with length-1 and empty sentences, one decoder step and T != S, K = 1 and K = 4, sigma
 // below the floor, means outside the sentence (strict mode's shift), gates near 0 and 1; and the calls it refuses.
 #include <gtest/gtest.h>
@@ -150,13 +151,15 @@ TEST_P(GmmCompositionMatchesCpuKernel, EveryOutputAndGradient) {
   const std::vector<at::Tensor> reference = dtype == at::kDouble ? kernel : cpu_kernel(in_double(in), normalization);
 
   const auto forward = mma_nmt::gmm::gmm_forward_by_composition(p, in.q, in.k, in.v, in.key_lengths, in.omega, in.mu,
-                                                                in.sigma, in.gate, /*return_weights=*/false);
+                                                                in.sigma, in.gate, /*return_weights=*/false,
+                                                                mma_nmt::gmm::cpu_mixture_passes());
   ASSERT_TRUE(forward.has_value()) << "torch has a CPU flash kernel for every dtype tested";
   // Backward from the CPU kernel's saved statistics (lse, alpha_context, beta_context): either backend's forward may
   // precede it.
   const auto backward = mma_nmt::gmm::gmm_backward_by_composition(p, in.grad_out, in.q, in.k, in.v, in.key_lengths,
                                                                   in.omega, in.mu, in.sigma, in.gate, kernel[1],
-                                                                  kernel[3], kernel[4]);
+                                                                  kernel[3], kernel[4],
+                                                                  mma_nmt::gmm::cpu_mixture_passes());
   ASSERT_TRUE(backward.has_value());
   const std::vector<at::Tensor> got = as_list(*forward, *backward);
   for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], kernel[i], reference[i], tolerance, kResultNames[i]);
@@ -165,10 +168,11 @@ TEST_P(GmmCompositionMatchesCpuKernel, EveryOutputAndGradient) {
     const at::Tensor nan_k = mma_nmt::testing::with_nan_padding(in.k, *in.key_lengths);
     const at::Tensor nan_v = mma_nmt::testing::with_nan_padding(in.v, *in.key_lengths);
     const auto nan_forward = mma_nmt::gmm::gmm_forward_by_composition(p, in.q, nan_k, nan_v, in.key_lengths, in.omega,
-                                                                      in.mu, in.sigma, in.gate, false);
+                                                                      in.mu, in.sigma, in.gate, false,
+                                                                      mma_nmt::gmm::cpu_mixture_passes());
     const auto nan_backward = mma_nmt::gmm::gmm_backward_by_composition(
         p, in.grad_out, in.q, nan_k, nan_v, in.key_lengths, in.omega, in.mu, in.sigma, in.gate, kernel[1], kernel[3],
-        kernel[4]);
+        kernel[4], mma_nmt::gmm::cpu_mixture_passes());
     const std::vector<at::Tensor> poisoned = as_list(*nan_forward, *nan_backward);
     for (size_t i = 0; i < got.size(); ++i) {
       mma_nmt::testing::expect_untouched_by_padding(poisoned[i], got[i], kResultNames[i]);
@@ -219,12 +223,13 @@ TEST(GmmComposition, LeavesLocalBiasWeightsAndEmptyCallsToTheKernel) {
   const auto forward = [&](const mma_nmt::gmm::GmmParams& p, const at::Tensor& k, const at::Tensor& v,
                            bool return_weights) {
     return mma_nmt::gmm::gmm_forward_by_composition(p, in.q, k, v, in.key_lengths, in.omega, in.mu, in.sigma, in.gate,
-                                                    return_weights);
+                                                    return_weights, mma_nmt::gmm::cpu_mixture_passes());
   };
   const auto backward = [&](const mma_nmt::gmm::GmmParams& p) {
     const at::Tensor stats = at::zeros({c.batch, c.heads, c.query_len}), context = at::zeros_like(in.grad_out);
     return mma_nmt::gmm::gmm_backward_by_composition(p, in.grad_out, in.q, in.k, in.v, in.key_lengths, in.omega,
-                                                     in.mu, in.sigma, in.gate, stats, context, context);
+                                                     in.mu, in.sigma, in.gate, stats, context, context,
+                                                     mma_nmt::gmm::cpu_mixture_passes());
   };
 
   const auto plain = params(in.q, in.k, in.v, {});

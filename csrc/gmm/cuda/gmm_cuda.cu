@@ -1,11 +1,13 @@
 // CUDA implementation of mma_nmt::gmm_attention and mma_nmt::gmm_attention_backward (float32, float16, bfloat16 and
 // float64; accumulation in float, or double for float64): argument checks and the device guard, then the launches of
 // gmm_launch.cuh on the current stream; in float32/float64 where a head's keys and values do not fit the block-per-head
-// kernels, PyTorch's fused SDPA kernels and batched GEMMs where the call is composable (gmm_composition.h).
+// kernels, PyTorch's fused SDPA kernels and batched GEMMs around the mixture kernels (mixture_kernels.cuh) where the
+// call is composable (gmm_composition.h).
 // MMA_NMT_CUDA_KERNELS=handwritten or =composition forces either (common/cuda_dispatch.h); under handwritten the
 // block-per-head kernels take the device's opt-in shared memory, so they serve sources up to about 420 keys (float32,
 // D 64, K 4 on sm90) where 48 KiB stops them at about 85 (gmm_launch).
 #include "gmm/cuda/gmm_launch.cuh"  // first: it includes common/cuda_compat.h
+#include "gmm/cuda/mixture_kernels.cuh"
 
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -30,7 +32,8 @@ void check_cuda_limits(const char* op, const GmmParams& p, const at::Tensor& q) 
 // 48 KiB by default, where the H200 measured them (decoder sizes, 2026-11-29); the device's opt-in maximum under
 // MMA_NMT_CUDA_KERNELS=handwritten, which benchmarks.cuda_nmt_sizes times against the defaults past 48 KiB (T = S =
 // 128 and 256) before that range's default changes. Unmeasured there: past 57 KiB fewer than 4 blocks fit on an SM
-// (one past 114 KiB on sm90), against the composition's 240 launches (float32) or the row kernels' key-by-key loop.
+// (one past 114 KiB on sm90), against the composition (float32: SDPA, the mixture kernels and GEMMs, about 73 ops a
+// forward+backward by the CPU count at K 2, 180 until 2026-12-03) or the row kernels' key-by-key loop.
 gpu::Launch gmm_launch() {
   return handwritten_exactly() ? gpu::opt_in_shared_launch() : gpu::current_launch();
 }
@@ -50,7 +53,8 @@ GmmForwardResult gmm_attention_cuda(const at::Tensor& q, const at::Tensor& k, co
   const gpu::Launch launch = gmm_launch();
   const bool long_call = !head_blocks_fit(p, q.scalar_type(), /*backward=*/false, launch);
   if (composition_wanted(q.scalar_type(), long_call)) {
-    if (auto result = gmm_forward_by_composition(p, q, k, v, key_lengths, omega, mu, sigma, gate, return_weights)) {
+    if (auto result = gmm_forward_by_composition(p, q, k, v, key_lengths, omega, mu, sigma, gate, return_weights,
+                                                 kernel_mixture_passes(launch))) {
       return *result;
     }
   }
@@ -77,7 +81,7 @@ GmmBackwardResult gmm_attention_backward_cuda(
   const bool long_call = !head_blocks_fit(p, q.scalar_type(), /*backward=*/true, launch);
   if (composition_wanted(q.scalar_type(), long_call)) {
     if (auto grads = gmm_backward_by_composition(p, grad_out, q, k, v, key_lengths, omega, mu, sigma, gate, lse,
-                                                 alpha_context, beta_context)) {
+                                                 alpha_context, beta_context, kernel_mixture_passes(launch))) {
       return *grads;
     }
   }
