@@ -9,13 +9,14 @@
 //                                      go to torch's FlashAttention-2 with that kind's window at every size
 //                                      (attention/flash_plan.h); every other call as unset;
 //   MMA_NMT_CUDA_KERNELS=composition   every operator runs its composition of PyTorch's kernels wherever it has one
-//                                      (in float16/bfloat16 the attention and GMM compositions hand their groups to
-//                                      the hand-written kernels, attention/sdpa_choice.h): to time the compositions
-//                                      against the defaults;
+//                                      (in float16/bfloat16 the attention composition hands its groups to the
+//                                      hand-written kernels, attention/sdpa_choice.h; GMM's takes its dot-product
+//                                      half from mma_nmt::attention): to time the compositions against the defaults;
 //   unset, or any other value          each call runs the implementation the table gives for its dtype and size:
 //                                      the hand-written kernels at NMT and decoder sizes in every dtype; for longer
 //                                      calls FlashAttention-2 in float16/bfloat16 and the compositions in
-//                                      float32/float64; the shared-value backward by GEMMs in every dtype.
+//                                      float32/float64 (GMM's composition in every dtype past its block kernels'
+//                                      size, gmm/cuda/gmm_cuda.cu); the shared-value backward by GEMMs in every dtype.
 // Read at every call (a getenv is nothing next to a kernel launch), so tests and benchmarks can flip it in-process.
 #pragma once
 

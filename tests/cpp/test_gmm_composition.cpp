@@ -152,14 +152,14 @@ TEST_P(GmmCompositionMatchesCpuKernel, EveryOutputAndGradient) {
 
   const auto forward = mma_nmt::gmm::gmm_forward_by_composition(p, in.q, in.k, in.v, in.key_lengths, in.omega, in.mu,
                                                                 in.sigma, in.gate, /*return_weights=*/false,
-                                                                mma_nmt::gmm::cpu_mixture_passes());
+                                                                mma_nmt::gmm::cpu_composition_kernels());
   ASSERT_TRUE(forward.has_value()) << "torch has a CPU flash kernel for every dtype tested";
   // Backward from the CPU kernel's saved statistics (lse, alpha_context, beta_context): either backend's forward may
   // precede it.
   const auto backward = mma_nmt::gmm::gmm_backward_by_composition(p, in.grad_out, in.q, in.k, in.v, in.key_lengths,
                                                                   in.omega, in.mu, in.sigma, in.gate, kernel[1],
                                                                   kernel[3], kernel[4],
-                                                                  mma_nmt::gmm::cpu_mixture_passes());
+                                                                  mma_nmt::gmm::cpu_composition_kernels());
   ASSERT_TRUE(backward.has_value());
   const std::vector<at::Tensor> got = as_list(*forward, *backward);
   for (size_t i = 0; i < got.size(); ++i) expect_close(got[i], kernel[i], reference[i], tolerance, kResultNames[i]);
@@ -169,10 +169,10 @@ TEST_P(GmmCompositionMatchesCpuKernel, EveryOutputAndGradient) {
     const at::Tensor nan_v = mma_nmt::testing::with_nan_padding(in.v, *in.key_lengths);
     const auto nan_forward = mma_nmt::gmm::gmm_forward_by_composition(p, in.q, nan_k, nan_v, in.key_lengths, in.omega,
                                                                       in.mu, in.sigma, in.gate, false,
-                                                                      mma_nmt::gmm::cpu_mixture_passes());
+                                                                      mma_nmt::gmm::cpu_composition_kernels());
     const auto nan_backward = mma_nmt::gmm::gmm_backward_by_composition(
         p, in.grad_out, in.q, nan_k, nan_v, in.key_lengths, in.omega, in.mu, in.sigma, in.gate, kernel[1], kernel[3],
-        kernel[4], mma_nmt::gmm::cpu_mixture_passes());
+        kernel[4], mma_nmt::gmm::cpu_composition_kernels());
     const std::vector<at::Tensor> poisoned = as_list(*nan_forward, *nan_backward);
     for (size_t i = 0; i < got.size(); ++i) {
       mma_nmt::testing::expect_untouched_by_padding(poisoned[i], got[i], kResultNames[i]);
@@ -223,13 +223,13 @@ TEST(GmmComposition, LeavesLocalBiasWeightsAndEmptyCallsToTheKernel) {
   const auto forward = [&](const mma_nmt::gmm::GmmParams& p, const at::Tensor& k, const at::Tensor& v,
                            bool return_weights) {
     return mma_nmt::gmm::gmm_forward_by_composition(p, in.q, k, v, in.key_lengths, in.omega, in.mu, in.sigma, in.gate,
-                                                    return_weights, mma_nmt::gmm::cpu_mixture_passes());
+                                                    return_weights, mma_nmt::gmm::cpu_composition_kernels());
   };
   const auto backward = [&](const mma_nmt::gmm::GmmParams& p) {
     const at::Tensor stats = at::zeros({c.batch, c.heads, c.query_len}), context = at::zeros_like(in.grad_out);
     return mma_nmt::gmm::gmm_backward_by_composition(p, in.grad_out, in.q, in.k, in.v, in.key_lengths, in.omega,
                                                      in.mu, in.sigma, in.gate, stats, context, context,
-                                                     mma_nmt::gmm::cpu_mixture_passes());
+                                                     mma_nmt::gmm::cpu_composition_kernels());
   };
 
   const auto plain = params(in.q, in.k, in.v, {});

@@ -1,8 +1,8 @@
 // CUDA implementation of mma_nmt::gmm_attention and mma_nmt::gmm_attention_backward (float32, float16, bfloat16 and
 // float64; accumulation in float, or double for float64): argument checks and the device guard, then the launches of
-// gmm_launch.cuh on the current stream; in float32/float64 where a head's keys and values do not fit the block-per-head
-// kernels, PyTorch's fused SDPA kernels and batched GEMMs around the mixture kernels (mixture_kernels.cuh) where the
-// call is composable (gmm_composition.h).
+// gmm_launch.cuh on the current stream; where a head's keys and values do not fit the block-per-head kernels, the
+// composition (gmm_composition.h: mma_nmt::attention, the mixture kernels of mixture_kernels.cuh and batched GEMMs)
+// where the call is composable.
 // MMA_NMT_CUDA_KERNELS=handwritten or =composition forces either (common/cuda_dispatch.h); under handwritten the
 // block-per-head kernels take the device's opt-in shared memory, so they serve sources up to about 420 keys (float32,
 // D 64, K 4 on sm90) where 48 KiB stops them at about 85 (gmm_launch).
@@ -14,6 +14,7 @@
 
 #include "common/cuda_dispatch.h"
 #include "common/cuda_launch.h"
+#include "attention/operator_kernels.h"
 #include "gmm/gmm_composition.h"
 
 namespace mma_nmt::gmm::cuda {
@@ -38,6 +39,24 @@ gpu::Launch gmm_launch() {
   return handwritten_exactly() ? gpu::opt_in_shared_launch() : gpu::current_launch();
 }
 
+// The composition's kernels on the GPU: mma_nmt::attention as the operator runs it for the call, and the mixture
+// kernels (mixture_kernels.cuh).
+CompositionKernels composition_kernels(const gpu::Launch& launch) {
+  return {attention::dispatched_attention_kernels(), kernel_mixture_passes(launch)};
+}
+
+// Whether a call takes the composition (gmm_composition.h): past the block-per-head kernels' size in every dtype. The
+// alternative there is the one-warp-per-row kernels, which the H200 measured behind even the composition of
+// 2026-11-28 (bfloat16, B 128, T = S = 64: 8.16 against 4.44 ms forward+backward), when that composition issued about
+// 240 launches a call and its SDPA half gave wrong half-precision gradients (why half precision stayed on the row
+// kernels). Since 2026-12-03 its dot-product half is mma_nmt::attention (in half precision FlashAttention-2 or the
+// tiled kernels) and its mixture one kernel each way: inferred ahead of the row kernels there, **not measured**.
+// MMA_NMT_CUDA_KERNELS=handwritten or =rows: never; =composition: at every size.
+bool gmm_composition_wanted(bool long_call) {
+  if (handwritten_cuda_kernels_only()) return false;
+  return composition_cuda_kernels_opted_in() || long_call;
+}
+
 GmmForwardResult gmm_attention_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const std::optional<at::Tensor>& key_lengths, const at::Tensor& omega,
                                     const at::Tensor& mu, const at::Tensor& sigma, const at::Tensor& gate,
@@ -52,9 +71,9 @@ GmmForwardResult gmm_attention_cuda(const at::Tensor& q, const at::Tensor& k, co
   const c10::cuda::CUDAGuard guard(q.device());
   const gpu::Launch launch = gmm_launch();
   const bool long_call = !head_blocks_fit(p, q.scalar_type(), /*backward=*/false, launch);
-  if (composition_wanted(q.scalar_type(), long_call)) {
+  if (gmm_composition_wanted(long_call)) {
     if (auto result = gmm_forward_by_composition(p, q, k, v, key_lengths, omega, mu, sigma, gate, return_weights,
-                                                 kernel_mixture_passes(launch))) {
+                                                 composition_kernels(launch))) {
       return *result;
     }
   }
@@ -79,9 +98,9 @@ GmmBackwardResult gmm_attention_backward_cuda(
   // Either backend's saved statistics serve either backward (gmm_composition.h), so the choice is made again here.
   const gpu::Launch launch = gmm_launch();
   const bool long_call = !head_blocks_fit(p, q.scalar_type(), /*backward=*/true, launch);
-  if (composition_wanted(q.scalar_type(), long_call)) {
+  if (gmm_composition_wanted(long_call)) {
     if (auto grads = gmm_backward_by_composition(p, grad_out, q, k, v, key_lengths, omega, mu, sigma, gate, lse,
-                                                 alpha_context, beta_context, kernel_mixture_passes(launch))) {
+                                                 alpha_context, beta_context, composition_kernels(launch))) {
       return *grads;
     }
   }

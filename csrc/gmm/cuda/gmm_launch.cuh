@@ -96,8 +96,8 @@ bool use_head_blocks(const GmmParams& p, const gpu::Launch& launch, bool backwar
 
 // Whether the block-per-head kernels take a call in `dtype` (one direction) without a forced choice: GMM's size rule.
 // Beyond it the one-warp-per-row kernels run, which the H200 measured behind the composition (bfloat16, B 128, T = S
-// = 64: 8.16 against 4.44 ms forward+backward, 2026-11-28), so float32 and float64 calls take the composition there
-// (common/cuda_dispatch.h, composition_by_default).
+// = 64: 8.16 against 4.44 ms forward+backward, 2026-11-28), so calls of every dtype take the composition there
+// (gmm_cuda.cu, gmm_composition_wanted; float32 and float64 only until 2026-12-03).
 inline bool head_blocks_fit(const GmmParams& p, at::ScalarType dtype, bool backward, const gpu::Launch& launch) {
   bool fits = false;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "mma_nmt::gmm_attention head blocks", [&] {

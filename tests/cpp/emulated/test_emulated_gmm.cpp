@@ -406,7 +406,8 @@ TEST(EmulatedGmmWideMixture, KeepsMeansFarIntoALongSentenceWhereBfloat16WouldMov
 }
 
 // GMM's size rule on the GPU (4 warps a block): where the block-per-head kernels fit, every dtype runs them by
-// default; beyond, float32 and float64 take the composition (common/cuda_dispatch.h). Decoder sizes (S = 64, D = 64,
+// default; beyond, every dtype takes the composition (gmm_cuda.cu; float32 and float64 only until 2026-12-03, half
+// precision the one-warp-per-row kernels). Decoder sizes (S = 64, D = 64,
 // K = 4) fit in every dtype but float64; a 128-key source still fits in bfloat16 and no longer in float32.
 TEST(EmulatedGmmHeadBlocks, FitDecoderSizesInFloat32AndLongerSourcesInHalfPrecision) {
   gmm::GmmParams p;

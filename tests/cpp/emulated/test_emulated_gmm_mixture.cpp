@@ -1,7 +1,9 @@
 // The GMM composition's mixture kernels (gmm/cuda/mixture_kernels.cuh) under the HIP CPU emulator: each pass against
 // the CPU passes (gmm/cpu/mixture_passes_cpu.cpp) on the same rows, every normalisation, padding with a length-1 and an
 // empty sentence, more keys than lanes, T = 1, K = 1 and 4, sigmas below the floor and means outside the sentence;
-// then the whole composition with the kernels against the CPU operator, and its ATen work counted around them.
+// then the whole composition with the kernels against the CPU operator, and its ATen work counted around them; and in
+// half precision, with the attention's CUDA kernels as its dot-product half, the mixture in float32 (CUDA autocast's
+// call) or in q's dtype.
 #include "emulated_testing.h"  // first: torch's headers before HIP's
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -13,6 +15,9 @@
 #include <vector>
 
 #include "../dispatch_budget.h"
+#include "attention/cuda/attention_backward_kernel.cuh"
+#include "attention/cuda/attention_forward_kernel.cuh"
+#include "attention/operator_kernels.h"
 #include "common/key_padding.h"
 #include "gmm/cuda/mixture_kernels.cuh"
 #include "gmm/gmm_composition.h"
@@ -134,6 +139,14 @@ using BackwardFn = gmm::GmmBackwardResult(const at::Tensor&, const at::Tensor&, 
 
 constexpr double kScale = 0.3;
 
+// The gradients the composition computes (all but the localness bias's), in GmmBackwardResult's order.
+const char* const kGradNames[] = {"grad_q", "grad_k", "grad_v", "grad_omega", "grad_mu", "grad_sigma", "grad_gate"};
+
+std::vector<at::Tensor> composable_grads(const gmm::GmmBackwardResult& g) {
+  return {std::get<0>(g), std::get<1>(g), std::get<2>(g), std::get<3>(g), std::get<4>(g), std::get<5>(g),
+          std::get<6>(g)};
+}
+
 // The operator's inputs for a case: q, k, v (D 8) and dO beside the mixture of pass_inputs.
 struct OperatorInputs {
   at::Tensor q, k, v, grad_out, omega, mu, sigma, gate;
@@ -174,7 +187,8 @@ TEST_P(EmulatedGmmCompositionWithMixtureKernels, MatchesCpuOperator) {
 
   const gmm::GmmParams p = gmm::check_gmm_args("emulated gmm", in.q, in.k, in.v, in.lengths, in.omega, in.mu,
                                                in.sigma, in.gate, {}, kScale, normalization, kSigmaFloor);
-  const gmm::MixturePasses kernels = gmm::cuda::kernel_mixture_passes(emulated_launch());
+  const gmm::CompositionKernels kernels{attention::dispatched_attention_kernels(),
+                                        gmm::cuda::kernel_mixture_passes(emulated_launch())};
   testing::DispatchCount forward_ops, backward_ops;
   std::optional<gmm::GmmForwardResult> got;
   std::optional<gmm::GmmBackwardResult> got_grads;
@@ -195,15 +209,9 @@ TEST_P(EmulatedGmmCompositionWithMixtureKernels, MatchesCpuOperator) {
                                      std::get<4>(*got)};
   const DtypeCase exact{at::kDouble, at::kDouble, 1e-10};
   for (size_t i = 0; i < want.size(); ++i) expect_close(have[i], want[i], exact, "gmm_composition", forward_names[i]);
-  const char* const grad_names[] = {"grad_q", "grad_k", "grad_v", "grad_omega", "grad_mu", "grad_sigma", "grad_gate"};
-  const std::vector<at::Tensor> want_grads{std::get<0>(cpu_grads), std::get<1>(cpu_grads), std::get<2>(cpu_grads),
-                                           std::get<3>(cpu_grads), std::get<4>(cpu_grads), std::get<5>(cpu_grads),
-                                           std::get<6>(cpu_grads)};
-  const std::vector<at::Tensor> have_grads{std::get<0>(*got_grads), std::get<1>(*got_grads), std::get<2>(*got_grads),
-                                           std::get<3>(*got_grads), std::get<4>(*got_grads), std::get<5>(*got_grads),
-                                           std::get<6>(*got_grads)};
+  const std::vector<at::Tensor> want_grads = composable_grads(cpu_grads), have_grads = composable_grads(*got_grads);
   for (size_t i = 0; i < want_grads.size(); ++i) {
-    expect_close(have_grads[i], want_grads[i], exact, "gmm_composition", grad_names[i]);
+    expect_close(have_grads[i], want_grads[i], exact, "gmm_composition", kGradNames[i]);
   }
   // Each pass is one kernel (one mma_nmt:: op), where the mixture took an ATen op per component and step.
   EXPECT_EQ(forward_ops.by_name["mma_nmt::gmm_mixture_forward"], 1);
@@ -216,6 +224,84 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(gmm::kApproximate, gmm::kStrict, gmm::kUnnormalised)),
     [](const ::testing::TestParamInfo<std::tuple<MixtureCase, int64_t>>& info) {
       return std::get<0>(info.param).name + "_" + normalization_name(std::get<1>(info.param));
+    });
+
+// The composition in float16/bfloat16 as the GPU runs it: the dot-product half by the attention operator's CUDA
+// kernels, the mixture by the mixture kernels, all under the emulator (the CPU attention kernel takes no half
+// precision), against the CPU operator on the same rounded values in float32. The mixture in float32 beside q (CUDA
+// autocast's call: its gradients come back in float32) or in q's dtype.
+attention::AttentionKernels emulated_attention_kernels() {
+  return {[](const attention::AttentionParams& p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+             const OptionalTensor& lengths) {
+            return attention::cuda::run_attention_forward(p, q, k, v, lengths, false, emulated_launch());
+          },
+          [](const attention::AttentionParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k,
+             const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, const OptionalTensor& lengths) {
+            return attention::cuda::run_attention_backward(p, grad_out, q, k, v, out, lse, lengths, emulated_launch());
+          }};
+}
+
+class EmulatedGmmCompositionHalfPrecision
+    : public ::testing::TestWithParam<std::tuple<DtypeCase, int64_t, bool>> {};
+
+TEST_P(EmulatedGmmCompositionHalfPrecision, MatchesCpuOperatorInFloat32) {
+  const auto& [dtype, normalization, wide_mixture] = GetParam();
+  const MixtureCase c{"HalfPrecision", 2, 2, 5, 40, 3, {40, 1}};
+  at::manual_seed(13);
+  const OperatorInputs exact = operator_inputs(c, normalization);
+  const auto narrow = [&](const at::Tensor& t) { return t.to(dtype.dtype); };
+  const auto mixture = [&](const at::Tensor& t) { return wide_mixture ? t.to(at::kFloat) : narrow(t); };
+  const at::Tensor q = narrow(exact.q), k = narrow(exact.k), v = narrow(exact.v), grad_out = narrow(exact.grad_out);
+  const at::Tensor omega = mixture(exact.omega), mu = mixture(exact.mu), sigma = mixture(exact.sigma),
+                   gate = mixture(exact.gate);
+  const gmm::GmmParams p = gmm::check_gmm_args("emulated gmm", q, k, v, exact.lengths, omega, mu, sigma, gate, {},
+                                               kScale, normalization, kSigmaFloor);
+  ASSERT_EQ(p.wide_mixture, wide_mixture);
+  ASSERT_TRUE(gmm::composable(p, false));
+  const gmm::CompositionKernels kernels{emulated_attention_kernels(),
+                                        gmm::cuda::kernel_mixture_passes(emulated_launch())};
+  const auto got = gmm::gmm_forward_by_composition(p, q, k, v, exact.lengths, omega, mu, sigma, gate, false, kernels);
+  ASSERT_TRUE(got.has_value());
+  const auto& [out, lse, log_mass, ctx_a, ctx_b, alpha, beta] = *got;
+  const auto got_grads = gmm::gmm_backward_by_composition(p, grad_out, q, k, v, exact.lengths, omega, mu, sigma, gate,
+                                                          lse, ctx_a, ctx_b, kernels);
+  ASSERT_TRUE(got_grads.has_value());
+
+  // The CPU operator in float32 on the same values, its backward from its own forward's statistics.
+  const auto wide = [](const at::Tensor& t) { return t.to(at::kFloat); };
+  const auto forward = c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::gmm_attention", "").typed<ForwardFn>();
+  const auto backward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mma_nmt::gmm_attention_backward", "").typed<BackwardFn>();
+  const gmm::GmmForwardResult cpu =
+      forward.call(wide(q), wide(k), wide(v), exact.lengths, wide(omega), wide(mu), wide(sigma), wide(gate),
+                   std::nullopt, std::nullopt, kScale, normalization, kSigmaFloor, false);
+  const auto& [cpu_out, cpu_lse, cpu_log_mass, cpu_ctx_a, cpu_ctx_b, cpu_alpha, cpu_beta] = cpu;
+  const gmm::GmmBackwardResult cpu_grads =
+      backward.call(wide(grad_out), wide(q), wide(k), wide(v), exact.lengths, wide(omega), wide(mu), wide(sigma),
+                    wide(gate), std::nullopt, std::nullopt, cpu_lse, cpu_log_mass, cpu_ctx_a, cpu_ctx_b, kScale,
+                    normalization, kSigmaFloor);
+
+  const std::string label = std::string("gmm_composition ") + (wide_mixture ? "wide" : "narrow") + " mixture";
+  EXPECT_EQ(out.scalar_type(), dtype.dtype);
+  expect_close(out, cpu_out, dtype, label, "out");
+  expect_close(lse, cpu_lse, dtype, label, "lse");
+  expect_close(log_mass, cpu_log_mass, dtype, label, "log_mass");
+  expect_close(ctx_b, cpu_ctx_b, dtype, label, "beta_context");
+  const std::vector<at::Tensor> want = composable_grads(cpu_grads), have = composable_grads(*got_grads);
+  for (size_t i = 0; i < want.size(); ++i) {
+    // q, k and v's gradients in their dtype, the mixture's in its own (float32 when wide)
+    EXPECT_EQ(have[i].scalar_type(), i < 3 ? dtype.dtype : omega.scalar_type()) << kGradNames[i];
+    expect_close(have[i], want[i], dtype, label, kGradNames[i]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, EmulatedGmmCompositionHalfPrecision,
+    ::testing::Combine(::testing::Values(kFloat16, kBFloat16), ::testing::Values(gmm::kApproximate, gmm::kStrict),
+                       ::testing::Bool()),
+    [](const ::testing::TestParamInfo<std::tuple<DtypeCase, int64_t, bool>>& info) {
+      return dtype_name(std::get<0>(info.param).dtype) + "_" + normalization_name(std::get<1>(info.param)) +
+             (std::get<2>(info.param) ? "_WideMixture" : "_NarrowMixture");
     });
 
 }  // namespace

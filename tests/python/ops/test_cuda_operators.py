@@ -115,10 +115,11 @@ def test_cuda_multihop_operators_take_head_views_and_return_the_fake_kernels_lay
 def test_cuda_gmm_takes_head_views_and_returns_the_fake_kernels_layout(dtype, key_len):
     """The GMM module hands the operator head views of its query projection and of one fused key/value projection: on
     CUDA (by default the block-per-head kernels for 9 keys, and for 600 (D 16: 61-99 KiB of shared memory) the
-    composition in float32 and the one-warp-per-row kernels in bfloat16; MMA_NMT_CUDA_KERNELS=handwritten runs the
-    block kernels with the device's opt-in shared memory there, =composition the composition in float32) out comes
-    back position-major and the gradients of q, k and v laid out like them, what the fake kernel promises, with the
-    values of contiguous copies. Until 2026-12-03 the long case had 200 keys, which fit the block kernels' 48 KiB."""
+    composition, mma_nmt.attention and the mixture kernels, in both dtypes (bfloat16 took the one-warp-per-row
+    kernels until 2026-12-03); MMA_NMT_CUDA_KERNELS=handwritten runs the block kernels with the device's opt-in shared
+    memory there, =rows the one-warp-per-row kernels, =composition the composition at both sizes) out comes back
+    position-major and the gradients of q, k and v laid out like them, what the fake kernel promises, with the values
+    of contiguous copies. Until 2026-12-03 the long case had 200 keys, which fit the block kernels' 48 KiB."""
     from mma_nmt.ops import gmm_attention
     from mma_nmt.ops.fake_layout import position_major, projection_gradient_like
 
