@@ -93,8 +93,8 @@ def ours(fn: Callable, modes=(None, "handwritten", "rows", "flash"), dtype: torc
          ) -> dict[str, Callable]:
     """Our operator under each dispatch mode; :func:`measure` applies the mode around forward and backward. In float32
     and float64 (``dtype``) also ``composition``: the compositions of PyTorch's kernels, every call's default there
-    until 2026-12-02 and now only long calls' (in half precision that mode hands attention and GMM to the hand-written
-    kernels, so it would time nothing new)."""
+    until 2026-12-02 and now only long calls' (in half precision that mode hands attention to the hand-written
+    kernels, so it would time nothing new; GMM's cases ask for it in every dtype)."""
     if dtype in (torch.float32, torch.float64):
         modes = (*modes, "composition")
     return {name: fn for name, mode in MODES.items() if mode in modes}
@@ -186,12 +186,13 @@ def attention_step_case(spec: str, batch: int, source: int, heads: int = 8, head
     return Case("decoder", f"attention step {spec}", f"B={batch} T=1 S={source} H={heads} D={head_dim}", make)
 
 
-def operator_case(case: cuda_operators.OperatorCase, what: str | None = None) -> Case:
-    """A case of the operators section in the default and hand-written dispatch modes, and in float32/float64 the
-    compositions' (flash serves none of these operators)."""
+def operator_case(case: cuda_operators.OperatorCase, what: str | None = None,
+                  modes: tuple = (None, "handwritten")) -> Case:
+    """A case of the operators section in the default and hand-written dispatch modes (or ``modes``), and in
+    float32/float64 the compositions' (flash serves none of these operators)."""
     def make(device, dtype):
         fused, reference, leaves = case.make(device, dtype)
-        return {**ours(fused, modes=(None, "handwritten"), dtype=dtype), "reference": reference}, leaves
+        return {**ours(fused, modes=modes, dtype=dtype), "reference": reference}, leaves
     return Case("decoder", what or case.operator, case.shape, make)
 
 
@@ -215,11 +216,13 @@ def cases(group: str) -> list[Case]:
     if group == "decoder":
         # GMM on contiguous heads, then as the module hands it the heads (views of its projections; 2026-11-30), then
         # past the block-per-head kernels' 48 KiB of shared memory (D 64, K 4: from about 85 keys in float32, 160 in
-        # half precision), where float32 takes the composition and half precision the one-warp-per-row kernels:
-        # issue 49 point 2 asks for S and T up to a few hundred.
+        # half precision), where every dtype takes the composition by default since 2026-12-03 (half precision took
+        # the one-warp-per-row kernels, `rows` here) and `handwritten` the opted-in block kernels: issue 49 point 2
+        # asks for S and T up to a few hundred. `composition` in every dtype for GMM: its attention half is ours.
         gmm = [cuda_operators.gmm_case(b, 8, s) for s in (32, 64) for b in (64, 128)] + [
-            cuda_operators.gmm_case(b, 8, s, head_views=True) for s, b in ((32, 128), (64, 128))] + [
-            cuda_operators.gmm_case(64, 8, s) for s in (128, 256)]
+            cuda_operators.gmm_case(b, 8, s, head_views=True) for s, b in ((32, 128), (64, 128))]
+        long_gmm = [operator_case(cuda_operators.gmm_case(64, 8, s), modes=(None, "handwritten", "rows", "composition"))
+                    for s in (128, 256)]
         luong = [cuda_operators.shared_value_case(128, hidden=1024, heads=4, source=s) for s in (30, 50)]
         hop = [f(b, t, 512, 8) for b, t in ((128, 32), (64, 64)) for f in (cuda_operators.head_gate_case,
                                                                             cuda_operators.second_hop_case)]
@@ -228,7 +231,7 @@ def cases(group: str) -> list[Case]:
         # The attention steps last: in the graphs pass a failed capture leaves the CUDA context unusable for the rest.
         steps = [gmm_step_case(128, s) for s in (32, 64)] + [
             attention_step_case(spec, 128, s) for spec in ("C", "G") for s in (32, 64)]
-        return [operator_case(c) for c in gmm + luong + hop + layers] + steps
+        return [operator_case(c) for c in gmm] + long_gmm + [operator_case(c) for c in luong + hop + layers] + steps
     if group == "tiny":  # the CPU smoke test's sizes
         return [attention_case(group, spec, padded, 2, 9, 4, 8) for spec, padded in SPECS] + [
             attention_step_case("C", 2, 7, heads=4, head_dim=8), gmm_step_case(2, 7, heads=2, head_dim=8),

@@ -1,8 +1,9 @@
-// mma_nmt::gmm_attention by composition (gmm_composition.h), the CUDA backend's first choice, run on CPU tensors (the
-// SDPA half on torch's CPU flash kernel, the mixture half by the CPU passes, which run mixture_rows.h as the CUDA
-// mixture kernels do: tests/cpp/emulated/test_emulated_gmm_mixture.cpp) against the CPU kernel through the dispatcher: every output and gradient, the
-// three normalisations, padding with length-1 and empty sentences, one decoder step and T != S, K = 1 and K = 4, sigma
-// below the floor, means outside the sentence (strict mode's shift), gates near 0 and 1; and the calls it refuses.
+// mma_nmt::gmm_attention by composition (gmm_composition.h), the CUDA backend's choice past its block kernels' size,
+// run on CPU tensors (the attention half by mma_nmt::attention's CPU kernel, the mixture half by the CPU passes, which
+// run mixture_rows.h as the CUDA mixture kernels do: tests/cpp/emulated/test_emulated_gmm_mixture.cpp) against the CPU
+// kernel through the dispatcher: every output and gradient, the three normalisations, padding with length-1 and empty
+// sentences, one decoder step and T != S, K = 1 and K = 4, sigma below the floor, means outside the sentence (strict
+// mode's shift), gates near 0 and 1; and the calls it refuses.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -48,8 +49,8 @@ const Case kCases[] = {
     {"StepWithLengthOneAndEmptySentence", 3, 2, 1, 6, 8, 4, {6, 1, 0}},
     {"AllStepsTNotSOneComponent", 2, 3, 5, 9, 8, 1, {9, 4}},
     {"NoPadding", 2, 2, 4, 4, 16, 4, {}},
-    {"LongerSentencesThanOneBiasTile", 2, 2, 7, 37, 8, 4, {37, 20}},  // SDPA's bias rows are padded to 16 keys
-    {"ValuesWiderThanQueriesAndKeys", 2, 2, 3, 5, 4, 2, {5, 2}, 7},    // SDPA's half pads q and k to v's size
+    {"LongerSentencesThanOneBiasTile", 2, 2, 7, 37, 8, 4, {37, 20}},  // more keys than a CPU tile (and SDPA's 16)
+    {"ValuesWiderThanQueriesAndKeys", 2, 2, 3, 5, 4, 2, {5, 2}, 7},
 };
 
 // Inputs of one call: weights from a softmax, positive widths and gates in (0, 1) as the model makes them, with edge
@@ -237,14 +238,14 @@ TEST(GmmComposition, LeavesLocalBiasWeightsAndEmptyCallsToTheKernel) {
   EXPECT_TRUE(forward(plain, in.k, in.v, false).has_value());
   EXPECT_TRUE(backward(plain).has_value());
 
-  // localness bias: SDPA's backward gives no gradient of a logit bias
+  // localness bias: mma_nmt::attention takes no logit bias
   const at::Tensor center = at::rand({c.batch, c.heads, c.query_len}) * c.key_len, width = at::ones_like(center);
   const auto local = params(in.q, in.k, in.v, {center, width});
   EXPECT_FALSE(mma_nmt::gmm::composable(local, false));
   EXPECT_FALSE(forward(local, in.k, in.v, false).has_value());
   EXPECT_FALSE(backward(local).has_value());
 
-  // weights asked for: the SDPA half never builds alpha
+  // weights asked for: the attention half is asked for none
   EXPECT_FALSE(mma_nmt::gmm::composable(plain, true));
   EXPECT_FALSE(forward(plain, in.k, in.v, true).has_value());
 

@@ -1,5 +1,6 @@
 // The composition's mixture passes on CPU tensors (mixture_passes.h): one row per thread, rows split over torch's
-// intra-op threads. What the CUDA kernels compute with a warp per row, so the composition's CPU tests run its arithmetic.
+// intra-op threads. What the CUDA kernels compute with a warp per row, so the composition's CPU tests run its
+// arithmetic.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
