@@ -3,8 +3,8 @@
 #include <ATen/ATen.h>
 
 #include "attention/attention_composition.h"
-#include "attention/operator_kernels.h"
 #include "attention/head_mask.h"
+#include "attention/operator_kernels.h"
 #include "common/head_layout.h"
 #include "common/key_padding.h"
 

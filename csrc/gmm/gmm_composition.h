@@ -42,7 +42,8 @@ std::optional<GmmForwardResult> gmm_forward_by_composition(const GmmParams& p, c
                                                            bool return_weights, const CompositionKernels& kernels);
 
 // The nine gradients of mma_nmt::gmm_attention_backward (local-bias ones (0,)) from either backend's saved statistics
-// (both give the same lse, log_mass and contexts), or nullopt as above.
+// (both give the same lse, log_mass and contexts), or nullopt as above. beta_context is not read: the mixture's pass
+// sums dO . B again as sum_j beta_j (dO . v_j).
 std::optional<GmmBackwardResult> gmm_backward_by_composition(
     const GmmParams& p, const at::Tensor& grad_out, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const std::optional<at::Tensor>& key_lengths, const at::Tensor& omega, const at::Tensor& mu,
