@@ -64,14 +64,14 @@ std::optional<GmmForwardResult> gmm_forward_by_composition(const GmmParams& p, c
   } else {
     out.copy_(at::lerp(alpha_context, beta_context, g));
   }
-  const at::Tensor no_weights = at::zeros({0}, q.options());
+  const at::Tensor no_weights = at::empty({0}, q.options());  // nothing to fill or copy: no launch
   return GmmForwardResult{out,
                           lse,
                           m.log_mass,
                           as_type(alpha_context, acc),
                           as_type(beta_context, acc),
                           no_weights,
-                          no_weights.clone()};
+                          at::empty({0}, q.options())};
 }
 
 std::optional<GmmBackwardResult> gmm_backward_by_composition(

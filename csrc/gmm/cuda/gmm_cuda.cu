@@ -33,7 +33,7 @@ void check_cuda_limits(const char* op, const GmmParams& p, const at::Tensor& q) 
 // 48 KiB by default, where the H200 measured them (decoder sizes, 2026-11-29); the device's opt-in maximum under
 // MMA_NMT_CUDA_KERNELS=handwritten, which benchmarks.cuda_nmt_sizes times against the defaults past 48 KiB (T = S =
 // 128 and 256) before that range's default changes. Unmeasured there: past 57 KiB fewer than 4 blocks fit on an SM
-// (one past 114 KiB on sm90), against the composition (mma_nmt::attention, the mixture kernels and GEMMs: 12 + 18 ops
+// (one past 114 KiB on sm90), against the composition (mma_nmt::attention, the mixture kernels and GEMMs: 10 + 18 ops
 // a forward+backward by the CPU count at K 2, 180 until 2026-12-03) or the row kernels' key-by-key loop.
 gpu::Launch gmm_launch() {
   return handwritten_exactly() ? gpu::opt_in_shared_launch() : gpu::current_launch();
