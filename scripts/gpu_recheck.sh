@@ -6,6 +6,8 @@
 # (labels of benchmarks.cuda_training, e.g. "transformer_iwslt_small MMA") also times those training steps with both
 # models compiled under reduce-overhead (CUDA graphs), in bfloat16: about a minute of compilation per model pair.
 # SEARCH=1 also times the LSTM's beam search eager against decode.compile (benchmarks.cuda_search; about a minute).
+# BATCH_SHAPES=DIR (a prepared data folder, carried: runs/data/multi30k_de_en_bpe2k is 11 MB) also trains a fresh model
+# under reduce-overhead on DIR's first 100 batches at length_multiple 1 and 8 (benchmarks.cuda_batch_shapes).
 # NMT_DTYPE (default bfloat16) is the NMT-size groups' dtype: float32 times the float32 defaults, which the
 # full-scale recipes train in (train.amp is off unless set), against the compositions (MMA_NMT_CUDA_KERNELS=composition)
 # that were those defaults until 2026-12-02, when the hand-written kernels took NMT sizes unmeasured.
@@ -53,6 +55,11 @@ if [ -n "${SEARCH:-}" ]; then  # the LSTM's beam search, eager against decode.co
   timeout "$(until_s $((limit - 30)))" python3 -m benchmarks.cuda_search --dtype bfloat16 \
     > "$OUT/bench/search.md" 2>&1
   say "search (decode.compile): exit $?"
+fi
+if [ -n "${BATCH_SHAPES:-}" ]; then  # what train.length_multiple saves under CUDA graphs (docs/cuda.md)
+  timeout "$(until_s $((limit - 30)))" python3 -m benchmarks.cuda_batch_shapes "$BATCH_SHAPES" --steps 100 \
+    > "$OUT/bench/batch_shapes.md" 2>&1
+  say "batch shapes ($BATCH_SHAPES): exit $?"
 fi
 timeout "$(until_s "$limit")" python3 -m benchmarks.cuda_lstm_step --quick > "$OUT/bench/lstm_step.md" 2>&1
 say "LSTM step: exit $?"

@@ -28,6 +28,7 @@ if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_nmt_sizes ]; then
 fi
 if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_lstm_step ]; then echo "| lstm |"; exit 0; fi
 if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_search ]; then shift 2; echo "search $*"; exit 0; fi
+if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_batch_shapes ]; then shift 2; echo "shapes $*"; exit 0; fi
 if [ "$1" = -m ] && [ "$2" = benchmarks.cuda_training ]; then shift 2; printf '%s|' "$@"; exit 0; fi
 if [ "$1" = -m ] && [ "$2" = benchmarks ]; then shift 2; echo "suite $*"; exit 0; fi
 exec REAL_PYTHON "$@"
@@ -109,6 +110,7 @@ def test_the_follow_up_lease_runs_tests_the_named_groups_then_the_training_steps
     assert (out / "bench" / "training.log").read_text().startswith("suite --device cuda --quick --only training")
     assert "compiled training steps" not in session and not (out / "bench" / "training_compiled.md").exists()
     assert "search (decode.compile)" not in session and not (out / "bench" / "search.md").exists()
+    assert "batch shapes" not in session and not (out / "bench" / "batch_shapes.md").exists()
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -117,6 +119,15 @@ def test_the_follow_up_lease_times_the_compiled_search_when_asked(tmp_path):
     assert session.find("training steps: exit 0") < session.find("search (decode.compile): exit 0") < session.find(
         "LSTM step: exit 0"), session
     assert (out / "bench" / "search.md").read_text().strip() == "search --dtype bfloat16"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_follow_up_lease_trains_on_the_named_batches_when_asked(tmp_path):
+    out, session = _run_recheck(tmp_path, LIMIT="300", BATCH_SHAPES="runs/data/multi30k_de_en_bpe2k")
+    assert session.find("training steps: exit 0") < session.find(
+        "batch shapes (runs/data/multi30k_de_en_bpe2k): exit 0") < session.find("LSTM step: exit 0"), session
+    assert (out / "bench" / "batch_shapes.md").read_text().strip() == (
+        "shapes runs/data/multi30k_de_en_bpe2k --steps 100")
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
