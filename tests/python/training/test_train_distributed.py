@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parents[1]  # tests/python: ddp_gradient_worker.
 
 def _torchrun(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-           "OMP_NUM_THREADS": "1"}
+           "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # an abort prints each rank's Python stack
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
 
