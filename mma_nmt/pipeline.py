@@ -38,14 +38,17 @@ def train(run: RunConfig) -> dict:
     """Trains (preparing the data first when it is not there); returns the last validation result. The run config
     is then written to ``<train.save_dir>/run_config.json`` (with absolute paths), so that the run directory alone
     can be exported or translated with (``mma-nmt export``, ``translate --model``)."""
+    from mma_nmt.training.distributed import leave_process_group
     from mma_nmt.training.trainer import Trainer
 
     from mma_nmt.data.fileio import atomic_write_json
     from mma_nmt.run_directory import RUN_CONFIG_FILE
 
     ensure_prepared(run)
-    result = Trainer(run).train()
+    trainer = Trainer(run)
+    result = trainer.train()
     atomic_write_json(Path(run.train.save_dir) / RUN_CONFIG_FILE, absolute_run_config(run))  # for export/--model
+    leave_process_group(trainer.info)  # under torchrun; a no-op in one process
     return result
 
 
