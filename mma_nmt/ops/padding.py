@@ -67,6 +67,11 @@ def resolve_key_lengths(
     ``keys`` = (batch, key_len) of the keys the padding belongs to: a mask of another shape raises ``ValueError``
     naming ``op`` and ``key_padding_mask`` (the modules pass it; a mask narrower than the keys would otherwise read as
     lengths that leave the last keys out or count them as padding)."""
+    if (key_padding_mask is None and isinstance(key_lengths, torch.Tensor) and key_lengths.dtype == torch.int64
+            and key_lengths.device == device):
+        # The common call (a module's own lengths, at every call of an operator): what every check below passes and
+        # returns, without their host time, which each layer of a model paid again at every decoding step.
+        return key_lengths
     where = op or "key padding"
     check_optional_tensor(where, "key_lengths", key_lengths, "a (batch,) int64 tensor")
     check_optional_tensor(where, "key_padding_mask", key_padding_mask, "a (batch, key_len) bool tensor")

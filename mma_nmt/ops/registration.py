@@ -36,7 +36,7 @@ that importing the package, and everything that needs no fused operator, still w
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -82,10 +82,13 @@ class RegisteredOperator:
         return self._dispatch(args)
 
     def _dispatch(self, args: tuple):
-        tensors = _tensors(args, self._list_arguments)
-        if tensors:
-            require_device_support(tensors[0], self.name)
-        refuse_forward_ad(self.name, tensors)
+        # The tensors are walked lazily: a call usually needs only the first one (the forward-mode guard returns before
+        # reading any outside a dual level, and the C++ path checks requires_grad itself), and the walk over every
+        # argument cost about 1 us of a call's 9 on the host.
+        first = next(_tensors(args, self._list_arguments), None)
+        if first is not None:
+            require_device_support(first, self.name)
+        refuse_forward_ad(self.name, _tensors(args, self._list_arguments))
         if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
             return self.op(*args)
         if self.native_eager is not None:  # with or without gradients: no Python between here and the kernel
@@ -93,7 +96,7 @@ class RegisteredOperator:
                 return self.native_eager(*args)
             except TypeError:  # pybind11's message for a wrong argument type names no argument; the dispatcher's does
                 return self.op(*args)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        if torch.is_grad_enabled() and any(t.requires_grad for t in _tensors(args, self._list_arguments)):
             return self.apply_python_autograd(*args)
         with torch._C._AutoDispatchBelowAutograd():  # no gradient wanted: straight to the device kernel
             return self.op(*args)
@@ -197,15 +200,13 @@ def _eager_function(op, setup_context: Callable, backward: Callable) -> type[tor
                                                     "backward": staticmethod(backward_flat)})
 
 
-def _tensors(args: tuple, list_arguments: tuple[int, ...]) -> list[torch.Tensor]:
-    """The tensors among ``args``, those of the Tensor[] arguments at ``list_arguments`` included."""
-    tensors = []
+def _tensors(args: tuple, list_arguments: tuple[int, ...]) -> Iterator[torch.Tensor]:
+    """The tensors among ``args``, those of the Tensor[] arguments at ``list_arguments`` included, in order."""
     for i, arg in enumerate(args):
         if i in list_arguments:
-            tensors.extend(t for t in arg if isinstance(t, torch.Tensor))
+            yield from (t for t in arg if isinstance(t, torch.Tensor))
         elif isinstance(arg, torch.Tensor):
-            tensors.append(arg)
-    return tensors
+            yield arg
 
 
 def _flatten(args: tuple, sizes: tuple[int | None, ...]) -> list:

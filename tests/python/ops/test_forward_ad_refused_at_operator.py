@@ -11,6 +11,7 @@ import torch.autograd.forward_ad as forward_ad
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mma_nmt.ops.first_order import FunctionalTransformError, HigherOrderGradientError
+from mma_nmt.ops.registration import REGISTERED_OPERATORS
 from test_higher_order_gradients import OPERATORS, _query
 
 
@@ -87,3 +88,25 @@ def test_vmap_without_gradients_still_works():
     call, x = _direct_call("mma_nmt.attention")
     batch = torch.stack([x, x * 2])
     torch.testing.assert_close(torch.func.vmap(call)(batch)[1], call(x * 2))
+
+
+@pytest.mark.parametrize("op", list(OPERATORS))
+def test_a_tangent_on_any_argument_is_refused(op):
+    """Through the operator's eager entry (``RegisteredOperator``, which walks the arguments lazily), a tangent on
+    every floating-point argument, each in turn, those inside a Tensor[] list included, raises."""
+    with torch.no_grad(), _RecordCalls() as recorder:
+        OPERATORS[op](_query().detach())
+    _, args = recorder.calls[op.replace(".", "::")]
+    places = [(i, j) for i, arg in enumerate(args)
+              for j, t in (enumerate(arg) if isinstance(arg, (list, tuple)) else [(None, arg)])
+              if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    assert len(places) >= 3  # q, k and v at least
+    for i, j in places:
+        with forward_ad.dual_level():
+            dual = list(args)
+            if j is None:
+                dual[i] = forward_ad.make_dual(args[i], torch.ones_like(args[i]))
+            else:
+                dual[i] = [forward_ad.make_dual(t, torch.ones_like(t)) if n == j else t for n, t in enumerate(args[i])]
+            with pytest.raises(HigherOrderGradientError, match=rf"^{op}: forward-mode derivatives"):
+                REGISTERED_OPERATORS[op.split(".")[1]](*dual)
